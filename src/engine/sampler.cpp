@@ -1,0 +1,59 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace vt {
+
+int32_t argmax(const float* values, int64_t count) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < count; ++i)
+    if (values[i] > values[best]) best = i;
+  return int32_t(best);
+}
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
+  VT_CHECK(std::isfinite(params.temperature) && params.temperature >= 0, "temperature ",
+           params.temperature, " must be finite and >= 0");
+  VT_CHECK(params.top_p > 0 && params.top_p <= 1, "top_p ", params.top_p, " must be in (0, 1]");
+  VT_CHECK(params.top_k >= 0, "top_k ", params.top_k, " must be >= 0");
+}
+
+int32_t Sampler::sample(const float* logits, int64_t vocab) {
+  if (params_.temperature == 0.0f || params_.top_k == 1) return argmax(logits, vocab);
+  candidates_.resize(vocab);
+  for (int64_t i = 0; i < vocab; ++i) candidates_[i] = {logits[i] / params_.temperature, int32_t(i)};
+  // Highest first, ties by lower id, so the result depends only on the logits and the seed.
+  auto higher = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  int64_t keep = params_.top_k > 0 ? std::min<int64_t>(params_.top_k, vocab) : vocab;
+  std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), higher);
+  candidates_.resize(keep);
+  const float max_logit = candidates_[0].first;
+  double total = 0;
+  std::vector<double> probs(keep);
+  for (int64_t i = 0; i < keep; ++i) total += probs[i] = std::exp(double(candidates_[i].first - max_logit));
+  // Nucleus: the smallest prefix whose mass reaches top_p (always at least one token).
+  int64_t nucleus = keep;
+  if (params_.top_p < 1.0f) {
+    double mass = 0;
+    for (int64_t i = 0; i < keep; ++i) {
+      mass += probs[i] / total;
+      if (mass >= params_.top_p) {
+        nucleus = i + 1;
+        break;
+      }
+    }
+  }
+  double nucleus_total = 0;
+  for (int64_t i = 0; i < nucleus; ++i) nucleus_total += probs[i];
+  double draw = std::uniform_real_distribution<double>(0.0, nucleus_total)(rng_);
+  for (int64_t i = 0; i < nucleus; ++i) {
+    draw -= probs[i];
+    if (draw < 0) return candidates_[i].second;
+  }
+  return candidates_[nucleus - 1].second;
+}
+
+}  // namespace vt

@@ -1,0 +1,73 @@
+#include "model/linear.h"
+
+#include <cstring>
+
+#include "backends/cpu/cpu_ops.h"
+#include "ops/ops.h"
+
+namespace vt {
+
+Buffer load_f32(WeightStore& store, const std::string& name, const Shape& shape) {
+  TensorView view = store.take(name, shape, {DType::kF32, DType::kBF16, DType::kF16});
+  Buffer out(DType::kF32, shape);
+  cpu::to_f32(out.f32(), view.data, view.dtype, view.numel());
+  return out;
+}
+
+Linear Linear::load(WeightStore& store, const std::vector<LinearPart>& parts, int64_t in_features,
+                    const LinearLoadOptions& options) {
+  int64_t total_rows = 0;
+  for (const auto& part : parts) total_rows += part.rows;
+  Linear linear;
+  linear.weight_ = Buffer(DType::kF32, {total_rows, in_features});
+  int64_t row = 0;
+  int fp8_parts = 0;
+  for (const auto& part : parts) {
+    const std::string weight_name = part.name + ".weight";
+    const Shape shape{part.rows, in_features};
+    float* destination = linear.weight_.f32() + row * in_features;
+    const SafetensorsEntry& entry = store.entry(weight_name);
+    if (entry.dtype == DType::kF8E4M3) {
+      VT_CHECK(options.fp8_checkpoint, store.file_of(weight_name), ": tensor '", weight_name,
+               "' is FP8 but config.json has no fp8 quantization_config");
+      TensorView weight = store.take(weight_name, shape, {DType::kF8E4M3});
+      const Shape scale_shape{(part.rows + options.block_n - 1) / options.block_n,
+                              (in_features + options.block_k - 1) / options.block_k};
+      TensorView scale = store.take(part.name + ".weight_scale_inv", scale_shape,
+                                    {DType::kF32, DType::kBF16, DType::kF16});
+      cpu::fp8_block_dequant(destination, weight.as<uint8_t>(), scale.data, scale.dtype, part.rows,
+                             in_features, options.block_n, options.block_k);
+      ++fp8_parts;
+    } else {
+      TensorView weight = store.take(weight_name, shape, {DType::kF32, DType::kBF16, DType::kF16});
+      cpu::to_f32(destination, weight.data, weight.dtype, weight.numel());
+    }
+    row += part.rows;
+  }
+  VT_CHECK(fp8_parts == 0 || fp8_parts == int(parts.size()), "linear '", parts.front().name,
+           "': merged parts mix FP8 and unquantised weights");
+  linear.format_ = fp8_parts ? WeightFormat::kFp8Block : WeightFormat::kDense;
+  linear.quantize_activations_ =
+      fp8_parts && options.fp8_activations == Fp8Activations::kQuantized;
+  return linear;
+}
+
+Linear Linear::from_f32(Buffer weight, WeightFormat format, bool quantize_activations) {
+  Linear linear;
+  linear.weight_ = std::move(weight);
+  linear.format_ = format;
+  linear.quantize_activations_ = quantize_activations;
+  return linear;
+}
+
+void Linear::forward(const TensorView& y, const TensorView& x) const {
+  if (!quantize_activations_) {
+    ops::matmul_nt(y, x, weight_);
+    return;
+  }
+  Buffer quantized(DType::kF32, x.shape);
+  ops::fp8_quant_dequant(quantized, x, 128);
+  ops::matmul_nt(y, quantized, weight_);
+}
+
+}  // namespace vt

@@ -1,0 +1,62 @@
+// Linear: a weight in its checkpoint format and the way it runs. Models call forward(y, x) and
+// never see the format. A Linear may be built from several checkpoint tensors stacked along the
+// output dimension (merged projections: GDN qkv+z, attention q+k+v, MLP gate+up).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/weight_store.h"
+
+namespace vt {
+
+enum class WeightFormat { kDense, kFp8Block };
+
+// How FP8 block-scaled weights run on the CPU reference.
+enum class Fp8Activations {
+  kQuantized,  // W8A8, as the GPU runs it: activations quantised per token in 1x128 groups
+  kFloat,      // weight-only: dequantised weights, fp32 activations
+};
+
+struct LinearLoadOptions {
+  bool fp8_checkpoint = false;  // config has an fp8 quantization_config
+  int64_t block_n = 128, block_k = 128;
+  Fp8Activations fp8_activations = Fp8Activations::kQuantized;
+};
+
+// One checkpoint tensor of a (possibly merged) Linear: "<name>.weight", rows of the output.
+struct LinearPart {
+  std::string name;  // without ".weight"
+  int64_t rows;
+};
+
+class Linear {
+ public:
+  Linear() = default;
+  // Takes "<part>.weight" (and "<part>.weight_scale_inv" when stored as FP8) for each part.
+  static Linear load(WeightStore& store, const std::vector<LinearPart>& parts, int64_t in_features,
+                     const LinearLoadOptions& options);
+  // A Linear over an f32 matrix [out, in] already in memory (expert slices, permuted weights).
+  static Linear from_f32(Buffer weight, WeightFormat format, bool quantize_activations);
+
+  // y [M, out] = x [M, in] @ W^T (x quantised per token in 1x128 groups first for W8A8).
+  void forward(const TensorView& y, const TensorView& x) const;
+
+  int64_t in_features() const { return weight_.shape()[1]; }
+  int64_t out_features() const { return weight_.shape()[0]; }
+  WeightFormat format() const { return format_; }
+  bool quantizes_activations() const { return quantize_activations_; }
+  const Buffer& weight() const { return weight_; }
+  Buffer& mutable_weight() { return weight_; }
+
+ private:
+  Buffer weight_;  // f32 [out, in], dequantised on load (the CPU reference computes in fp32)
+  WeightFormat format_ = WeightFormat::kDense;
+  bool quantize_activations_ = false;
+};
+
+// Reads a float tensor of the checkpoint into a new f32 buffer of the given shape.
+Buffer load_f32(WeightStore& store, const std::string& name, const Shape& shape);
+
+}  // namespace vt
