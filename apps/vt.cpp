@@ -125,7 +125,12 @@ int main(int argc, char** argv) {
   auto* inspect = app.add_subcommand("inspect", "Print a model's config, layers and tensors");
   inspect->add_option("--model", inspect_model, "HF model folder")->required();
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    // --help exits 0; any usage error exits 2 (runtime errors exit 1).
+    return app.exit(error) == 0 ? 0 : 2;
+  }
   try {
     if (threads > 0) vt::set_num_threads(threads);
     if (*generate) return run_generate(generate_args);

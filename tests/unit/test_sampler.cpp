@@ -1,0 +1,52 @@
+#include <gtest/gtest.h>
+#include <cmath>
+
+#include <map>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/sampler.h"
+
+namespace vt {
+namespace {
+
+TEST(Sampler, GreedyTakesFirstMaximum) {
+  std::vector<float> logits = {0.1f, 2.0f, 2.0f, -1.0f};
+  Sampler sampler({});
+  EXPECT_EQ(sampler.sample(logits.data(), 4), 1);
+}
+
+TEST(Sampler, SeededSamplingIsReproducible) {
+  std::vector<float> logits = {1.0f, 1.5f, 0.5f, 1.2f, 0.0f};
+  SamplingParams params{1.0f, 0, 1.0f, 42};
+  Sampler a(params), b(params);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(a.sample(logits.data(), 5), b.sample(logits.data(), 5));
+}
+
+TEST(Sampler, TopKAndTopPRestrictTheCandidates) {
+  std::vector<float> logits = {5.0f, 4.0f, 0.0f, -1.0f};
+  Sampler top_k({1.0f, 2, 1.0f, 7});
+  Sampler top_p({1.0f, 0, 0.5f, 7});  // token 0 alone holds ~71% of the mass
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_LT(top_k.sample(logits.data(), 4), 2);
+    EXPECT_EQ(top_p.sample(logits.data(), 4), 0);
+  }
+}
+
+TEST(Sampler, TemperatureFollowsTheDistribution) {
+  std::vector<float> logits = {0.0f, std::log(3.0f)};  // p = 0.25, 0.75
+  Sampler sampler({1.0f, 0, 1.0f, 123});
+  int ones = 0;
+  const int draws = 20000;
+  for (int i = 0; i < draws; ++i) ones += sampler.sample(logits.data(), 2);
+  EXPECT_NEAR(double(ones) / draws, 0.75, 0.015);  // > 4 standard deviations
+}
+
+TEST(Sampler, RejectsBadParameters) {
+  EXPECT_THROW(Sampler({-1.0f, 0, 1.0f, 0}), Error);
+  EXPECT_THROW(Sampler({1.0f, 0, 0.0f, 0}), Error);
+  EXPECT_THROW(Sampler({NAN, 0, 1.0f, 0}), Error);
+}
+
+}  // namespace
+}  // namespace vt
