@@ -37,10 +37,12 @@ fuzz: deps
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_safetensors
 	mkdir -p $(FUZZ_BUILD)/corpus_safetensors
 	cp tests/fuzz/corpus_safetensors/* $(FUZZ_BUILD)/corpus_safetensors/
-	$(FUZZ_BUILD)/tests/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
-	  -print_final_stats=1 $(FUZZ_BUILD)/corpus_safetensors 2>&1 | tail -4
+	@$(FUZZ_BUILD)/tests/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	  -print_final_stats=1 $(FUZZ_BUILD)/corpus_safetensors >$(FUZZ_BUILD)/fuzz_safetensors.log 2>&1; \
+	  status=$$?; tail -5 $(FUZZ_BUILD)/fuzz_safetensors.log; exit $$status
 
-test: unit fuzz
+# Fuzzing first, so the test runner's summary is the last thing printed.
+test: fuzz unit
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)

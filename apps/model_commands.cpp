@@ -1,0 +1,128 @@
+// `vt generate` and `vt inspect`: running and describing a model. Scripted use depends on these
+// contracts; keep them stable:
+//   vt generate --model DIR --prompt-ids 1,2,3 --max-new-tokens N [--temperature 0] [--json]
+//              [--logits-out FILE] [--device cpu|cuda]
+//   vt inspect --model DIR
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "apps/commands.h"
+#include "core/error.h"
+#include "engine/generate.h"
+#include "io/weight_store.h"
+#include "models/registry.h"
+
+namespace {
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      VT_FAIL("--prompt-ids: '", item, "' is not an integer");
+    }
+    VT_CHECK(used == item.size() && value >= 0 && value <= INT32_MAX, "--prompt-ids: '", item,
+             "' is not a valid token id");
+    ids.push_back(int32_t(value));
+  }
+  VT_CHECK(!ids.empty(), "--prompt-ids: no ids given");
+  return ids;
+}
+
+struct GenerateArgs {
+  std::string model, prompt_ids, logits_out, device = "cpu", fp8_activations = "quantized";
+  int64_t max_new_tokens = 16;
+  vt::SamplingParams sampling;
+  bool json = false;
+};
+
+void run_generate(const GenerateArgs& args) {
+  if (args.device != "cpu")
+    VT_FAIL("--device ", args.device, ": this build runs models on the CPU only (the CUDA model path is not built yet)");
+  vt::LoadOptions load_options;
+  load_options.fp8_activations =
+      args.fp8_activations == "float" ? vt::Fp8Activations::kFloat : vt::Fp8Activations::kQuantized;
+  auto model = vt::load_model(args.model, load_options);
+  std::vector<int32_t> prompt = parse_ids(args.prompt_ids);
+
+  vt::GenerateOptions options;
+  options.max_new_tokens = args.max_new_tokens;
+  options.sampling = args.sampling;
+  options.keep_prompt_logits = !args.logits_out.empty();
+  auto result = vt::generate(*model, prompt, options, [&](int32_t id) {
+    if (!args.json) std::printf("%d ", id), std::fflush(stdout);
+  });
+  if (!args.logits_out.empty()) {
+    std::ofstream out(args.logits_out, std::ios::binary);
+    VT_CHECK(out, args.logits_out, ": cannot open for writing");
+    out.write(reinterpret_cast<const char*>(result.prompt_logits.data()),
+              std::streamsize(result.prompt_logits.size() * sizeof(float)));
+    VT_CHECK(out.good(), args.logits_out, ": write failed");
+  }
+  const double decode_rate = result.output_ids.size() > 1 && result.decode_seconds > 0
+                                 ? double(result.output_ids.size() - 1) / result.decode_seconds
+                                 : 0.0;
+  if (args.json) {
+    nlohmann::json output = {{"output_ids", result.output_ids},
+                             {"prompt_tokens", prompt.size()},
+                             {"prefill_seconds", result.prefill_seconds},
+                             {"decode_tokens_per_second", decode_rate}};
+    std::cout << output.dump() << std::endl;
+  } else {
+    std::printf("\n[%zu prompt tokens, prefill %.3f s, decode %.1f tok/s]\n", prompt.size(),
+                result.prefill_seconds, decode_rate);
+  }
+}
+
+void run_inspect(const std::string& dir) {
+  auto model = vt::load_model(dir, {});
+  std::cout << model->describe();
+  auto store = vt::WeightStore::open(dir);
+  std::cout << "tensors:\n";
+  for (const auto& name : store.names()) {
+    const auto& entry = store.entry(name);
+    std::printf("  %-72s %-8s %-20s %12llu\n", name.c_str(), std::string(vt::dtype_name(entry.dtype)).c_str(),
+                entry.shape.str().c_str(), (unsigned long long)(entry.end - entry.begin));
+  }
+}
+
+}  // namespace
+
+namespace vt::apps {
+
+void add_model_commands(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  auto* generate = app.add_subcommand("generate", "Generate tokens from a prompt of token ids");
+  generate->add_option("--model", args->model, "HF model folder")->required();
+  generate->add_option("--prompt-ids", args->prompt_ids, "comma-separated token ids")->required();
+  generate->add_option("--max-new-tokens", args->max_new_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
+  generate->add_option("--temperature", args->sampling.temperature, "0 = greedy");
+  generate->add_option("--top-k", args->sampling.top_k, "0 = off");
+  generate->add_option("--top-p", args->sampling.top_p, "nucleus mass");
+  generate->add_option("--seed", args->sampling.seed, "sampling seed");
+  generate->add_flag("--json", args->json, "print one JSON object");
+  generate->add_option("--logits-out", args->logits_out,
+                       "write the last prompt position's logits (float32 LE, vocab values)");
+  generate->add_option("--device", args->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  generate->add_option("--fp8-activations", args->fp8_activations,
+                       "FP8 checkpoints: 'quantized' (W8A8 as on the GPU) or 'float' (weight-only)")
+      ->check(CLI::IsMember({"quantized", "float"}));
+  generate->callback([args] { run_generate(*args); });
+
+  auto model_dir = std::make_shared<std::string>();
+  auto* inspect = app.add_subcommand("inspect", "Print a model's config, layers and tensors");
+  inspect->add_option("--model", *model_dir, "HF model folder")->required();
+  inspect->callback([model_dir] { run_inspect(*model_dir); });
+}
+
+}  // namespace vt::apps
