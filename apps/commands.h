@@ -7,5 +7,6 @@
 namespace vt::apps {
 
 void add_model_commands(CLI::App& app);  // generate, inspect
+void add_bench_commands(CLI::App& app);  // bench decode
 
 }  // namespace vt::apps

@@ -16,6 +16,9 @@
 #include "engine/generate.h"
 #include "io/weight_store.h"
 #include "models/registry.h"
+#ifdef VT_WITH_CUDA
+#include "models/qwen3_5_cuda.h"
+#endif
 
 namespace {
 
@@ -40,20 +43,34 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 }
 
 struct GenerateArgs {
-  std::string model, prompt_ids, logits_out, device = "cpu", fp8_activations = "quantized";
+  std::string model, prompt_ids, logits_out, device = "cpu", fp8_activations = "quantized", activations = "bf16";
   int64_t max_new_tokens = 16;
   vt::SamplingParams sampling;
   bool json = false;
 };
 
-void run_generate(const GenerateArgs& args) {
-  if (args.device != "cpu")
-    VT_FAIL("--device ", args.device, ": this build runs models on the CPU only (the CUDA model path is not built yet)");
+std::unique_ptr<vt::Model> open_model(const GenerateArgs& args, int64_t context) {
+  if (args.device == "cuda") {
+#ifdef VT_WITH_CUDA
+    VT_CHECK(args.fp8_activations == "quantized", "--device cuda runs FP8 weights W8A8 only");
+    vt::CudaModelOptions options;
+    options.activations = args.activations == "f32" ? vt::DType::kF32 : vt::DType::kBF16;
+    options.max_context = context;
+    options.max_step_tokens = std::min<int64_t>(context, 2048);
+    return vt::load_qwen35_cuda(args.model, options);
+#else
+    VT_FAIL("--device cuda: this vt was built without CUDA");
+#endif
+  }
   vt::LoadOptions load_options;
   load_options.fp8_activations =
       args.fp8_activations == "float" ? vt::Fp8Activations::kFloat : vt::Fp8Activations::kQuantized;
-  auto model = vt::load_model(args.model, load_options);
+  return vt::load_model(args.model, load_options);
+}
+
+void run_generate(const GenerateArgs& args) {
   std::vector<int32_t> prompt = parse_ids(args.prompt_ids);
+  auto model = open_model(args, int64_t(prompt.size()) + std::max<int64_t>(args.max_new_tokens, 1));
 
   vt::GenerateOptions options;
   options.max_new_tokens = args.max_new_tokens;
@@ -114,6 +131,8 @@ void add_model_commands(CLI::App& app) {
   generate->add_option("--logits-out", args->logits_out,
                        "write the last prompt position's logits (float32 LE, vocab values)");
   generate->add_option("--device", args->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  generate->add_option("--activations", args->activations, "CUDA activation dtype: bf16 (default) or f32")
+      ->check(CLI::IsMember({"bf16", "f32"}));
   generate->add_option("--fp8-activations", args->fp8_activations,
                        "FP8 checkpoints: 'quantized' (W8A8 as on the GPU) or 'float' (weight-only)")
       ->check(CLI::IsMember({"quantized", "float"}));

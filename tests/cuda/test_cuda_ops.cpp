@@ -5,11 +5,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "../numerics.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/device_buffer.h"
 
 namespace vt {
 namespace {
@@ -80,6 +82,37 @@ TEST_F(CudaOps, SiluMulMatchesCpu) {
   cuda::silu_mul_f32(d_out.data, d_in.data, rows, n, nullptr);
   cuda::synchronize();
   EXPECT_LE(relative_l2(d_out.to_host(), expected), 1e-6);
+}
+
+// FP8 W8A8 block GEMM against the CPU emulation: quantised activations, dequantised weights.
+TEST_F(CudaOps, Fp8BlockGemmMatchesCpu) {
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 512}, {7, 200, 192}, {16, 384, 5120},
+                         {33, 130, 1040}}) {
+    auto x = random_vector(m * k, 11 + m);
+    std::vector<uint8_t> codes(n * k);
+    std::mt19937_64 rng(n);
+    for (auto& code : codes) {
+      code = uint8_t(rng());
+      if ((code & 0x7F) == 0x7F) code ^= 1;
+    }
+    const int64_t scale_rows = (n + 127) / 128, scale_cols = (k + 127) / 128;
+    std::vector<float> scales(scale_rows * scale_cols);
+    for (size_t i = 0; i < scales.size(); ++i) scales[i] = 1e-3f * float(1 + i % 7);
+    // CPU: y = dequant(quant(x)) @ dequant(w)^T
+    std::vector<float> x_q(m * k), w_f(n * k), expected(m * n);
+    cpu::fp8_quant_dequant_rows(x_q.data(), x.data(), m, k, 128);
+    cpu::fp8_block_dequant(w_f.data(), codes.data(), scales.data(), DType::kF32, n, k, 128, 128);
+    cpu::matmul_nt(expected.data(), x_q.data(), w_f.data(), m, n, k);
+
+    DeviceVector d_x(x), d_scales(scales), d_y(m * n);
+    cuda::DeviceBuffer d_codes(DType::kU8, {n, k}), d_q(DType::kU8, {m, k}), d_a_scales(DType::kF32, {m, scale_cols});
+    cuda::copy_to_device(d_codes.data(), codes.data(), codes.size());
+    cuda::fp8_quantize_rows(d_q.as<uint8_t>(), d_a_scales.as<float>(), d_x.data, m, k, DType::kF32, nullptr);
+    cuda::fp8_block_gemm(d_y.data, d_q.as<uint8_t>(), d_a_scales.as<float>(), d_codes.as<uint8_t>(), d_scales.data, m,
+                         n, k, DType::kF32, nullptr);
+    cuda::synchronize();
+    EXPECT_LE(relative_l2(d_y.to_host(), expected), 1e-5) << m << "x" << n << "x" << k;
+  }
 }
 
 }  // namespace

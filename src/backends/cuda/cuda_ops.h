@@ -1,27 +1,116 @@
-// CUDA implementations of ops, host-callable launchers. Kernels take raw pointers and a stream
-// and include no engine headers; launchers check their arguments and the launch.
+// CUDA launchers. Kernels take raw pointers and a stream and include no engine headers; these
+// launchers check arguments and the launch. "act" buffers hold the activation dtype (f32 or bf16);
+// accumulation is fp32 everywhere. Shapes in comments are row-major.
 #pragma once
 
 #include <cstdint>
+
+#include "core/dtype.h"
 
 typedef struct CUstream_st* cudaStream_t;
 
 namespace vt::cuda {
 
-// Number of CUDA devices visible (0 when there is no driver or no GPU).
 int device_count();
-// Device memory (RAII-free helpers for tests and loaders; they throw vt::Error on failure).
-void* device_alloc(size_t bytes);
-void device_free(void* pointer);
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
 void synchronize();
 
-// out[r, :] = x[r, :] * rsqrt(mean(x^2) + eps) * (weight_offset + w), fp32 in and out.
+// ---- fp32 kernels with a CPU twin (tested against backends/cpu) ----
 void rms_norm_f32(float* out, const float* x, const float* w, int64_t rows, int64_t n, float eps,
                   float weight_offset, cudaStream_t stream);
-
-// out[r, i] = silu(gate_up[r, i]) * gate_up[r, n + i].
 void silu_mul_f32(float* out, const float* gate_up, int64_t rows, int64_t n, cudaStream_t stream);
+
+// ---- model kernels ----
+
+// out [T, H] act = table [V, H] (f32/bf16/f16) at ids [T].
+void embedding(void* out, DType act, const int32_t* ids, int64_t tokens, const void* table,
+               DType table_dtype, int64_t hidden, cudaStream_t stream);
+
+// residual [rows, n] += branch (skipped when branch is null); out = rmsnorm(residual) * (offset + w).
+// w is f32 [n]. out may not alias residual.
+void add_rms_norm(void* out, void* residual, const void* branch, const float* w, int64_t rows,
+                  int64_t n, float eps, float weight_offset, DType act, cudaStream_t stream);
+
+// gate_up [rows, 2n] act -> out [rows, n] act: silu(gate) * up.
+void silu_mul(void* out, const void* gate_up, int64_t rows, int64_t n, DType act, cudaStream_t stream);
+
+// Per-step batch layout shared by attention and GDN kernels. All arrays on the device.
+struct StepLayout {
+  const int32_t* token_seq;    // [T] sequence index of each token
+  const int32_t* positions;    // [T] absolute position of each token
+  const int32_t* seq_start;    // [S + 1] first token of each sequence in this step
+  const int32_t* block_tables; // [slots, max_blocks] KV block ids of each slot
+  const int32_t* slots;        // [S] cache slot of each sequence: its GDN state and block-table row
+  int64_t num_tokens = 0, num_seqs = 0, max_blocks = 0;
+};
+
+struct AttentionShape {
+  int64_t num_heads, num_kv_heads, head_dim, rotary_dim, block_size;
+  float rope_theta, eps;
+};
+
+// Splits projected [T, Hq*2D + 2*Hkv*D] (per head [q | gate], then k, then v): q_norm/k_norm
+// (zero-centred, f32 weights), partial NeoX RoPE, q -> q_out [T, Hq, D] f32, gate -> gate_out
+// [T, Hq*D] act, k and v into the paged caches [blocks, block_size, Hkv, D] act.
+void attention_prepare(float* q_out, void* gate_out, void* k_cache, void* v_cache, const void* projected,
+                       const float* q_norm, const float* k_norm, const StepLayout& layout,
+                       const AttentionShape& shape, DType act, cudaStream_t stream);
+
+// Causal GQA attention of each token over its sequence's cache [0, position], times
+// sigmoid(gate): out [T, Hq*D] act.
+void paged_attention(void* out, const float* q, const void* gate, const void* k_cache, const void* v_cache,
+                     const StepLayout& layout, const AttentionShape& shape, DType act, cudaStream_t stream);
+
+struct DeltaNetShape {
+  int64_t num_k_heads, num_v_heads, k_dim, v_dim, conv_kernel;
+  float eps;  // gated norm eps
+};
+
+// Causal depthwise conv1d + SiLU over each sequence's tokens with the rolling state
+// conv_state [slots, conv_dim, K-1] f32: mixed [T, conv_dim] (column block of `projected`, row
+// stride `projected_stride`) -> conv_out [T, conv_dim] f32.
+void gdn_conv(float* conv_out, float* conv_state, const void* projected, int64_t projected_stride,
+              const float* conv_weight, const StepLayout& layout, const DeltaNetShape& shape, DType act,
+              cudaStream_t stream);
+
+// Fused Gated DeltaNet core per (sequence, value head), token by token with the state in
+// registers: L2-norm q/k, beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias), delta-rule
+// update of recurrent [slots, Hv, dk, dv] f32, then out = norm_w * rmsnorm(o) * silu(z).
+// conv_out [T, conv_dim] f32; z: column block of `projected` [T, stride] act;
+// ba [T, 2*Hv] act ([b | a]); out [T, Hv*dv] act.
+void gdn_recurrent(void* out, float* recurrent, const float* conv_out, const void* projected,
+                   int64_t projected_stride, int64_t z_offset, const void* ba, const float* a_log,
+                   const float* dt_bias, const float* norm_w, const StepLayout& layout,
+                   const DeltaNetShape& shape, DType act, cudaStream_t stream);
+
+// out [rows] = argmax over logits [rows, vocab] act (lowest index on ties).
+void argmax_rows(int32_t* out, const void* logits, int64_t rows, int64_t vocab, DType act, cudaStream_t stream);
+
+// Gathers rows: out [count, n] = in [index[i], n] (e.g. the last token of each sequence).
+void gather_rows(void* out, const void* in, const int32_t* index, int64_t count, int64_t n, DType act,
+                 cudaStream_t stream);
+
+// ---- FP8 block-scaled linear (W8A8, activations 1x128 per token, weights 128x128 blocks) ----
+
+// x [M, K] act -> q [M, K] e4m3 and scales [M, ceil(K/128)] f32 (scale = max(absmax,1e-10)/448).
+void fp8_quantize_rows(uint8_t* q, float* scales, const void* x, int64_t m, int64_t k, DType act,
+                       cudaStream_t stream);
+// y [M, N] act = (q * a_scale) @ (w * w_scale)^T, fp32 accumulation per 128-block.
+void fp8_block_gemm(void* y, const uint8_t* q, const float* a_scales, const uint8_t* w,
+                    const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream);
+
+// ---- synthetic weights ----
+// Deterministic pseudo-random fill (hash of seed and index): uniform in [-scale, scale] + offset.
+void fill_random(void* data, DType dtype, int64_t count, uint64_t seed, float scale, float offset,
+                 cudaStream_t stream);
+// Random E4M3 codes with magnitudes up to 448 (no NaN codes).
+void fill_random_fp8(uint8_t* data, int64_t count, uint64_t seed, cudaStream_t stream);
+
+// Converts any float dtype to `out_dtype` (f32 or bf16) on the device.
+void convert(void* out, DType out_dtype, const void* in, DType in_dtype, int64_t count, cudaStream_t stream);
+
+// Reads `bytes` of device memory once; returns GB/s (read-only bandwidth for the floor).
+double measure_read_bandwidth(size_t bytes);
 
 }  // namespace vt::cuda

@@ -1,6 +1,7 @@
-// Device discovery and memory helpers.
+// Device discovery, memory helpers and host<->device copies.
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/device_buffer.h"
 
 namespace vt::cuda {
 
@@ -15,11 +16,16 @@ int device_count() {
 
 void* device_alloc(size_t bytes) {
   void* pointer = nullptr;
-  VT_CUDA_CHECK(cudaMalloc(&pointer, bytes));
+  if (bytes == 0) bytes = 16;
+  cudaError_t status = cudaMalloc(&pointer, bytes);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    VT_FAIL("cudaMalloc of ", bytes, " bytes failed: ", cudaGetErrorString(status));
+  }
   return pointer;
 }
 
-void device_free(void* pointer) { VT_CUDA_CHECK(cudaFree(pointer)); }
+void device_free(void* pointer) { cudaFree(pointer); }
 
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   VT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
@@ -30,5 +36,16 @@ void copy_to_host(void* dst, const void* src, size_t bytes) {
 }
 
 void synchronize() { VT_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+DeviceBuffer::DeviceBuffer(DType dtype, const Shape& shape) {
+  view_ = TensorView{device_alloc(size_t(shape.numel()) * dtype_size(dtype)), dtype, Device::kCuda, shape};
+}
+
+DeviceBuffer to_device(const TensorView& host) {
+  VT_CHECK(host.device == Device::kCpu, "to_device: source is not host memory");
+  DeviceBuffer buffer(host.dtype, host.shape);
+  copy_to_device(buffer.data(), host.data, host.bytes());
+  return buffer;
+}
 
 }  // namespace vt::cuda

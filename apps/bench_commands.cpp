@@ -1,0 +1,133 @@
+// `vt bench decode`: decode speed on the GPU next to its floor (bytes one step must move over the
+// read bandwidth measured at start-up), per batch size, from a checkpoint or a synthetic model.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "apps/commands.h"
+#include "core/error.h"
+#ifdef VT_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "backends/cuda/cuda_ops.h"
+#include "models/qwen3_5_cuda.h"
+#endif
+
+namespace {
+
+struct BenchArgs {
+  std::string model, synthetic, weights = "fp8", batches = "1", predict;
+  int64_t context = 1024, steps = 64;
+  bool json = false, no_graph = false;
+};
+
+std::vector<int64_t> parse_list(const std::string& text) {
+  std::vector<int64_t> values;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    try {
+      values.push_back(std::stoll(item));
+    } catch (const std::exception&) {
+      VT_FAIL("--batch: '", item, "' is not an integer");
+    }
+    VT_CHECK(values.back() > 0 && values.back() <= 1024, "--batch: ", values.back(), " out of range [1, 1024]");
+  }
+  VT_CHECK(!values.empty(), "--batch: empty list");
+  return values;
+}
+
+#ifdef VT_WITH_CUDA
+void run_bench_decode(const BenchArgs& args) {
+  VT_CHECK(vt::cuda::device_count() > 0, "vt bench decode needs a CUDA GPU");
+  VT_CHECK(args.model.empty() != args.synthetic.empty(), "give exactly one of --model or --synthetic");
+  const std::vector<int64_t> batches = parse_list(args.batches);
+  const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
+  VT_CHECK(args.context >= 1 && args.steps >= 1, "--context and --steps must be positive");
+
+  const double bandwidth = vt::cuda::measure_read_bandwidth(size_t(4) << 30);  // GB/s
+  vt::CudaModelOptions options;
+  options.activations = vt::DType::kBF16;
+  options.max_sequences = max_batch;
+  options.max_context = args.context + args.steps + 8;
+  options.max_step_tokens = max_batch;
+  std::unique_ptr<vt::Qwen35CudaModel> model;
+  std::string name;
+  if (!args.synthetic.empty()) {
+    vt::Qwen35Config config = vt::synthetic_config(args.synthetic);
+    VT_CHECK(args.weights == "fp8" || args.weights == "bf16", "--weights fp8|bf16");
+    auto weights = vt::synthetic_cuda_weights(config, args.weights == "fp8", 1234);
+    name = args.synthetic + " (synthetic, " + args.weights + ")";
+    model = std::make_unique<vt::Qwen35CudaModel>(std::move(config), std::move(weights), options, name);
+  } else {
+    model = vt::load_qwen35_cuda(args.model, options);
+    name = args.model;
+  }
+  model->randomize_state(99);
+  if (!args.predict.empty()) {
+    std::ifstream in(args.predict);
+    VT_CHECK(in, args.predict, ": cannot open prediction file");
+  }
+
+  nlohmann::json report = {{"model", name}, {"context", args.context}, {"bandwidth_gbps", bandwidth},
+                           {"weight_bytes", model->weights().bytes()}, {"graphs", !args.no_graph}, {"rows", nlohmann::json::array()}};
+  if (!args.json)
+    std::printf("%s, context %lld, read bandwidth %.0f GB/s, weights %.2f GB\n\n| batch | ms/step | tok/s | floor ms | floor tok/s | of floor |\n|---|---|---|---|---|---|\n",
+                name.c_str(), (long long)args.context, bandwidth, model->weights().bytes() / 1e9);
+  for (int64_t batch : batches) {
+    std::vector<int32_t> tokens(batch), positions(batch, int32_t(args.context)), next;
+    for (int64_t i = 0; i < batch; ++i) tokens[i] = int32_t((i * 7919 + 17) % model->config().vocab_size);
+    // Warm-up (graph capture), then timed steps feeding each step's argmax back.
+    for (int warm = 0; warm < 3; ++warm) model->decode_step(tokens, positions, &next, !args.no_graph);
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t step = 0; step < args.steps; ++step) {
+      model->decode_step(tokens, positions, &next, !args.no_graph);
+      tokens = next;
+      for (auto& position : positions) position = int32_t(args.context + step % 4);
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double ms = seconds * 1e3 / double(args.steps);
+    const double floor_ms = model->decode_bytes(batch, args.context) / (bandwidth * 1e9) * 1e3;
+    const double tokens_per_second = double(batch) * 1e3 / ms;
+    report["rows"].push_back({{"batch", batch}, {"ms_per_step", ms}, {"tokens_per_second", tokens_per_second},
+                              {"floor_ms", floor_ms}, {"floor_fraction", floor_ms / ms}});
+    if (!args.json)
+      std::printf("| %lld | %.3f | %.1f | %.3f | %.1f | %.0f%% |\n", (long long)batch, ms, tokens_per_second, floor_ms,
+                  double(batch) * 1e3 / floor_ms, 100.0 * floor_ms / ms);
+  }
+  if (args.json) std::cout << report.dump(2) << std::endl;
+}
+#endif
+
+}  // namespace
+
+namespace vt::apps {
+
+void add_bench_commands(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks on the GPU");
+  bench->require_subcommand(1);
+  auto args = std::make_shared<BenchArgs>();
+  auto* decode = bench->add_subcommand("decode", "Decode ms/step and tokens/s next to the bandwidth floor");
+  decode->add_option("--model", args->model, "HF model folder");
+  decode->add_option("--synthetic", args->synthetic, "qwen3.5-27b | qwen3.5-35b-a3b | qwen3-next-80b");
+  decode->add_option("--weights", args->weights, "synthetic weights: fp8 (128x128 blocks) or bf16");
+  decode->add_option("--batch", args->batches, "comma-separated batch sizes, e.g. 1,16,64");
+  decode->add_option("--context", args->context, "tokens already in each sequence's cache");
+  decode->add_option("--steps", args->steps, "timed decode steps per batch size");
+  decode->add_flag("--no-graph", args->no_graph, "launch kernels one by one instead of a CUDA graph");
+  decode->add_flag("--json", args->json, "print a JSON report");
+  decode->callback([args] {
+#ifdef VT_WITH_CUDA
+    run_bench_decode(*args);
+#else
+    VT_FAIL("vt bench decode: this vt was built without CUDA");
+#endif
+  });
+}
+
+}  // namespace vt::apps

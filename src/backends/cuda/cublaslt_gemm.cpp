@@ -1,0 +1,81 @@
+#include "backends/cuda/cublaslt_gemm.h"
+
+#include <cublasLt.h>
+
+#include "backends/cuda/check.h"
+#include "backends/cuda/device_buffer.h"
+
+#define VT_CUBLAS_CHECK(call)                                                                \
+  do {                                                                                       \
+    cublasStatus_t vt_status = (call);                                                       \
+    if (vt_status != CUBLAS_STATUS_SUCCESS)                                                  \
+      VT_FAIL(#call, ": cuBLAS status ", int(vt_status), " [", __FILE__, ":", __LINE__, "]"); \
+  } while (0)
+
+namespace vt::cuda {
+
+struct CublasLtGemm::Plan {
+  cublasLtMatmulDesc_t operation = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algorithm{};
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (operation) cublasLtMatmulDescDestroy(operation);
+  }
+};
+
+CublasLtGemm::CublasLtGemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+  cublasLtHandle_t handle;
+  VT_CUBLAS_CHECK(cublasLtCreate(&handle));
+  handle_ = handle;
+  workspace_ = device_alloc(workspace_bytes_);
+}
+
+CublasLtGemm::~CublasLtGemm() {
+  plans_.clear();
+  if (workspace_) device_free(workspace_);
+  if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+}
+
+// Row-major y = x w^T is column-major y^T [N, M] = w [K, N]^T x^T [K, M]: A = w (transposed),
+// B = x, C = y, all with leading dimension K (A, B) and N (C).
+CublasLtGemm::Plan& CublasLtGemm::plan(int64_t m, int64_t n, int64_t k, DType dtype) {
+  auto key = std::make_tuple(m, n, k, int(dtype));
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+  VT_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "cuBLASLt gemm: dtype ", dtype_name(dtype));
+  const cudaDataType_t type = dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  auto plan = std::make_unique<Plan>();
+  VT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
+  VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+  VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof(no_transpose)));
+  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, type, uint64_t(k), uint64_t(n), k));
+  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, type, uint64_t(k), uint64_t(m), k));
+  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, type, uint64_t(n), uint64_t(m), n));
+  cublasLtMatmulPreference_t preference;
+  VT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  VT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &workspace_bytes_, sizeof(workspace_bytes_)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  VT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->operation, plan->a,
+                                                 plan->b, plan->c, plan->c, preference, 1, &result, &found));
+  cublasLtMatmulPreferenceDestroy(preference);
+  VT_CHECK(found > 0, "cuBLASLt has no algorithm for m=", m, " n=", n, " k=", k, " ", dtype_name(dtype));
+  plan->algorithm = result.algo;
+  return *(plans_[key] = std::move(plan));
+}
+
+void CublasLtGemm::matmul(void* y, const void* x, const void* w, int64_t m, int64_t n, int64_t k, DType dtype,
+                          cudaStream_t stream) {
+  if (m == 0 || n == 0) return;
+  Plan& p = plan(m, n, k, dtype);
+  const float alpha = 1.0f, beta = 0.0f;
+  VT_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.operation, &alpha, w, p.a, x, p.b, &beta,
+                                 y, p.c, y, p.c, &p.algorithm, workspace_, workspace_bytes_, stream));
+}
+
+}  // namespace vt::cuda

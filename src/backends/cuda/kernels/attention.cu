@@ -1,0 +1,181 @@
+// Gated attention kernels: q/k norm + partial RoPE + paged KV write, and causal GQA attention
+// over a paged cache with the sigmoid output gate applied in the epilogue.
+#include "backends/cuda/check.h"
+#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/kernels/common.cuh"
+
+namespace vt::cuda {
+namespace {
+
+constexpr int kPrepareThreads = 128;
+constexpr int kAttentionWarps = 4;
+constexpr int kMaxPerLane = 8;  // head_dim <= 256
+constexpr int kMaxHeadDim = 32 * kMaxPerLane;
+
+struct PrepareArgs {
+  float* q_out;
+  void* gate_out;
+  void* k_cache;
+  void* v_cache;
+  const void* projected;
+  const float* q_norm;
+  const float* k_norm;
+  StepLayout layout;
+  AttentionShape shape;
+};
+
+// Block (token, head): heads [0, Hq) are query heads, [Hq, Hq + Hkv) key/value heads.
+template <typename T>
+__global__ void sm90_attention_prepare(PrepareArgs args) {
+  __shared__ float s_x[kMaxHeadDim];
+  __shared__ float s_scratch[kPrepareThreads / 32];
+  const auto& shape = args.shape;
+  const int64_t token = blockIdx.x, head = blockIdx.y, d = shape.head_dim;
+  const int64_t hq = shape.num_heads, hkv = shape.num_kv_heads;
+  const int64_t width = hq * 2 * d + 2 * hkv * d;
+  const T* row = static_cast<const T*>(args.projected) + token * width;
+  const bool is_query = head < hq;
+  const T* source = is_query ? row + head * 2 * d : row + hq * 2 * d + (head - hq) * d;
+  const float* norm_w = is_query ? args.q_norm : args.k_norm;
+
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float value = device::to_float(source[i]);
+    s_x[i] = value;
+    sum += value * value;
+  }
+  const float scale = rsqrtf(device::block_sum(sum, s_scratch) / float(d) + shape.eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) s_x[i] = s_x[i] * scale * (1.0f + norm_w[i]);
+  __syncthreads();
+
+  const int32_t position = args.layout.positions[token];
+  const int64_t half = shape.rotary_dim / 2;
+  const int32_t seq = args.layout.token_seq[token];
+  const int32_t block = args.layout.block_tables[int64_t(args.layout.slots[seq]) * args.layout.max_blocks +
+                                                 position / shape.block_size];
+  const int64_t cache_row = (int64_t(block) * shape.block_size + position % shape.block_size) * hkv;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    float value = s_x[i];
+    if (i < shape.rotary_dim) {
+      const int64_t pair = i % half;
+      const float inv_freq = 1.0f / powf(shape.rope_theta, float(2 * pair) / float(shape.rotary_dim));
+      const float angle = float(position) * inv_freq;
+      const float c = cosf(angle), s = sinf(angle);
+      value = i < half ? s_x[i] * c - s_x[i + half] * s : s_x[i] * c + s_x[i - half] * s;
+    }
+    if (is_query) {
+      args.q_out[(token * hq + head) * d + i] = value;
+      static_cast<T*>(args.gate_out)[(token * hq + head) * d + i] = row[head * 2 * d + d + i];
+    } else {
+      const int64_t kv_head = head - hq;
+      static_cast<T*>(args.k_cache)[(cache_row + kv_head) * d + i] = device::from_float<T>(value);
+      static_cast<T*>(args.v_cache)[(cache_row + kv_head) * d + i] = row[hq * 2 * d + hkv * d + kv_head * d + i];
+    }
+  }
+}
+
+struct AttentionArgs {
+  void* out;
+  const float* q;
+  const void* gate;
+  const void* k_cache;
+  const void* v_cache;
+  StepLayout layout;
+  AttentionShape shape;
+  float scale;
+};
+
+// Block (token, query head); warps take keys in turn with an online softmax each, then merge.
+template <typename T>
+__global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention(AttentionArgs args) {
+  __shared__ float s_max[kAttentionWarps], s_sum[kAttentionWarps];
+  __shared__ float s_acc[kAttentionWarps][kMaxHeadDim];
+  const auto& shape = args.shape;
+  const int64_t token = blockIdx.x, head = blockIdx.y, d = shape.head_dim, hkv = shape.num_kv_heads;
+  const int64_t kv_head = head / (shape.num_heads / hkv);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int per_lane = int(d / 32);
+  const int32_t seq = args.layout.token_seq[token];
+  const int32_t visible = args.layout.positions[token] + 1;
+  const int32_t* table = args.layout.block_tables + int64_t(args.layout.slots[seq]) * args.layout.max_blocks;
+  const T* k_cache = static_cast<const T*>(args.k_cache);
+  const T* v_cache = static_cast<const T*>(args.v_cache);
+
+  float r_q[kMaxPerLane], r_acc[kMaxPerLane];
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) {
+    r_q[j] = j < per_lane ? args.q[(token * shape.num_heads + head) * d + lane + 32 * j] * args.scale : 0.0f;
+    r_acc[j] = 0.0f;
+  }
+  float running_max = -INFINITY, running_sum = 0.0f;
+  for (int32_t s = warp; s < visible; s += kAttentionWarps) {
+    const int64_t row = (int64_t(table[s / shape.block_size]) * shape.block_size + s % shape.block_size) * hkv + kv_head;
+    const T* key = k_cache + row * d;
+    float partial = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j)
+      if (j < per_lane) partial += r_q[j] * device::to_float(key[lane + 32 * j]);
+    const float score = device::warp_sum(partial);
+    const float new_max = fmaxf(running_max, score);
+    const float correction = __expf(running_max - new_max), weight = __expf(score - new_max);
+    running_sum = running_sum * correction + weight;
+    const T* value = v_cache + row * d;
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j)
+      if (j < per_lane) r_acc[j] = r_acc[j] * correction + weight * device::to_float(value[lane + 32 * j]);
+    running_max = new_max;
+  }
+  if (lane == 0) {
+    s_max[warp] = running_max;
+    s_sum[warp] = running_sum;
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j)
+    if (j < per_lane) s_acc[warp][lane + 32 * j] = r_acc[j];
+  __syncthreads();
+  float total_max = -INFINITY;
+  for (int w = 0; w < kAttentionWarps; ++w) total_max = fmaxf(total_max, s_max[w]);
+  float total_sum = 0.0f;
+  for (int w = 0; w < kAttentionWarps; ++w)
+    if (s_sum[w] > 0.0f) total_sum += s_sum[w] * __expf(s_max[w] - total_max);
+  const T* gate = static_cast<const T*>(args.gate) + (token * shape.num_heads + head) * d;
+  T* out = static_cast<T*>(args.out) + (token * shape.num_heads + head) * d;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    float value = 0.0f;
+    for (int w = 0; w < kAttentionWarps; ++w)
+      if (s_sum[w] > 0.0f) value += s_acc[w][i] * __expf(s_max[w] - total_max);
+    out[i] = device::from_float<T>(value / total_sum * device::sigmoid(device::to_float(gate[i])));
+  }
+}
+
+void check_shape(const AttentionShape& shape) {
+  VT_CHECK(shape.head_dim % 32 == 0 && shape.head_dim <= kMaxHeadDim, "attention: head_dim ", shape.head_dim,
+           " must be a multiple of 32 and <= ", kMaxHeadDim);
+  VT_CHECK(shape.num_heads % shape.num_kv_heads == 0, "attention: heads not a multiple of kv heads");
+  VT_CHECK(shape.rotary_dim % 2 == 0 && shape.rotary_dim <= shape.head_dim, "attention: bad rotary_dim");
+}
+
+}  // namespace
+
+void attention_prepare(float* q_out, void* gate_out, void* k_cache, void* v_cache, const void* projected,
+                       const float* q_norm, const float* k_norm, const StepLayout& layout,
+                       const AttentionShape& shape, DType act, cudaStream_t stream) {
+  check_shape(shape);
+  if (layout.num_tokens == 0) return;
+  PrepareArgs args{q_out, gate_out, k_cache, v_cache, projected, q_norm, k_norm, layout, shape};
+  dim3 grid(unsigned(layout.num_tokens), unsigned(shape.num_heads + shape.num_kv_heads));
+  VT_DISPATCH_ACT(act, T, sm90_attention_prepare<T><<<grid, kPrepareThreads, 0, stream>>>(args));
+  VT_CUDA_CHECK_LAUNCH("sm90_attention_prepare");
+}
+
+void paged_attention(void* out, const float* q, const void* gate, const void* k_cache, const void* v_cache,
+                     const StepLayout& layout, const AttentionShape& shape, DType act, cudaStream_t stream) {
+  check_shape(shape);
+  if (layout.num_tokens == 0) return;
+  AttentionArgs args{out, q, gate, k_cache, v_cache, layout, shape, 1.0f / sqrtf(float(shape.head_dim))};
+  dim3 grid(unsigned(layout.num_tokens), unsigned(shape.num_heads));
+  VT_DISPATCH_ACT(act, T, sm90_paged_attention<T><<<grid, kAttentionWarps * 32, 0, stream>>>(args));
+  VT_CUDA_CHECK_LAUNCH("sm90_paged_attention");
+}
+
+}  // namespace vt::cuda

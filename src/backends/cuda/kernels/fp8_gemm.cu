@@ -1,0 +1,130 @@
+// FP8 block-scaled linear, the simple correct version: per-token 1x128 activation quantisation,
+// and a warp-per-output-row kernel that streams each weight row once with 16-byte loads and
+// applies the activation and weight block scales in fp32. The fast split-K kernel replaces it.
+#include <cuda_fp8.h>
+
+#include "backends/cuda/check.h"
+#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/kernels/common.cuh"
+
+namespace vt::cuda {
+namespace {
+
+constexpr int kGroup = 128;  // activation group and weight block width along K
+constexpr int kQuantThreads = 128;
+static_assert(kQuantThreads == kGroup, "one thread per element of a group");
+constexpr int kWarpsPerBlock = 8;
+constexpr int kBytesPerLane = 16;
+static_assert(kGroup % kBytesPerLane == 0, "a lane's 16 weights lie in one scale block");
+
+// Grid (row, group): absmax over the group, scale = max(absmax, 1e-10) / 448, e4m3(x / scale).
+template <typename T>
+__global__ void sm90_fp8_quantize_rows(uint8_t* __restrict__ g_q, float* __restrict__ g_scales,
+                                       const T* __restrict__ g_x, int64_t k) {
+  __shared__ float s_max[kQuantThreads / 32];
+  const int64_t row = blockIdx.x, column = int64_t(blockIdx.y) * kGroup + threadIdx.x;
+  const float value = column < k ? device::to_float(g_x[row * k + column]) : 0.0f;
+  const float local = device::warp_max(fabsf(value));
+  if (threadIdx.x % 32 == 0) s_max[threadIdx.x / 32] = local;
+  __syncthreads();
+  float absmax = 0.0f;
+  for (int w = 0; w < kQuantThreads / 32; ++w) absmax = fmaxf(absmax, s_max[w]);
+  const float scale = fmaxf(absmax, 1e-10f) / 448.0f;
+  if (column < k) {
+    const float scaled = fminf(fmaxf(value / scale, -448.0f), 448.0f);
+    g_q[row * k + column] = __nv_fp8_e4m3(scaled).__x;
+  }
+  if (threadIdx.x == 0) g_scales[row * gridDim.y + blockIdx.y] = scale;
+}
+
+__device__ __forceinline__ void fp8x16_to_float(const uint4& packed, float* out) {
+  const __nv_fp8x4_e4m3* quads = reinterpret_cast<const __nv_fp8x4_e4m3*>(&packed);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float4 values = float4(quads[q]);
+    out[4 * q + 0] = values.x;
+    out[4 * q + 1] = values.y;
+    out[4 * q + 2] = values.z;
+    out[4 * q + 3] = values.w;
+  }
+}
+
+// One warp per output column n; each lane reads 16 consecutive weights per step (512 per warp),
+// dots them with kMTile activation rows, and scales the partial by a_scale * w_scale.
+template <typename T, int kMTile>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemm_warp_rows(
+    T* __restrict__ g_y, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
+    const uint8_t* __restrict__ g_w, const float* __restrict__ g_w_scales, int64_t m, int64_t n, int64_t k) {
+  const int64_t column = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (column >= n) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t k_blocks = (k + kGroup - 1) / kGroup;
+  const uint8_t* weight_row = g_w + column * k;
+  const float* weight_scales = g_w_scales + (column / kGroup) * k_blocks;
+  for (int64_t m0 = 0; m0 < m; m0 += kMTile) {
+    float r_acc[kMTile];
+#pragma unroll
+    for (int r = 0; r < kMTile; ++r) r_acc[r] = 0.0f;
+    for (int64_t k0 = int64_t(lane) * kBytesPerLane; k0 < k; k0 += 32 * kBytesPerLane) {
+      float r_w[kBytesPerLane];
+      fp8x16_to_float(__ldcs(reinterpret_cast<const uint4*>(weight_row + k0)), r_w);
+      const int64_t block = k0 / kGroup;
+      const float w_scale = weight_scales[block];
+#pragma unroll
+      for (int r = 0; r < kMTile; ++r) {
+        if (m0 + r < m) {
+          float r_a[kBytesPerLane];
+          fp8x16_to_float(*reinterpret_cast<const uint4*>(g_a + (m0 + r) * k + k0), r_a);
+          float dot = 0.0f;
+#pragma unroll
+          for (int e = 0; e < kBytesPerLane; ++e) dot += r_a[e] * r_w[e];
+          r_acc[r] += dot * (g_a_scales[(m0 + r) * k_blocks + block] * w_scale);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kMTile; ++r) {
+      const float total = device::warp_sum(r_acc[r]);
+      if (lane == 0 && m0 + r < m) g_y[(m0 + r) * n + column] = device::from_float<T>(total);
+    }
+  }
+}
+
+}  // namespace
+
+void fp8_quantize_rows(uint8_t* q, float* scales, const void* x, int64_t m, int64_t k, DType act,
+                       cudaStream_t stream) {
+  VT_CHECK(m >= 0 && k > 0 && m <= INT32_MAX, "fp8_quantize_rows: m ", m, " k ", k);
+  if (m == 0) return;
+  dim3 grid(unsigned(m), unsigned((k + kGroup - 1) / kGroup));
+  VT_DISPATCH_ACT(act, T,
+                  sm90_fp8_quantize_rows<T><<<grid, kQuantThreads, 0, stream>>>(q, scales, static_cast<const T*>(x), k));
+  VT_CUDA_CHECK_LAUNCH("sm90_fp8_quantize_rows");
+}
+
+void fp8_block_gemm(void* y, const uint8_t* q, const float* a_scales, const uint8_t* w, const float* w_scales,
+                    int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream) {
+  VT_CHECK(k % kBytesPerLane == 0, "fp8_block_gemm: K = ", k, " must be a multiple of ", kBytesPerLane);
+  VT_CHECK(reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0,
+           "fp8_block_gemm: operands must be 16-byte aligned");
+  if (m == 0 || n == 0) return;
+  const unsigned blocks = unsigned((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  // M tile by size: one pass over the weights for M <= 16 (decode); larger M loops in tiles of 16.
+  VT_DISPATCH_ACT(act, T, {
+    if (m == 1)
+      sm90_fp8_gemm_warp_rows<T, 1><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), q, a_scales, w,
+                                                                                 w_scales, m, n, k);
+    else if (m <= 4)
+      sm90_fp8_gemm_warp_rows<T, 4><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), q, a_scales, w,
+                                                                                 w_scales, m, n, k);
+    else if (m <= 8)
+      sm90_fp8_gemm_warp_rows<T, 8><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), q, a_scales, w,
+                                                                                 w_scales, m, n, k);
+    else
+      sm90_fp8_gemm_warp_rows<T, 16><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), q, a_scales, w,
+                                                                                  w_scales, m, n, k);
+  });
+  VT_CUDA_CHECK_LAUNCH("sm90_fp8_gemm_warp_rows");
+}
+
+}  // namespace vt::cuda

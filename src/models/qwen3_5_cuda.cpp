@@ -1,0 +1,388 @@
+// Qwen3.5 forward on CUDA, top to bottom like the diagram (the CPU reference in qwen3_5.cpp is the
+// oracle this is tested against). One step runs any mix of prefill chunks and decode tokens.
+#include "models/qwen3_5_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "backends/cuda/check.h"
+#include "core/error.h"
+
+namespace vt {
+
+struct Qwen35CudaModel::Workspace {
+  int64_t max_tokens = 0, max_seqs = 0, max_blocks = 0;
+  cuda::DeviceBuffer x, normed, branch;   // [T, H] act: residual stream, norm output, block output
+  cuda::DeviceBuffer projected;           // [T, widest projection] act
+  cuda::DeviceBuffer ba;                  // [T, 2*Hv] act
+  cuda::DeviceBuffer conv_out;            // [T, conv_dim] f32
+  cuda::DeviceBuffer mixer_out;           // [T, widest mixer/MLP inner width] act
+  cuda::DeviceBuffer q, gate;             // [T, Hq*D] f32 / act
+  cuda::DeviceBuffer quantized, scales;   // FP8 activations [T, widest K] and [T, K/128]
+  cuda::DeviceBuffer last_hidden, logits; // [rows, H], [rows, V] act
+  cuda::DeviceBuffer next_tokens;         // [S] i32
+  cuda::DeviceBuffer metadata;            // i32: see upload_layout
+  cuda::DeviceBuffer block_tables;        // [slots, max_blocks] i32 (static: slot s owns its own blocks)
+  int32_t* host_metadata = nullptr;       // pinned staging for one step's metadata
+  size_t metadata_ints = 0;
+  cuda::StepLayout layout;
+  const int32_t* token_ids = nullptr;
+  const int32_t* last_index = nullptr;
+  std::vector<cuda::DeviceBuffer> k_cache, v_cache;       // per layer (attention layers only)
+  std::vector<cuda::DeviceBuffer> conv_state, recurrent;  // per layer (GDN layers only)
+  ~Workspace() {
+    if (host_metadata) cudaFreeHost(host_metadata);
+  }
+};
+
+struct Qwen35CudaModel::Graphs {
+  std::map<int64_t, cudaGraphExec_t> decode;  // by batch size
+  ~Graphs() {
+    for (auto& [batch, graph] : decode) cudaGraphExecDestroy(graph);
+  }
+};
+
+namespace {
+
+class CudaSequence final : public SequenceState {
+ public:
+  CudaSequence(int64_t slot, int64_t capacity, std::vector<bool>* used) : slot_(slot), used_(used) {
+    capacity_ = capacity;
+  }
+  ~CudaSequence() override { (*used_)[slot_] = false; }
+  int64_t slot() const { return slot_; }
+  void advance(int64_t tokens) { length_ += tokens; }
+
+ private:
+  int64_t slot_;
+  std::vector<bool>* used_;
+};
+
+int64_t widest_projection(const Qwen35Config& c) {
+  return std::max({c.conv_dim() + c.linear_value_dim(), c.num_heads * c.head_dim * 2 + 2 * c.num_kv_heads * c.head_dim,
+                   2 * c.intermediate_size});
+}
+
+int64_t widest_inner(const Qwen35Config& c) {
+  return std::max({c.linear_value_dim(), c.num_heads * c.head_dim, c.intermediate_size});
+}
+
+}  // namespace
+
+Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const CudaModelOptions& options,
+                                 std::string description)
+    : config_(std::move(config)), weights_(std::move(weights)), options_(options),
+      description_(std::move(description)) {
+  VT_CHECK(config_.num_experts == 0, "CUDA forward: MoE layers are not supported yet");
+  VT_CHECK(options_.activations == DType::kF32 || options_.activations == DType::kBF16, "CUDA activations f32 or bf16");
+  info_.architecture = config_.architecture;
+  info_.vocab_size = config_.vocab_size;
+  info_.max_positions = std::min(config_.max_position_embeddings, options_.max_context);
+  VT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  gemm_ = std::make_unique<cuda::CublasLtGemm>();
+  graphs_ = std::make_unique<Graphs>();
+  slot_used_.assign(options_.max_sequences, false);
+
+  const DType act = options_.activations;
+  const int64_t T = std::max(options_.max_step_tokens, options_.max_sequences), S = options_.max_sequences;
+  const int64_t H = config_.hidden_size, logit_rows = std::max(S, options_.max_logit_rows);
+  auto& w = *(workspace_ = std::make_unique<Workspace>());
+  w.max_tokens = T;
+  w.max_seqs = S;
+  w.max_blocks = (options_.max_context + options_.block_size - 1) / options_.block_size;
+  w.x = cuda::DeviceBuffer(act, {T, H});
+  w.normed = cuda::DeviceBuffer(act, {T, H});
+  w.branch = cuda::DeviceBuffer(act, {T, H});
+  w.projected = cuda::DeviceBuffer(act, {T, widest_projection(config_)});
+  w.ba = cuda::DeviceBuffer(act, {T, 2 * config_.linear_num_value_heads});
+  w.conv_out = cuda::DeviceBuffer(DType::kF32, {T, config_.conv_dim()});
+  w.mixer_out = cuda::DeviceBuffer(act, {T, widest_inner(config_)});
+  w.q = cuda::DeviceBuffer(DType::kF32, {T, config_.num_heads * config_.head_dim});
+  w.gate = cuda::DeviceBuffer(act, {T, config_.num_heads * config_.head_dim});
+  const int64_t widest_k = std::max({H, widest_inner(config_)});
+  w.quantized = cuda::DeviceBuffer(DType::kU8, {T, widest_k});
+  w.scales = cuda::DeviceBuffer(DType::kF32, {T, (widest_k + 127) / 128});
+  w.last_hidden = cuda::DeviceBuffer(act, {logit_rows, H});
+  w.logits = cuda::DeviceBuffer(act, {logit_rows, config_.vocab_size});
+  w.next_tokens = cuda::DeviceBuffer(DType::kI32, {logit_rows});
+  // metadata: token ids [T] | token_seq [T] | positions [T] | seq_start [S+1] | slots [S] | last_index [rows]
+  w.metadata_ints = size_t(3 * T + 2 * S + 1 + logit_rows);
+  w.metadata = cuda::DeviceBuffer(DType::kI32, {int64_t(w.metadata_ints)});
+  VT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&w.host_metadata), w.metadata_ints * sizeof(int32_t)));
+  int32_t* base = w.metadata.as<int32_t>();
+  w.token_ids = base;
+  w.layout.token_seq = base + T;
+  w.layout.positions = base + 2 * T;
+  w.layout.seq_start = base + 3 * T;
+  w.layout.slots = base + 3 * T + S + 1;
+  w.last_index = base + 3 * T + 2 * S + 1;
+  w.layout.max_blocks = w.max_blocks;
+  Buffer tables(DType::kI32, {S, w.max_blocks});
+  for (int64_t i = 0; i < tables.numel(); ++i) tables.view().as<int32_t>()[i] = int32_t(i);
+  w.block_tables = cuda::to_device(tables);
+  w.layout.block_tables = w.block_tables.as<int32_t>();
+
+  const int64_t kv_rows = S * w.max_blocks * options_.block_size;
+  for (LayerKind kind : config_.layer_types) {
+    if (kind == LayerKind::kFullAttention) {
+      w.k_cache.emplace_back(act, Shape{kv_rows, config_.num_kv_heads, config_.head_dim});
+      w.v_cache.emplace_back(act, Shape{kv_rows, config_.num_kv_heads, config_.head_dim});
+      w.conv_state.emplace_back();
+      w.recurrent.emplace_back();
+    } else {
+      w.k_cache.emplace_back();
+      w.v_cache.emplace_back();
+      w.conv_state.emplace_back(DType::kF32, Shape{S, config_.conv_dim(), config_.linear_conv_kernel - 1});
+      w.recurrent.emplace_back(DType::kF32, Shape{S, config_.linear_num_value_heads, config_.linear_key_head_dim,
+                                                  config_.linear_value_head_dim});
+    }
+  }
+}
+
+Qwen35CudaModel::~Qwen35CudaModel() {
+  graphs_.reset();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::unique_ptr<SequenceState> Qwen35CudaModel::new_sequence(int64_t capacity) const {
+  VT_CHECK(capacity > 0 && capacity <= info_.max_positions, "sequence capacity ", capacity, " must be in [1, ",
+           info_.max_positions, "]");
+  auto free_slot = std::find(slot_used_.begin(), slot_used_.end(), false);
+  VT_CHECK(free_slot != slot_used_.end(), "all ", slot_used_.size(), " CUDA sequence slots are in use");
+  const int64_t slot = free_slot - slot_used_.begin();
+  *free_slot = true;
+  // A new sequence starts from zero recurrent and conv state.
+  auto& w = *workspace_;
+  for (size_t layer = 0; layer < w.recurrent.size(); ++layer) {
+    if (!w.recurrent[layer].data()) continue;
+    const size_t conv_bytes = w.conv_state[layer].bytes() / size_t(w.max_seqs);
+    const size_t state_bytes = w.recurrent[layer].bytes() / size_t(w.max_seqs);
+    VT_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(w.conv_state[layer].data()) + slot * conv_bytes, 0, conv_bytes, stream_));
+    VT_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(w.recurrent[layer].data()) + slot * state_bytes, 0, state_bytes, stream_));
+  }
+  return std::make_unique<CudaSequence>(slot, capacity, &slot_used_);
+}
+
+void Qwen35CudaModel::upload_layout(const std::vector<int32_t>& tokens, const std::vector<int32_t>& token_seq,
+                                    const std::vector<int32_t>& positions, const std::vector<int32_t>& seq_start,
+                                    const std::vector<int32_t>& slots, const std::vector<int32_t>& last_index) {
+  auto& w = *workspace_;
+  const int64_t T = w.max_tokens, S = w.max_seqs;
+  VT_CHECK(int64_t(tokens.size()) <= T && int64_t(slots.size()) <= S, "step of ", tokens.size(), " tokens / ",
+           slots.size(), " sequences exceeds the workspace (", T, " / ", S, ")");
+  int32_t* host = w.host_metadata;
+  std::copy(tokens.begin(), tokens.end(), host);
+  std::copy(token_seq.begin(), token_seq.end(), host + T);
+  std::copy(positions.begin(), positions.end(), host + 2 * T);
+  std::copy(seq_start.begin(), seq_start.end(), host + 3 * T);
+  std::copy(slots.begin(), slots.end(), host + 3 * T + S + 1);
+  std::copy(last_index.begin(), last_index.end(), host + 3 * T + 2 * S + 1);
+  VT_CUDA_CHECK(cudaMemcpyAsync(w.metadata.data(), host, w.metadata_ints * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                stream_));
+}
+
+void Qwen35CudaModel::linear(const CudaLinear& linear, void* y, const void* x, int64_t m) {
+  const DType act = options_.activations;
+  const size_t element = dtype_size(act);
+  if (linear.format == WeightFormat::kFp8Block) {
+    auto& w = *workspace_;
+    cuda::fp8_quantize_rows(w.quantized.as<uint8_t>(), w.scales.as<float>(), x, m, linear.k, act, stream_);
+    for (const auto& part : linear.parts) {
+      VT_CHECK(linear.parts.size() == 1, "FP8 linear with unmerged parts needs a strided output (n=", linear.n, ")");
+      cuda::fp8_block_gemm(y, w.quantized.as<uint8_t>(), w.scales.as<float>(), part.weight.as<uint8_t>(),
+                           part.scales.as<float>(), m, part.n, linear.k, act, stream_);
+    }
+    return;
+  }
+  VT_CHECK(linear.parts.size() == 1, "dense linear parts are always merged");
+  gemm_->matmul(y, x, linear.parts[0].weight.data(), m, linear.n, linear.k, act, stream_);
+  (void)element;
+}
+
+// One step over the metadata already uploaded: num_tokens tokens from num_seqs sequences.
+void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t logit_rows) {
+  auto& w = *workspace_;
+  const auto& c = config_;
+  const DType act = options_.activations;
+  const int64_t T = num_tokens, H = c.hidden_size, hv = c.linear_num_value_heads;
+  const float eps = c.rms_norm_eps;
+  cuda::StepLayout layout = w.layout;
+  layout.num_tokens = T;
+  layout.num_seqs = num_seqs;
+  const cuda::AttentionShape attention{c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim, options_.block_size,
+                                       c.rope_theta, eps};
+  const cuda::DeltaNetShape delta_net{c.linear_num_key_heads, hv, c.linear_key_head_dim, c.linear_value_head_dim,
+                                      c.linear_conv_kernel, eps};
+
+  cuda::embedding(w.x.data(), act, w.token_ids, T, weights_.embed_tokens.data(), weights_.embed_tokens.view().dtype, H,
+                  stream_);
+  const void* pending = nullptr;  // the previous block's output, added to x by the next norm
+  for (size_t i = 0; i < weights_.layers.size(); ++i) {
+    const CudaLayer& layer = weights_.layers[i];
+    cuda::add_rms_norm(w.normed.data(), w.x.data(), pending, layer.input_norm.as<float>(), T, H, eps, 1.0f, act, stream_);
+    if (layer.kind == LayerKind::kLinearAttention) {
+      const int64_t stride = layer.in_proj.n;  // [qkv | z]
+      linear(layer.in_proj, w.projected.data(), w.normed.data(), T);
+      linear(layer.in_proj_ba, w.ba.data(), w.normed.data(), T);
+      cuda::gdn_conv(w.conv_out.as<float>(), w.conv_state[i].as<float>(), w.projected.data(), stride,
+                     layer.conv_weight.as<float>(), layout, delta_net, act, stream_);
+      cuda::gdn_recurrent(w.mixer_out.data(), w.recurrent[i].as<float>(), w.conv_out.as<float>(), w.projected.data(),
+                          stride, c.conv_dim(), w.ba.data(), layer.a_log.as<float>(), layer.dt_bias.as<float>(),
+                          layer.gdn_norm.as<float>(), layout, delta_net, act, stream_);
+      linear(layer.out_proj, w.branch.data(), w.mixer_out.data(), T);
+    } else {
+      linear(layer.qkv, w.projected.data(), w.normed.data(), T);
+      cuda::attention_prepare(w.q.as<float>(), w.gate.data(), w.k_cache[i].data(), w.v_cache[i].data(),
+                              w.projected.data(), layer.q_norm.as<float>(), layer.k_norm.as<float>(), layout,
+                              attention, act, stream_);
+      cuda::paged_attention(w.mixer_out.data(), w.q.as<float>(), w.gate.data(), w.k_cache[i].data(),
+                            w.v_cache[i].data(), layout, attention, act, stream_);
+      linear(layer.o_proj, w.branch.data(), w.mixer_out.data(), T);
+    }
+    cuda::add_rms_norm(w.normed.data(), w.x.data(), w.branch.data(), layer.post_attention_norm.as<float>(), T, H, eps,
+                       1.0f, act, stream_);
+    linear(layer.mlp.gate_up, w.projected.data(), w.normed.data(), T);
+    cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, c.intermediate_size, act, stream_);
+    linear(layer.mlp.down, w.branch.data(), w.mixer_out.data(), T);
+    pending = w.branch.data();
+  }
+  cuda::add_rms_norm(w.normed.data(), w.x.data(), pending, weights_.final_norm.as<float>(), T, H, eps, 1.0f, act,
+                     stream_);
+  // last_index selects the rows that need logits (the last token of each sequence, or all).
+  const int64_t rows = logit_rows;
+  cuda::gather_rows(w.last_hidden.data(), w.normed.data(), w.last_index, rows, H, act, stream_);
+  linear(weights_.lm_head, w.logits.data(), w.last_hidden.data(), rows);
+  cuda::argmax_rows(w.next_tokens.as<int32_t>(), w.logits.data(), rows, c.vocab_size, act, stream_);
+}
+
+void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& base_state, const TensorView& logits,
+                              const ForwardOptions& options) {
+  auto& state = dynamic_cast<CudaSequence&>(base_state);
+  auto& w = *workspace_;
+  const int64_t total = int64_t(tokens.size()), vocab = config_.vocab_size;
+  VT_CHECK(total > 0, "forward: no tokens");
+  VT_CHECK(options.delta_rule != DeltaRuleChoice::kChunked, "CUDA forward: the chunked delta rule is not built yet");
+  VT_CHECK(state.length() + total <= state.capacity(), "forward: ", state.length(), " + ", total,
+           " tokens exceed the sequence capacity ", state.capacity());
+  const int64_t logit_rows = options.all_logits ? total : 1;
+  VT_CHECK(logits.dtype == DType::kF32 && logits.device == Device::kCpu && logits.shape == Shape({logit_rows, vocab}),
+           "forward: logits must be host f32 [", logit_rows, ", ", vocab, "]");
+  std::vector<uint16_t> staging;
+  // Chunks of at most max_step_tokens (and of the logit rows the workspace holds).
+  const int64_t chunk_limit = options.all_logits ? std::min(w.max_tokens, int64_t(w.logits.shape()[0])) : w.max_tokens;
+  for (int64_t begin = 0; begin < total; begin += chunk_limit) {
+    const int64_t count = std::min(chunk_limit, total - begin);
+    const bool last_chunk = begin + count == total;
+    std::vector<int32_t> ids(tokens.begin() + begin, tokens.begin() + begin + count);
+    std::vector<int32_t> token_seq(count, 0), positions(count), seq_start = {0, int32_t(count)};
+    for (int64_t t = 0; t < count; ++t) positions[t] = int32_t(state.length() + t);
+    std::vector<int32_t> slots = {int32_t(state.slot())}, last_index;
+    if (options.all_logits) {
+      for (int64_t t = 0; t < count; ++t) last_index.push_back(int32_t(t));
+    } else {
+      last_index.push_back(int32_t(count - 1));
+    }
+    upload_layout(ids, token_seq, positions, seq_start, slots, last_index);
+    const int64_t rows = int64_t(last_index.size());
+    run_step(count, 1, rows);
+    state.advance(count);
+    if (!options.all_logits && !last_chunk) continue;
+    // Logits to the host as f32.
+    float* destination = logits.f32() + (options.all_logits ? begin * vocab : 0);
+    if (options_.activations == DType::kF32) {
+      VT_CUDA_CHECK(cudaMemcpyAsync(destination, w.logits.data(), rows * vocab * sizeof(float), cudaMemcpyDeviceToHost,
+                                    stream_));
+      VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    } else {
+      staging.resize(size_t(rows * vocab));
+      VT_CUDA_CHECK(cudaMemcpyAsync(staging.data(), w.logits.data(), rows * vocab * 2, cudaMemcpyDeviceToHost, stream_));
+      VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      for (int64_t i = 0; i < rows * vocab; ++i) destination[i] = bf16_to_f32(staging[i]);
+    }
+  }
+}
+
+void Qwen35CudaModel::decode_step(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
+                                  std::vector<int32_t>* next_tokens, bool use_graph) {
+  const int64_t batch = int64_t(tokens.size());
+  VT_CHECK(batch > 0 && batch <= workspace_->max_seqs && positions.size() == tokens.size(), "decode_step: batch ",
+           batch, " (max ", workspace_->max_seqs, ")");
+  for (int32_t position : positions)
+    VT_CHECK(position >= 0 && position < options_.max_context, "decode_step: position ", position, " beyond ",
+             options_.max_context);
+  std::vector<int32_t> token_seq(batch), seq_start(batch + 1), slots(batch), last_index(batch);
+  for (int64_t i = 0; i < batch; ++i) token_seq[i] = slots[i] = last_index[i] = seq_start[i] = int32_t(i);
+  seq_start[batch] = int32_t(batch);
+  upload_layout(tokens, token_seq, positions, seq_start, slots, last_index);
+  if (!use_graph) {
+    run_step(batch, batch, batch);
+  } else {
+    auto it = graphs_->decode.find(batch);
+    if (it == graphs_->decode.end()) {
+      run_step(batch, batch, batch);  // warm-up outside capture: cuBLASLt plans, lazy module loads
+      VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      upload_layout(tokens, token_seq, positions, seq_start, slots, last_index);
+      cudaGraph_t graph;
+      VT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      run_step(batch, batch, batch);
+      VT_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      cudaGraphExec_t exec;
+      VT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      cudaGraphDestroy(graph);
+      it = graphs_->decode.emplace(batch, exec).first;
+      // The warm-up above advanced the state once; benchmarks do not depend on its contents.
+    }
+    VT_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  }
+  if (next_tokens) {
+    next_tokens->resize(batch);
+    VT_CUDA_CHECK(cudaMemcpyAsync(next_tokens->data(), workspace_->next_tokens.data(), batch * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, stream_));
+  }
+  VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void Qwen35CudaModel::randomize_state(uint64_t seed) {
+  auto& w = *workspace_;
+  for (size_t layer = 0; layer < w.k_cache.size(); ++layer) {
+    for (auto* buffer : {&w.k_cache[layer], &w.v_cache[layer]})
+      if (buffer->data()) cuda::fill_random(buffer->data(), buffer->view().dtype, buffer->shape().numel(), ++seed, 1.0f, 0.0f, stream_);
+    if (w.recurrent[layer].data()) {
+      cuda::fill_random(w.recurrent[layer].data(), DType::kF32, w.recurrent[layer].shape().numel(), ++seed, 0.05f, 0.0f, stream_);
+      cuda::fill_random(w.conv_state[layer].data(), DType::kF32, w.conv_state[layer].shape().numel(), ++seed, 1.0f, 0.0f, stream_);
+    }
+  }
+  VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+double Qwen35CudaModel::decode_bytes(int64_t batch, int64_t context) const {
+  const auto& c = config_;
+  double bytes = double(weights_.bytes());
+  double per_sequence = 0;
+  const double act = double(dtype_size(options_.activations));
+  for (LayerKind kind : c.layer_types) {
+    if (kind == LayerKind::kLinearAttention) {
+      per_sequence += 2.0 * 4 * c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;  // state r+w
+      per_sequence += 2.0 * 4 * c.conv_dim() * (c.linear_conv_kernel - 1);
+    } else {
+      per_sequence += 2.0 * act * double(context) * c.num_kv_heads * c.head_dim;  // K and V read
+    }
+  }
+  return bytes + double(batch) * per_sequence;
+}
+
+std::unique_ptr<Qwen35CudaModel> load_qwen35_cuda(const std::string& dir, const CudaModelOptions& options) {
+  Qwen35Config config = parse_qwen35_config(dir + "/config.json");
+  WeightStore store = WeightStore::open(dir);
+  CudaWeights weights = load_cuda_weights(store, config, options.activations);
+  std::ostringstream description;
+  description << "architecture: " << config.architecture << " on CUDA, activations "
+              << dtype_name(options.activations) << ", " << weights.bytes() << " weight bytes\n";
+  return std::make_unique<Qwen35CudaModel>(std::move(config), std::move(weights), options, description.str());
+}
+
+}  // namespace vt

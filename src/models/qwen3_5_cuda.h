@@ -1,0 +1,124 @@
+// The Qwen3.5-family forward on CUDA: weights on the device (BF16/F32 through cuBLASLt, FP8
+// 128x128 block-scaled through vt's kernel), a paged KV cache and GDN state slots allocated at
+// start-up, batched steps mixing prefill and decode, and CUDA-graph decode. Dense FFN only so far.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cublaslt_gemm.h"
+#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/device_buffer.h"
+#include "io/weight_store.h"
+#include "model/linear.h"
+#include "model/model.h"
+#include "models/qwen3_5_config.h"
+
+namespace vt {
+
+// A Linear on the device, possibly several checkpoint tensors stacked along N. Parts whose rows
+// are not whole FP8 blocks stay separate launches writing their column range of the output.
+struct CudaLinear {
+  struct Part {
+    cuda::DeviceBuffer weight;  // [n, k]: act dtype (dense) or e4m3 bytes (fp8)
+    cuda::DeviceBuffer scales;  // fp8: [ceil(n/128), ceil(k/128)] f32
+    int64_t n = 0, column = 0;
+  };
+  WeightFormat format = WeightFormat::kDense;
+  std::vector<Part> parts;
+  int64_t n = 0, k = 0;
+  size_t bytes() const;
+};
+
+struct CudaMlp {
+  CudaLinear gate_up, down;
+};
+
+struct CudaLayer {
+  LayerKind kind;
+  cuda::DeviceBuffer input_norm, post_attention_norm;  // f32 [H]
+  // Gated DeltaNet
+  CudaLinear in_proj, in_proj_ba, out_proj;
+  cuda::DeviceBuffer conv_weight, a_log, dt_bias, gdn_norm;  // f32
+  // Gated attention
+  CudaLinear qkv, o_proj;
+  cuda::DeviceBuffer q_norm, k_norm;  // f32 [D]
+  CudaMlp mlp;
+};
+
+struct CudaWeights {
+  cuda::DeviceBuffer embed_tokens;  // [V, H] as stored (bf16/f16/f32)
+  std::vector<CudaLayer> layers;
+  cuda::DeviceBuffer final_norm;  // f32 [H]
+  CudaLinear lm_head;
+  size_t bytes() const;
+};
+
+struct CudaModelOptions {
+  DType activations = DType::kBF16;  // f32 for bit-tight comparisons with the CPU reference
+  int64_t max_sequences = 1;
+  int64_t max_context = 4096;     // tokens per sequence
+  int64_t max_step_tokens = 2048; // tokens per step (prefill chunk + decodes)
+  int64_t block_size = 32;        // KV block (tokens)
+  int64_t max_logit_rows = 1;     // rows of logits one step can produce (all-position logits: more)
+};
+
+// Loads a checkpoint folder's weights onto the device (checks shapes/dtypes, consumes all).
+CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DType activations);
+// Random weights at the config's real shapes, made on the device (FP8 block-scaled or BF16).
+CudaWeights synthetic_cuda_weights(const Qwen35Config& config, bool fp8, uint64_t seed);
+// The real architectures by name: "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3-next-80b".
+Qwen35Config synthetic_config(const std::string& name);
+
+class Qwen35CudaModel final : public Model {
+ public:
+  Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const CudaModelOptions& options,
+                  std::string description);
+  ~Qwen35CudaModel() override;
+
+  // Model interface (one sequence per call; logits copied to the host as f32).
+  const ModelInfo& info() const override { return info_; }
+  std::unique_ptr<SequenceState> new_sequence(int64_t capacity) const override;
+  void forward(std::span<const int32_t> tokens, SequenceState& state, const TensorView& logits,
+               const ForwardOptions& options) override;
+  std::string describe() const override { return description_; }
+
+  // Batched decode for benchmarks: one token for each of `batch` sequences (slots 0..batch-1)
+  // at context length `positions[i]`; greedy next ids on the device. Captured as a CUDA graph
+  // per batch size on first use when `use_graph`.
+  void decode_step(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
+                   std::vector<int32_t>* next_tokens, bool use_graph);
+  // Fills KV cache and GDN states with random values (benchmarks at a context length).
+  void randomize_state(uint64_t seed);
+  // Bytes one decode step must move at `batch` and `context`: weights + state + KV (floor).
+  double decode_bytes(int64_t batch, int64_t context) const;
+  const Qwen35Config& config() const { return config_; }
+  const CudaWeights& weights() const { return weights_; }
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  struct Workspace;
+  struct Graphs;
+  void run_step(int64_t num_tokens, int64_t num_seqs, int64_t logit_rows);  // metadata on the device
+  void linear(const CudaLinear& linear, void* y, const void* x, int64_t m);
+  void upload_layout(const std::vector<int32_t>& tokens, const std::vector<int32_t>& token_seq,
+                     const std::vector<int32_t>& positions, const std::vector<int32_t>& seq_start,
+                     const std::vector<int32_t>& slots, const std::vector<int32_t>& last_index);
+
+  Qwen35Config config_;
+  CudaWeights weights_;
+  CudaModelOptions options_;
+  ModelInfo info_;
+  std::string description_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::CublasLtGemm> gemm_;
+  std::unique_ptr<Workspace> workspace_;
+  std::unique_ptr<Graphs> graphs_;
+  mutable std::vector<bool> slot_used_;
+};
+
+// Opens a checkpoint folder for CUDA.
+std::unique_ptr<Qwen35CudaModel> load_qwen35_cuda(const std::string& dir, const CudaModelOptions& options);
+
+}  // namespace vt

@@ -1,0 +1,334 @@
+// Device weights for the CUDA forward: from a checkpoint folder (merged projections, Qwen3-Next
+// row order, FP8 blocks kept as stored) or synthetic at the real shapes.
+#include <cstring>
+
+#include "backends/cpu/cpu_ops.h"
+#include "core/error.h"
+#include "models/qwen3_5_cuda.h"
+
+namespace vt {
+namespace {
+
+constexpr int64_t kFp8Block = 128;
+
+// One checkpoint tensor read into host memory in its device format.
+struct HostPart {
+  WeightFormat format = WeightFormat::kDense;
+  int64_t rows = 0, k = 0;
+  std::vector<float> dense;     // [rows, k] f32 (dense)
+  std::vector<uint8_t> codes;   // [rows, k] e4m3 (fp8)
+  std::vector<float> scales;    // [ceil(rows/128), ceil(k/128)] (fp8)
+};
+
+struct Reader {
+  WeightStore& store;
+  const Qwen35Config& config;
+  DType activations;
+
+  HostPart read(const std::string& name, int64_t rows, int64_t k) {
+    HostPart part;
+    part.rows = rows;
+    part.k = k;
+    const std::string weight = name + ".weight";
+    if (store.entry(weight).dtype == DType::kF8E4M3) {
+      VT_CHECK(config.fp8 && config.fp8->block_n == kFp8Block && config.fp8->block_k == kFp8Block,
+               store.file_of(weight), ": '", weight, "' is FP8: the CUDA path needs 128x128 block scales");
+      TensorView codes = store.take(weight, {rows, k}, {DType::kF8E4M3});
+      const Shape scale_shape{(rows + kFp8Block - 1) / kFp8Block, (k + kFp8Block - 1) / kFp8Block};
+      TensorView scales = store.take(name + ".weight_scale_inv", scale_shape, {DType::kF32, DType::kBF16, DType::kF16});
+      part.format = WeightFormat::kFp8Block;
+      part.codes.assign(codes.as<uint8_t>(), codes.as<uint8_t>() + codes.numel());
+      part.scales.resize(scales.numel());
+      cpu::to_f32(part.scales.data(), scales.data, scales.dtype, scales.numel());
+    } else {
+      TensorView view = store.take(weight, {rows, k}, {DType::kF32, DType::kBF16, DType::kF16});
+      part.dense.resize(view.numel());
+      cpu::to_f32(part.dense.data(), view.data, view.dtype, view.numel());
+    }
+    return part;
+  }
+
+  cuda::DeviceBuffer vector(const std::string& name, const Shape& shape) {
+    TensorView view = store.take(name, shape, {DType::kF32, DType::kBF16, DType::kF16});
+    Buffer host(DType::kF32, shape);
+    cpu::to_f32(host.f32(), view.data, view.dtype, view.numel());
+    return cuda::to_device(host);
+  }
+};
+
+// Rows reordered: destination row r is source row source_row[r]. FP8 rows move in whole blocks.
+HostPart permute_rows(const HostPart& part, const std::vector<int64_t>& source_row) {
+  HostPart out = part;
+  const int64_t k = part.k;
+  if (part.format == WeightFormat::kDense) {
+    for (size_t r = 0; r < source_row.size(); ++r)
+      std::memcpy(&out.dense[r * k], &part.dense[source_row[r] * k], k * sizeof(float));
+    return out;
+  }
+  const int64_t scale_cols = (k + kFp8Block - 1) / kFp8Block;
+  for (size_t r = 0; r < source_row.size(); ++r) {
+    VT_CHECK(source_row[r] % kFp8Block == int64_t(r % kFp8Block) && source_row[r - r % kFp8Block] % kFp8Block == 0,
+             "FP8 Qwen3-Next in_proj rows do not move in whole 128-row blocks");
+    std::memcpy(&out.codes[r * k], &part.codes[source_row[r] * k], k);
+    if (r % kFp8Block == 0)
+      std::memcpy(&out.scales[(r / kFp8Block) * scale_cols], &part.scales[(source_row[r] / kFp8Block) * scale_cols],
+                  scale_cols * sizeof(float));
+  }
+  return out;
+}
+
+// Uploads parts as one CudaLinear, merging neighbours into one launch where block scales allow.
+CudaLinear upload(std::vector<HostPart> parts, DType activations) {
+  CudaLinear linear;
+  linear.k = parts.front().k;
+  linear.format = parts.front().format;
+  size_t first = 0;
+  while (first < parts.size()) {
+    // Merge [first, last): dense always; FP8 while every part but the last is whole blocks.
+    size_t last = first + 1;
+    while (last < parts.size() && (linear.format == WeightFormat::kDense || parts[last - 1].rows % kFp8Block == 0))
+      ++last;
+    int64_t rows = 0;
+    for (size_t i = first; i < last; ++i) {
+      VT_CHECK(parts[i].format == linear.format && parts[i].k == linear.k, "merged linear parts differ in format");
+      rows += parts[i].rows;
+    }
+    CudaLinear::Part part;
+    part.n = rows;
+    part.column = linear.n;
+    if (linear.format == WeightFormat::kDense) {
+      Buffer host(activations, {rows, linear.k});
+      int64_t offset = 0;
+      for (size_t i = first; i < last; ++i)
+        for (float value : parts[i].dense) {
+          if (activations == DType::kF32) host.view().as<float>()[offset++] = value;
+          else host.view().as<uint16_t>()[offset++] = f32_to_bf16(value);
+        }
+      part.weight = cuda::to_device(host);
+    } else {
+      Buffer codes(DType::kU8, {rows, linear.k});
+      const int64_t scale_cols = (linear.k + kFp8Block - 1) / kFp8Block;
+      Buffer scales(DType::kF32, {(rows + kFp8Block - 1) / kFp8Block, scale_cols});
+      int64_t code_offset = 0, scale_offset = 0;
+      for (size_t i = first; i < last; ++i) {
+        std::memcpy(codes.view().as<uint8_t>() + code_offset, parts[i].codes.data(), parts[i].codes.size());
+        std::memcpy(scales.f32() + scale_offset, parts[i].scales.data(), parts[i].scales.size() * sizeof(float));
+        code_offset += int64_t(parts[i].codes.size());
+        scale_offset += int64_t(parts[i].scales.size());
+      }
+      part.weight = cuda::to_device(codes);
+      part.scales = cuda::to_device(scales);
+    }
+    linear.n += rows;
+    linear.parts.push_back(std::move(part));
+    first = last;
+  }
+  return linear;
+}
+
+std::vector<int64_t> next_qkvz_order(const Qwen35Config& c) {
+  const int64_t hk = c.linear_num_key_heads, dk = c.linear_key_head_dim;
+  const int64_t r = c.linear_num_value_heads / hk, dv = c.linear_value_head_dim, group = 2 * dk + 2 * r * dv;
+  const int64_t offsets[4] = {0, dk, 2 * dk, 2 * dk + r * dv}, sizes[4] = {dk, dk, r * dv, r * dv};
+  std::vector<int64_t> order;
+  for (int part = 0; part < 4; ++part)
+    for (int64_t g = 0; g < hk; ++g)
+      for (int64_t i = 0; i < sizes[part]; ++i) order.push_back(g * group + offsets[part] + i);
+  return order;
+}
+
+std::vector<int64_t> next_ba_order(const Qwen35Config& c) {
+  const int64_t hk = c.linear_num_key_heads, r = c.linear_num_value_heads / hk;
+  std::vector<int64_t> order;
+  for (int part = 0; part < 2; ++part)
+    for (int64_t g = 0; g < hk; ++g)
+      for (int64_t i = 0; i < r; ++i) order.push_back(g * 2 * r + part * r + i);
+  return order;
+}
+
+}  // namespace
+
+size_t CudaLinear::bytes() const {
+  size_t total = 0;
+  for (const auto& part : parts) total += part.weight.bytes() + (part.scales.data() ? part.scales.bytes() : 0);
+  return total;
+}
+
+size_t CudaWeights::bytes() const {
+  size_t total = lm_head.bytes() + final_norm.bytes();
+  for (const auto& layer : layers)
+    total += layer.in_proj.bytes() + layer.in_proj_ba.bytes() + layer.out_proj.bytes() + layer.qkv.bytes() +
+             layer.o_proj.bytes() + layer.mlp.gate_up.bytes() + layer.mlp.down.bytes();
+  return total;
+}
+
+CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DType activations) {
+  VT_CHECK(config.num_experts == 0, config.architecture, ": MoE layers are not on the CUDA path yet (CPU only)");
+  Reader read{store, config, activations};
+  const std::string& prefix = config.weight_prefix;
+  const int64_t hidden = config.hidden_size, hv = config.linear_num_value_heads, d = config.head_dim;
+  CudaWeights weights;
+  TensorView embed = store.take(prefix + "embed_tokens.weight", {config.vocab_size, hidden},
+                                {DType::kF32, DType::kBF16, DType::kF16});
+  weights.embed_tokens = cuda::to_device(embed);
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    const std::string p = prefix + "layers." + std::to_string(i) + ".";
+    CudaLayer layer;
+    layer.kind = config.layer_types[i];
+    layer.input_norm = read.vector(p + "input_layernorm.weight", {hidden});
+    layer.post_attention_norm = read.vector(p + "post_attention_layernorm.weight", {hidden});
+    if (layer.kind == LayerKind::kLinearAttention) {
+      const std::string a = p + "linear_attn.";
+      const int64_t conv_dim = config.conv_dim(), value_dim = config.linear_value_dim();
+      if (config.variant == Qwen35Variant::kQwen3Next) {
+        layer.in_proj = upload({permute_rows(read.read(a + "in_proj_qkvz", conv_dim + value_dim, hidden),
+                                             next_qkvz_order(config))}, activations);
+        layer.in_proj_ba = upload({permute_rows(read.read(a + "in_proj_ba", 2 * hv, hidden), next_ba_order(config))},
+                                  activations);
+      } else {
+        layer.in_proj = upload({read.read(a + "in_proj_qkv", conv_dim, hidden), read.read(a + "in_proj_z", value_dim, hidden)},
+                               activations);
+        layer.in_proj_ba = upload({read.read(a + "in_proj_b", hv, hidden), read.read(a + "in_proj_a", hv, hidden)}, activations);
+      }
+      layer.conv_weight = read.vector(a + "conv1d.weight", {conv_dim, 1, config.linear_conv_kernel});
+      layer.a_log = read.vector(a + "A_log", {hv});
+      layer.dt_bias = read.vector(a + "dt_bias", {hv});
+      layer.gdn_norm = read.vector(a + "norm.weight", {config.linear_value_head_dim});
+      layer.out_proj = upload({read.read(a + "out_proj", hidden, value_dim)}, activations);
+    } else {
+      const std::string a = p + "self_attn.";
+      layer.qkv = upload({read.read(a + "q_proj", config.num_heads * d * 2, hidden),
+                          read.read(a + "k_proj", config.num_kv_heads * d, hidden),
+                          read.read(a + "v_proj", config.num_kv_heads * d, hidden)},
+                         activations);
+      layer.q_norm = read.vector(a + "q_norm.weight", {d});
+      layer.k_norm = read.vector(a + "k_norm.weight", {d});
+      layer.o_proj = upload({read.read(a + "o_proj", hidden, config.num_heads * d)}, activations);
+    }
+    const int64_t inter = config.intermediate_size;
+    layer.mlp.gate_up = upload({read.read(p + "mlp.gate_proj", inter, hidden), read.read(p + "mlp.up_proj", inter, hidden)},
+                               activations);
+    layer.mlp.down = upload({read.read(p + "mlp.down_proj", hidden, inter)}, activations);
+    weights.layers.push_back(std::move(layer));
+  }
+  weights.final_norm = read.vector(prefix + "norm.weight", {hidden});
+  if (config.tie_word_embeddings) {
+    HostPart tied;
+    tied.rows = config.vocab_size;
+    tied.k = hidden;
+    tied.dense.resize(embed.numel());
+    cpu::to_f32(tied.dense.data(), embed.data, embed.dtype, embed.numel());
+    weights.lm_head = upload({std::move(tied)}, activations);
+  } else {
+    weights.lm_head = upload({read.read("lm_head", config.vocab_size, hidden)}, activations);
+  }
+  if (config.has_vision_tower) store.ignore_prefix("model.visual.", "vision tower (text-only inference)");
+  store.ignore_prefix("mtp.", "multi-token-prediction head (used by speculative decoding, not yet)");
+  store.finish();
+  return weights;
+}
+
+// ---- synthetic weights ----
+
+Qwen35Config synthetic_config(const std::string& name) {
+  Qwen35Config c;
+  c.architecture = "synthetic " + name;
+  c.vocab_size = 248320;
+  c.rms_norm_eps = 1e-6f;
+  c.max_position_embeddings = 262144;
+  c.head_dim = 256;
+  c.rotary_dim = 64;
+  c.rope_theta = 1e7f;
+  c.linear_key_head_dim = c.linear_value_head_dim = 128;
+  c.linear_conv_kernel = 4;
+  if (name == "qwen3.5-27b") {
+    c.hidden_size = 5120, c.num_layers = 64, c.num_heads = 24, c.num_kv_heads = 4;
+    c.linear_num_key_heads = 16, c.linear_num_value_heads = 48, c.intermediate_size = 17408;
+  } else if (name == "qwen3.5-35b-a3b" || name == "qwen3-next-80b") {
+    const bool next = name == "qwen3-next-80b";
+    c.variant = next ? Qwen35Variant::kQwen3Next : Qwen35Variant::kQwen35Moe;
+    c.hidden_size = 2048, c.num_layers = next ? 48 : 40, c.num_heads = 16, c.num_kv_heads = 2;
+    c.linear_num_key_heads = 16, c.linear_num_value_heads = 32;
+    c.num_experts = next ? 512 : 256, c.num_experts_per_tok = next ? 10 : 8;
+    c.moe_intermediate_size = 512, c.shared_expert_intermediate_size = 512;
+    if (next) c.vocab_size = 151936;
+  } else {
+    VT_FAIL("unknown synthetic model '", name, "' (qwen3.5-27b, qwen3.5-35b-a3b, qwen3-next-80b)");
+  }
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    c.layer_types.push_back((i + 1) % 4 == 0 ? LayerKind::kFullAttention : LayerKind::kLinearAttention);
+  return c;
+}
+
+namespace {
+
+struct Synthesizer {
+  bool fp8;
+  uint64_t seed;
+
+  uint64_t next() { return ++seed; }
+  CudaLinear linear(int64_t n, int64_t k, bool quantize) {
+    CudaLinear out;
+    out.n = n, out.k = k;
+    CudaLinear::Part part;
+    part.n = n;
+    if (fp8 && quantize) {
+      out.format = WeightFormat::kFp8Block;
+      part.weight = cuda::DeviceBuffer(DType::kU8, {n, k});
+      cuda::fill_random_fp8(part.weight.as<uint8_t>(), n * k, next(), nullptr);
+      part.scales = cuda::DeviceBuffer(DType::kF32, {(n + 127) / 128, (k + 127) / 128});
+      cuda::fill_random(part.scales.data(), DType::kF32, part.scales.shape().numel(), next(), 2e-5f, 6e-5f, nullptr);
+    } else {
+      part.weight = cuda::DeviceBuffer(DType::kBF16, {n, k});
+      cuda::fill_random(part.weight.data(), DType::kBF16, n * k, next(), 0.02f, 0.0f, nullptr);
+    }
+    out.parts.push_back(std::move(part));
+    return out;
+  }
+  cuda::DeviceBuffer vector(int64_t n, float scale, float offset) {
+    cuda::DeviceBuffer buffer(DType::kF32, {n});
+    cuda::fill_random(buffer.data(), DType::kF32, n, next(), scale, offset, nullptr);
+    return buffer;
+  }
+};
+
+}  // namespace
+
+CudaWeights synthetic_cuda_weights(const Qwen35Config& c, bool fp8, uint64_t seed) {
+  VT_CHECK(c.num_experts == 0, c.architecture, ": MoE layers are not on the CUDA path yet");
+  Synthesizer make{fp8, seed};
+  const int64_t hidden = c.hidden_size, hv = c.linear_num_value_heads, d = c.head_dim;
+  CudaWeights weights;
+  weights.embed_tokens = cuda::DeviceBuffer(DType::kBF16, {c.vocab_size, hidden});
+  cuda::fill_random(weights.embed_tokens.data(), DType::kBF16, c.vocab_size * hidden, make.next(), 0.5f, 0.0f, nullptr);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    CudaLayer layer;
+    layer.kind = c.layer_types[i];
+    layer.input_norm = make.vector(hidden, 0.1f, 0.0f);
+    layer.post_attention_norm = make.vector(hidden, 0.1f, 0.0f);
+    if (layer.kind == LayerKind::kLinearAttention) {
+      // BF16 in FP8 checkpoints too: in_proj_a/b and conv1d (QWEN35.md, "FP8 checkpoints").
+      layer.in_proj = make.linear(c.conv_dim() + c.linear_value_dim(), hidden, true);
+      layer.in_proj_ba = make.linear(2 * hv, hidden, false);
+      layer.conv_weight = make.vector(c.conv_dim() * c.linear_conv_kernel, 0.3f, 0.0f);
+      layer.a_log = make.vector(hv, 1.0f, 0.0f);
+      layer.dt_bias = make.vector(hv, 0.5f, 0.0f);
+      layer.gdn_norm = make.vector(c.linear_value_head_dim, 0.1f, 1.0f);
+      layer.out_proj = make.linear(hidden, c.linear_value_dim(), true);
+    } else {
+      layer.qkv = make.linear(c.num_heads * d * 2 + 2 * c.num_kv_heads * d, hidden, true);
+      layer.q_norm = make.vector(d, 0.1f, 0.0f);
+      layer.k_norm = make.vector(d, 0.1f, 0.0f);
+      layer.o_proj = make.linear(hidden, c.num_heads * d, true);
+    }
+    layer.mlp.gate_up = make.linear(2 * c.intermediate_size, hidden, true);
+    layer.mlp.down = make.linear(hidden, c.intermediate_size, true);
+    weights.layers.push_back(std::move(layer));
+  }
+  weights.final_norm = make.vector(hidden, 0.1f, 0.0f);
+  weights.lm_head = make.linear(c.vocab_size, hidden, false);  // BF16 lm_head, as checkpoints ship it
+  cuda::synchronize();
+  return weights;
+}
+
+}  // namespace vt
