@@ -191,16 +191,15 @@ void Qwen35CudaModel::linear(const CudaLinear& linear, void* y, const void* x, i
   if (linear.format == WeightFormat::kFp8Block) {
     auto& w = *workspace_;
     cuda::fp8_quantize_rows(w.quantized.as<uint8_t>(), w.scales.as<float>(), x, m, linear.k, act, stream_);
-    for (const auto& part : linear.parts) {
-      VT_CHECK(linear.parts.size() == 1, "FP8 linear with unmerged parts needs a strided output (n=", linear.n, ")");
-      cuda::fp8_block_gemm(y, w.quantized.as<uint8_t>(), w.scales.as<float>(), part.weight.as<uint8_t>(),
-                           part.scales.as<float>(), m, part.n, linear.k, act, stream_);
-    }
+    // Parts that could not merge (rows not whole 128-blocks) write their own column range.
+    for (const auto& part : linear.parts)
+      cuda::fp8_block_gemm(static_cast<char*>(y) + part.column * element, linear.n, w.quantized.as<uint8_t>(),
+                           w.scales.as<float>(), part.weight.as<uint8_t>(), part.scales.as<float>(), m, part.n,
+                           linear.k, act, stream_);
     return;
   }
   VT_CHECK(linear.parts.size() == 1, "dense linear parts are always merged");
   gemm_->matmul(y, x, linear.parts[0].weight.data(), m, linear.n, linear.k, act, stream_);
-  (void)element;
 }
 
 // One step over the metadata already uploaded: num_tokens tokens from num_seqs sequences.

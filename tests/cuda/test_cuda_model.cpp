@@ -92,7 +92,8 @@ CaseResult run_case(const std::string& name, const std::string& mode, DType acti
 }
 
 TEST_F(CudaModel, GoldenF32MatchesHf) {
-  for (const char* name : {"qwen3_5_dense", "qwen3_5_vl", "qwen3_next"}) {
+  // qwen3_next and qwen3_5_moe are MoE: not on the CUDA path yet.
+  for (const char* name : {"qwen3_5_dense", "qwen3_5_vl"}) {
     auto result = run_case(name, "", DType::kF32);
     EXPECT_LE(result.worst_error, numerics::kLogitsRelL2) << name;
   }
@@ -104,7 +105,7 @@ TEST_F(CudaModel, GoldenFp8W8A8WithinBound) {
 }
 
 TEST_F(CudaModel, GoldenBf16ActivationsWithinBound) {
-  for (const char* name : {"qwen3_5_dense", "qwen3_next"}) {
+  for (const char* name : {"qwen3_5_dense", "qwen3_5_vl"}) {
     auto result = run_case(name, "", DType::kBF16);
     EXPECT_LE(result.worst_error, numerics::kCudaBf16ActivationsRelL2) << name;
     std::printf("cuda %s bf16: greedy tokens matching HF before the first difference: %d of %d\n", name,

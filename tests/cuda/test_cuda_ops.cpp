@@ -108,7 +108,7 @@ TEST_F(CudaOps, Fp8BlockGemmMatchesCpu) {
     cuda::DeviceBuffer d_codes(DType::kU8, {n, k}), d_q(DType::kU8, {m, k}), d_a_scales(DType::kF32, {m, scale_cols});
     cuda::copy_to_device(d_codes.data(), codes.data(), codes.size());
     cuda::fp8_quantize_rows(d_q.as<uint8_t>(), d_a_scales.as<float>(), d_x.data, m, k, DType::kF32, nullptr);
-    cuda::fp8_block_gemm(d_y.data, d_q.as<uint8_t>(), d_a_scales.as<float>(), d_codes.as<uint8_t>(), d_scales.data, m,
+    cuda::fp8_block_gemm(d_y.data, n, d_q.as<uint8_t>(), d_a_scales.as<float>(), d_codes.as<uint8_t>(), d_scales.data, m,
                          n, k, DType::kF32, nullptr);
     cuda::synchronize();
     EXPECT_LE(relative_l2(d_y.to_host(), expected), 1e-5) << m << "x" << n << "x" << k;

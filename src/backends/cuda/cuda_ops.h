@@ -96,8 +96,8 @@ void gather_rows(void* out, const void* in, const int32_t* index, int64_t count,
 // x [M, K] act -> q [M, K] e4m3 and scales [M, ceil(K/128)] f32 (scale = max(absmax,1e-10)/448).
 void fp8_quantize_rows(uint8_t* q, float* scales, const void* x, int64_t m, int64_t k, DType act,
                        cudaStream_t stream);
-// y [M, N] act = (q * a_scale) @ (w * w_scale)^T, fp32 accumulation per 128-block.
-void fp8_block_gemm(void* y, const uint8_t* q, const float* a_scales, const uint8_t* w,
+// y [M, N] act (row stride ldy) = (q * a_scale) @ (w * w_scale)^T, fp32 accumulation.
+void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
                     const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream);
 
 // ---- synthetic weights ----

@@ -49,12 +49,14 @@ __device__ __forceinline__ void fp8x16_to_float(const uint4& packed, float* out)
   }
 }
 
-// One warp per output column n; each lane reads 16 consecutive weights per step (512 per warp),
-// dots them with kMTile activation rows, and scales the partial by a_scale * w_scale.
+// One warp per output column n; each lane reads 16 consecutive weights per load, four loads in
+// flight before any use (the weights stream once; this is what keeps enough bytes in flight),
+// dots them with kMTile activation rows, and scales each partial by a_scale * w_scale.
 template <typename T, int kMTile>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemm_warp_rows(
-    T* __restrict__ g_y, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
+    T* __restrict__ g_y, int64_t ldy, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
     const uint8_t* __restrict__ g_w, const float* __restrict__ g_w_scales, int64_t m, int64_t n, int64_t k) {
+  constexpr int kUnroll = 4;
   const int64_t column = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (column >= n) return;
   const int lane = threadIdx.x % 32;
@@ -65,27 +67,38 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemm_warp_rows(
     float r_acc[kMTile];
 #pragma unroll
     for (int r = 0; r < kMTile; ++r) r_acc[r] = 0.0f;
-    for (int64_t k0 = int64_t(lane) * kBytesPerLane; k0 < k; k0 += 32 * kBytesPerLane) {
-      float r_w[kBytesPerLane];
-      fp8x16_to_float(__ldcs(reinterpret_cast<const uint4*>(weight_row + k0)), r_w);
-      const int64_t block = k0 / kGroup;
-      const float w_scale = weight_scales[block];
+    for (int64_t base = int64_t(lane) * kBytesPerLane; base < k; base += kUnroll * 32 * kBytesPerLane) {
+      uint4 r_packed[kUnroll];
 #pragma unroll
-      for (int r = 0; r < kMTile; ++r) {
-        if (m0 + r < m) {
-          float r_a[kBytesPerLane];
-          fp8x16_to_float(*reinterpret_cast<const uint4*>(g_a + (m0 + r) * k + k0), r_a);
-          float dot = 0.0f;
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k0 = base + int64_t(u) * 32 * kBytesPerLane;
+        r_packed[u] = k0 < k ? __ldcs(reinterpret_cast<const uint4*>(weight_row + k0)) : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
-          for (int e = 0; e < kBytesPerLane; ++e) dot += r_a[e] * r_w[e];
-          r_acc[r] += dot * (g_a_scales[(m0 + r) * k_blocks + block] * w_scale);
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k0 = base + int64_t(u) * 32 * kBytesPerLane;
+        if (k0 >= k) break;
+        float r_w[kBytesPerLane];
+        fp8x16_to_float(r_packed[u], r_w);
+        const int64_t block = k0 / kGroup;
+        const float w_scale = weight_scales[block];
+#pragma unroll
+        for (int r = 0; r < kMTile; ++r) {
+          if (m0 + r < m) {
+            float r_a[kBytesPerLane];
+            fp8x16_to_float(*reinterpret_cast<const uint4*>(g_a + (m0 + r) * k + k0), r_a);
+            float dot = 0.0f;
+#pragma unroll
+            for (int e = 0; e < kBytesPerLane; ++e) dot += r_a[e] * r_w[e];
+            r_acc[r] += dot * (g_a_scales[(m0 + r) * k_blocks + block] * w_scale);
+          }
         }
       }
     }
 #pragma unroll
     for (int r = 0; r < kMTile; ++r) {
       const float total = device::warp_sum(r_acc[r]);
-      if (lane == 0 && m0 + r < m) g_y[(m0 + r) * n + column] = device::from_float<T>(total);
+      if (lane == 0 && m0 + r < m) g_y[(m0 + r) * ldy + column] = device::from_float<T>(total);
     }
   }
 }
@@ -102,8 +115,9 @@ void fp8_quantize_rows(uint8_t* q, float* scales, const void* x, int64_t m, int6
   VT_CUDA_CHECK_LAUNCH("sm90_fp8_quantize_rows");
 }
 
-void fp8_block_gemm(void* y, const uint8_t* q, const float* a_scales, const uint8_t* w, const float* w_scales,
-                    int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream) {
+void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
+                    const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream) {
+  VT_CHECK(ldy >= n, "fp8_block_gemm: ldy ", ldy, " < n ", n);
   VT_CHECK(k % kBytesPerLane == 0, "fp8_block_gemm: K = ", k, " must be a multiple of ", kBytesPerLane);
   VT_CHECK(reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0,
            "fp8_block_gemm: operands must be 16-byte aligned");
@@ -112,16 +126,16 @@ void fp8_block_gemm(void* y, const uint8_t* q, const float* a_scales, const uint
   // M tile by size: one pass over the weights for M <= 16 (decode); larger M loops in tiles of 16.
   VT_DISPATCH_ACT(act, T, {
     if (m == 1)
-      sm90_fp8_gemm_warp_rows<T, 1><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), q, a_scales, w,
+      sm90_fp8_gemm_warp_rows<T, 1><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), ldy, q, a_scales, w,
                                                                                  w_scales, m, n, k);
     else if (m <= 4)
-      sm90_fp8_gemm_warp_rows<T, 4><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), q, a_scales, w,
+      sm90_fp8_gemm_warp_rows<T, 4><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), ldy, q, a_scales, w,
                                                                                  w_scales, m, n, k);
     else if (m <= 8)
-      sm90_fp8_gemm_warp_rows<T, 8><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), q, a_scales, w,
+      sm90_fp8_gemm_warp_rows<T, 8><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), ldy, q, a_scales, w,
                                                                                  w_scales, m, n, k);
     else
-      sm90_fp8_gemm_warp_rows<T, 16><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), q, a_scales, w,
+      sm90_fp8_gemm_warp_rows<T, 16><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), ldy, q, a_scales, w,
                                                                                   w_scales, m, n, k);
   });
   VT_CUDA_CHECK_LAUNCH("sm90_fp8_gemm_warp_rows");
