@@ -19,6 +19,6 @@ constexpr double kSamePathRelL2 = 1e-5;
 
 // CUDA forward with BF16 activations (and KV cache) vs HF fp32 on the same weights: every
 // activation is rounded to bf16 (2^-9 relative) before each GEMM and between kernels.
-constexpr double kCudaBf16ActivationsRelL2 = 5e-2;
+constexpr double kCudaBf16ActivationsRelL2 = 8e-2;
 
 }  // namespace vt::numerics
