@@ -3,6 +3,10 @@
 // applies the activation and weight block scales in fp32. The fast split-K kernel replaces it.
 #include <cuda_fp8.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/kernels/common.cuh"
@@ -103,6 +107,85 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemm_warp_rows(
   }
 }
 
+
+// Tensor-core FP8 for small M (<= 16 rows per launch): one block per 8 output columns, its four
+// warps splitting K by 128-blocks and meeting in a fixed-order shared-memory sum (deterministic).
+// Each lane loads 16 contiguous bytes of its weight row per 64-byte chunk and feeds them to two
+// m16n8k32 e4m3 MMAs; A (activations) is loaded with the same byte-to-k mapping, so the dot
+// products are exact permutations of the true ones. Block scales are applied per 128-block in fp32.
+constexpr int kMmaWarps = 4;
+constexpr int kMmaColumns = 8;
+constexpr int kMmaRows = 16;
+
+__device__ __forceinline__ void mma_e4m3(float* d, const uint32_t* a, const uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kMmaWarps * 32) sm90_fp8_gemm_mma_splitk(
+    T* __restrict__ g_y, int64_t ldy, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
+    const uint8_t* __restrict__ g_w, const float* __restrict__ g_w_scales, int64_t m, int64_t n, int64_t k) {
+  __shared__ float s_partial[kMmaWarps][32][4];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = lane / 4, quad = lane % 4;
+  const int64_t n0 = int64_t(blockIdx.x) * kMmaColumns, column = n0 + group;
+  const int64_t k_blocks = (k + kGroup - 1) / kGroup;
+  const bool column_ok = column < n, row0_ok = group < m, row1_ok = group + 8 < m;
+  const uint8_t* weight_row = g_w + column * k;
+  const uint8_t* a_row0 = g_a + int64_t(group) * k;
+  const uint8_t* a_row1 = g_a + int64_t(group + 8) * k;
+  const float* w_scales = g_w_scales + (n0 / kGroup) * k_blocks;
+  float r_acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t block = warp; block < k_blocks; block += kMmaWarps) {
+    // Both 64-byte chunks of this 128-block: all loads issued before the first MMA.
+    uint4 r_w[2], r_a0[2], r_a1[2];
+#pragma unroll
+    for (int chunk = 0; chunk < 2; ++chunk) {
+      const int64_t k0 = block * kGroup + chunk * 64 + quad * 16;
+      const bool in_k = k0 < k;
+      r_w[chunk] = column_ok && in_k ? __ldcs(reinterpret_cast<const uint4*>(weight_row + k0)) : make_uint4(0, 0, 0, 0);
+      r_a0[chunk] = row0_ok && in_k ? *reinterpret_cast<const uint4*>(a_row0 + k0) : make_uint4(0, 0, 0, 0);
+      r_a1[chunk] = row1_ok && in_k ? *reinterpret_cast<const uint4*>(a_row1 + k0) : make_uint4(0, 0, 0, 0);
+    }
+    float r_block[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int chunk = 0; chunk < 2; ++chunk) {
+      const uint32_t a_first[4] = {r_a0[chunk].x, r_a1[chunk].x, r_a0[chunk].y, r_a1[chunk].y};
+      const uint32_t b_first[2] = {r_w[chunk].x, r_w[chunk].y};
+      mma_e4m3(r_block, a_first, b_first);
+      const uint32_t a_second[4] = {r_a0[chunk].z, r_a1[chunk].z, r_a0[chunk].w, r_a1[chunk].w};
+      const uint32_t b_second[2] = {r_w[chunk].z, r_w[chunk].w};
+      mma_e4m3(r_block, a_second, b_second);
+    }
+    const float w_scale = w_scales[block];
+    const float scale0 = row0_ok ? g_a_scales[int64_t(group) * k_blocks + block] * w_scale : 0.0f;
+    const float scale1 = row1_ok ? g_a_scales[int64_t(group + 8) * k_blocks + block] * w_scale : 0.0f;
+    r_acc[0] += r_block[0] * scale0;
+    r_acc[1] += r_block[1] * scale0;
+    r_acc[2] += r_block[2] * scale1;
+    r_acc[3] += r_block[3] * scale1;
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) s_partial[warp][lane][i] = r_acc[i];
+  __syncthreads();
+  if (warp != 0) return;
+  float r_sum[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    r_sum[i] = s_partial[0][lane][i];
+    for (int w = 1; w < kMmaWarps; ++w) r_sum[i] += s_partial[w][lane][i];
+  }
+  // C fragment: c0, c1 at row `group`, columns n0 + 2*quad + {0, 1}; c2, c3 at row group + 8.
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t row = group + (i >= 2 ? 8 : 0), out_column = n0 + 2 * quad + (i % 2);
+    if (row < m && out_column < n) g_y[row * ldy + out_column] = device::from_float<T>(r_sum[i]);
+  }
+}
+
 }  // namespace
 
 void fp8_quantize_rows(uint8_t* q, float* scales, const void* x, int64_t m, int64_t k, DType act,
@@ -122,8 +205,29 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
   VT_CHECK(reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0,
            "fp8_block_gemm: operands must be 16-byte aligned");
   if (m == 0 || n == 0) return;
+  // Backend: the tensor-core split-K kernel; VT_FP8_GEMM=simple selects the CUDA-core kernel for
+  // A/B runs (the per-shape measured choice is the GEMM registry's job).
+  static const bool simple = [] {
+    const char* choice = std::getenv("VT_FP8_GEMM");
+    VT_CHECK(!choice || std::string(choice) == "simple" || std::string(choice) == "mma",
+             "VT_FP8_GEMM='", choice, "': expected 'mma' or 'simple'");
+    return choice && std::string(choice) == "simple";
+  }();
+  const size_t element = dtype_size(act);
+  if (!simple) {
+    const int64_t k_blocks = (k + kGroup - 1) / kGroup;
+    for (int64_t m0 = 0; m0 < m; m0 += kMmaRows) {
+      const int64_t rows = std::min<int64_t>(kMmaRows, m - m0);
+      const unsigned blocks = unsigned((n + kMmaColumns - 1) / kMmaColumns);
+      VT_DISPATCH_ACT(act, T,
+                      sm90_fp8_gemm_mma_splitk<T><<<blocks, kMmaWarps * 32, 0, stream>>>(
+                          reinterpret_cast<T*>(static_cast<char*>(y) + m0 * ldy * element), ldy, q + m0 * k,
+                          a_scales + m0 * k_blocks, w, w_scales, rows, n, k));
+      VT_CUDA_CHECK_LAUNCH("sm90_fp8_gemm_mma_splitk");
+    }
+    return;
+  }
   const unsigned blocks = unsigned((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  // M tile by size: one pass over the weights for M <= 16 (decode); larger M loops in tiles of 16.
   VT_DISPATCH_ACT(act, T, {
     if (m == 1)
       sm90_fp8_gemm_warp_rows<T, 1><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), ldy, q, a_scales, w,
@@ -135,8 +239,8 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
       sm90_fp8_gemm_warp_rows<T, 8><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), ldy, q, a_scales, w,
                                                                                  w_scales, m, n, k);
     else
-      sm90_fp8_gemm_warp_rows<T, 16><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), ldy, q, a_scales, w,
-                                                                                  w_scales, m, n, k);
+      sm90_fp8_gemm_warp_rows<T, 16><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), ldy, q, a_scales,
+                                                                                  w, w_scales, m, n, k);
   });
   VT_CUDA_CHECK_LAUNCH("sm90_fp8_gemm_warp_rows");
 }
