@@ -108,12 +108,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemm_warp_rows(
 }
 
 
-// Tensor-core FP8 for small M (<= 16 rows per launch): one block per 8 output columns, its four
+// Tensor-core FP8 for small M (<= 16 rows per launch): one block per 8 output columns, its eight
 // warps splitting K by 128-blocks and meeting in a fixed-order shared-memory sum (deterministic).
 // Each lane loads 16 contiguous bytes of its weight row per 64-byte chunk and feeds them to two
 // m16n8k32 e4m3 MMAs; A (activations) is loaded with the same byte-to-k mapping, so the dot
 // products are exact permutations of the true ones. Block scales are applied per 128-block in fp32.
-constexpr int kMmaWarps = 4;
+constexpr int kMmaWarps = 8;
+constexpr int kMmaBlocksPerStep = 2;  // 128-blocks loaded per step: 64 bytes per lane in flight
 constexpr int kMmaColumns = 8;
 constexpr int kMmaRows = 16;
 
@@ -139,34 +140,41 @@ __global__ void __launch_bounds__(kMmaWarps * 32) sm90_fp8_gemm_mma_splitk(
   const uint8_t* a_row1 = g_a + int64_t(group + 8) * k;
   const float* w_scales = g_w_scales + (n0 / kGroup) * k_blocks;
   float r_acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int64_t block = warp; block < k_blocks; block += kMmaWarps) {
-    // Both 64-byte chunks of this 128-block: all loads issued before the first MMA.
-    uint4 r_w[2], r_a0[2], r_a1[2];
+  // Warp w takes 128-blocks w*S .. w*S+S-1, then (w + warps)*S ..., with S = kMmaBlocksPerStep.
+  for (int64_t first = int64_t(warp) * kMmaBlocksPerStep; first < k_blocks; first += kMmaWarps * kMmaBlocksPerStep) {
+    constexpr int kChunks = 2 * kMmaBlocksPerStep;  // 64-byte chunks
+    uint4 r_w[kChunks], r_a0[kChunks], r_a1[kChunks];
 #pragma unroll
-    for (int chunk = 0; chunk < 2; ++chunk) {
-      const int64_t k0 = block * kGroup + chunk * 64 + quad * 16;
+    for (int chunk = 0; chunk < kChunks; ++chunk) {
+      const int64_t k0 = first * kGroup + chunk * 64 + quad * 16;
       const bool in_k = k0 < k;
       r_w[chunk] = column_ok && in_k ? __ldcs(reinterpret_cast<const uint4*>(weight_row + k0)) : make_uint4(0, 0, 0, 0);
       r_a0[chunk] = row0_ok && in_k ? *reinterpret_cast<const uint4*>(a_row0 + k0) : make_uint4(0, 0, 0, 0);
       r_a1[chunk] = row1_ok && in_k ? *reinterpret_cast<const uint4*>(a_row1 + k0) : make_uint4(0, 0, 0, 0);
     }
-    float r_block[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int chunk = 0; chunk < 2; ++chunk) {
-      const uint32_t a_first[4] = {r_a0[chunk].x, r_a1[chunk].x, r_a0[chunk].y, r_a1[chunk].y};
-      const uint32_t b_first[2] = {r_w[chunk].x, r_w[chunk].y};
-      mma_e4m3(r_block, a_first, b_first);
-      const uint32_t a_second[4] = {r_a0[chunk].z, r_a1[chunk].z, r_a0[chunk].w, r_a1[chunk].w};
-      const uint32_t b_second[2] = {r_w[chunk].z, r_w[chunk].w};
-      mma_e4m3(r_block, a_second, b_second);
+    for (int step = 0; step < kMmaBlocksPerStep; ++step) {
+      const int64_t block = first + step;
+      if (block >= k_blocks) break;
+      float r_block[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int chunk = 2 * step + half;
+        const uint32_t a_first[4] = {r_a0[chunk].x, r_a1[chunk].x, r_a0[chunk].y, r_a1[chunk].y};
+        const uint32_t b_first[2] = {r_w[chunk].x, r_w[chunk].y};
+        mma_e4m3(r_block, a_first, b_first);
+        const uint32_t a_second[4] = {r_a0[chunk].z, r_a1[chunk].z, r_a0[chunk].w, r_a1[chunk].w};
+        const uint32_t b_second[2] = {r_w[chunk].z, r_w[chunk].w};
+        mma_e4m3(r_block, a_second, b_second);
+      }
+      const float w_scale = w_scales[block];
+      const float scale0 = row0_ok ? g_a_scales[int64_t(group) * k_blocks + block] * w_scale : 0.0f;
+      const float scale1 = row1_ok ? g_a_scales[int64_t(group + 8) * k_blocks + block] * w_scale : 0.0f;
+      r_acc[0] += r_block[0] * scale0;
+      r_acc[1] += r_block[1] * scale0;
+      r_acc[2] += r_block[2] * scale1;
+      r_acc[3] += r_block[3] * scale1;
     }
-    const float w_scale = w_scales[block];
-    const float scale0 = row0_ok ? g_a_scales[int64_t(group) * k_blocks + block] * w_scale : 0.0f;
-    const float scale1 = row1_ok ? g_a_scales[int64_t(group + 8) * k_blocks + block] * w_scale : 0.0f;
-    r_acc[0] += r_block[0] * scale0;
-    r_acc[1] += r_block[1] * scale0;
-    r_acc[2] += r_block[2] * scale1;
-    r_acc[3] += r_block[3] * scale1;
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) s_partial[warp][lane][i] = r_acc[i];
