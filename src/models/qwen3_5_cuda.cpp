@@ -22,6 +22,7 @@ struct Qwen35CudaModel::Workspace {
   cuda::DeviceBuffer conv_out;            // [T, conv_dim] f32
   cuda::DeviceBuffer mixer_out;           // [T, widest mixer/MLP inner width] act
   cuda::DeviceBuffer q, gate;             // [T, Hq*D] f32 / act
+  cuda::DeviceBuffer attention_partials;  // split-key attention partials, f32
   cuda::DeviceBuffer quantized, scales;   // FP8 activations [T, widest K] and [T, K/128]
   cuda::DeviceBuffer last_hidden, logits; // [rows, H], [rows, V] act
   cuda::DeviceBuffer next_tokens;         // [S] i32
@@ -61,6 +62,9 @@ class CudaSequence final : public SequenceState {
   int64_t slot_;
   std::vector<bool>* used_;
 };
+
+// Split the keys so one attention launch has about this many blocks when few tokens run.
+constexpr int64_t kAttentionBlocks = 512;
 
 int64_t widest_projection(const Qwen35Config& c) {
   return std::max({c.conv_dim() + c.linear_value_dim(), c.num_heads * c.head_dim * 2 + 2 * c.num_kv_heads * c.head_dim,
@@ -103,6 +107,8 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   w.mixer_out = cuda::DeviceBuffer(act, {T, widest_inner(config_)});
   w.q = cuda::DeviceBuffer(DType::kF32, {T, config_.num_heads * config_.head_dim});
   w.gate = cuda::DeviceBuffer(act, {T, config_.num_heads * config_.head_dim});
+  w.attention_partials = cuda::DeviceBuffer(
+      DType::kF32, {std::max<int64_t>(kAttentionBlocks, T * config_.num_heads) * (config_.head_dim + 2)});
   const int64_t widest_k = std::max({H, widest_inner(config_)});
   w.quantized = cuda::DeviceBuffer(DType::kU8, {T, widest_k});
   w.scales = cuda::DeviceBuffer(DType::kF32, {T, (widest_k + 127) / 128});
@@ -217,6 +223,10 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
   const cuda::DeltaNetShape delta_net{c.linear_num_key_heads, hv, c.linear_key_head_dim, c.linear_value_head_dim,
                                       c.linear_conv_kernel, eps};
 
+  // Static per (T, max_context), so a captured graph stays valid as positions grow.
+  const int64_t attention_splits =
+      std::clamp<int64_t>(kAttentionBlocks / (T * c.num_heads), 1, (options_.max_context + 63) / 64);
+  const int64_t keys_per_split = (options_.max_context + attention_splits - 1) / attention_splits;
   cuda::embedding(w.x.data(), act, w.token_ids, T, weights_.embed_tokens.data(), weights_.embed_tokens.view().dtype, H,
                   stream_);
   const void* pending = nullptr;  // the previous block's output, added to x by the next norm
@@ -238,8 +248,9 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
       cuda::attention_prepare(w.q.as<float>(), w.gate.data(), w.k_cache[i].data(), w.v_cache[i].data(),
                               w.projected.data(), layer.q_norm.as<float>(), layer.k_norm.as<float>(), layout,
                               attention, act, stream_);
-      cuda::paged_attention(w.mixer_out.data(), w.q.as<float>(), w.gate.data(), w.k_cache[i].data(),
-                            w.v_cache[i].data(), layout, attention, act, stream_);
+      cuda::paged_attention(w.mixer_out.data(), w.attention_partials.as<float>(), w.q.as<float>(), w.gate.data(),
+                            w.k_cache[i].data(), w.v_cache[i].data(), layout, attention, attention_splits,
+                            keys_per_split, act, stream_);
       linear(layer.o_proj, w.branch.data(), w.mixer_out.data(), T);
     }
     cuda::add_rms_norm(w.normed.data(), w.x.data(), w.branch.data(), layer.post_attention_norm.as<float>(), T, H, eps,

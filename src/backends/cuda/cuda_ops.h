@@ -58,9 +58,12 @@ void attention_prepare(float* q_out, void* gate_out, void* k_cache, void* v_cach
                        const AttentionShape& shape, DType act, cudaStream_t stream);
 
 // Causal GQA attention of each token over its sequence's cache [0, position], times
-// sigmoid(gate): out [T, Hq*D] act.
-void paged_attention(void* out, const float* q, const void* gate, const void* k_cache, const void* v_cache,
-                     const StepLayout& layout, const AttentionShape& shape, DType act, cudaStream_t stream);
+// sigmoid(gate): out [T, Hq*D] act. The keys are split into `num_splits` ranges of
+// `keys_per_split` (flash-decoding: more blocks when few tokens), merged in a fixed order;
+// partials holds [T, Hq, num_splits, D + 2] f32.
+void paged_attention(void* out, float* partials, const float* q, const void* gate, const void* k_cache,
+                     const void* v_cache, const StepLayout& layout, const AttentionShape& shape, int64_t num_splits,
+                     int64_t keys_per_split, DType act, cudaStream_t stream);
 
 struct DeltaNetShape {
   int64_t num_k_heads, num_v_heads, k_dim, v_dim, conv_kernel;

@@ -76,6 +76,7 @@ __global__ void sm90_attention_prepare(PrepareArgs args) {
 
 struct AttentionArgs {
   void* out;
+  float* partials;  // [T, Hq, splits, D + 2]: running max, sum, then D accumulators
   const float* q;
   const void* gate;
   const void* k_cache;
@@ -83,20 +84,25 @@ struct AttentionArgs {
   StepLayout layout;
   AttentionShape shape;
   float scale;
+  int64_t num_splits, keys_per_split;
 };
 
-// Block (token, query head); warps take keys in turn with an online softmax each, then merge.
+// Block (token, query head, split): the split's keys [split * keys_per_split, ...) up to the
+// token's position, warps taking keys in turn with an online softmax each, merged in the block
+// and written as one partial (max, sum, acc) for the combine kernel.
 template <typename T>
-__global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention(AttentionArgs args) {
+__global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_partial(AttentionArgs args) {
   __shared__ float s_max[kAttentionWarps], s_sum[kAttentionWarps];
   __shared__ float s_acc[kAttentionWarps][kMaxHeadDim];
   const auto& shape = args.shape;
-  const int64_t token = blockIdx.x, head = blockIdx.y, d = shape.head_dim, hkv = shape.num_kv_heads;
+  const int64_t token = blockIdx.x, head = blockIdx.y, split = blockIdx.z, d = shape.head_dim, hkv = shape.num_kv_heads;
   const int64_t kv_head = head / (shape.num_heads / hkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int per_lane = int(d / 32);
   const int32_t seq = args.layout.token_seq[token];
-  const int32_t visible = args.layout.positions[token] + 1;
+  const int64_t visible = args.layout.positions[token] + 1;
+  const int64_t key_begin = split * args.keys_per_split;
+  const int64_t key_end = min(visible, key_begin + args.keys_per_split);
   const int32_t* table = args.layout.block_tables + int64_t(args.layout.slots[seq]) * args.layout.max_blocks;
   const T* k_cache = static_cast<const T*>(args.k_cache);
   const T* v_cache = static_cast<const T*>(args.v_cache);
@@ -108,7 +114,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention(Att
     r_acc[j] = 0.0f;
   }
   float running_max = -INFINITY, running_sum = 0.0f;
-  for (int32_t s = warp; s < visible; s += kAttentionWarps) {
+  for (int64_t s = key_begin + warp; s < key_end; s += kAttentionWarps) {
     const int64_t row = (int64_t(table[s / shape.block_size]) * shape.block_size + s % shape.block_size) * hkv + kv_head;
     const T* key = k_cache + row * d;
     float partial = 0.0f;
@@ -133,17 +139,44 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention(Att
   for (int j = 0; j < kMaxPerLane; ++j)
     if (j < per_lane) s_acc[warp][lane + 32 * j] = r_acc[j];
   __syncthreads();
-  float total_max = -INFINITY;
-  for (int w = 0; w < kAttentionWarps; ++w) total_max = fmaxf(total_max, s_max[w]);
-  float total_sum = 0.0f;
+  float block_max = -INFINITY;
+  for (int w = 0; w < kAttentionWarps; ++w) block_max = fmaxf(block_max, s_max[w]);
+  float* out = args.partials + ((token * shape.num_heads + head) * args.num_splits + split) * (d + 2);
+  float block_sum = 0.0f;
   for (int w = 0; w < kAttentionWarps; ++w)
-    if (s_sum[w] > 0.0f) total_sum += s_sum[w] * __expf(s_max[w] - total_max);
+    if (s_sum[w] > 0.0f) block_sum += s_sum[w] * __expf(s_max[w] - block_max);
+  if (threadIdx.x == 0) {
+    out[0] = block_max;
+    out[1] = block_sum;  // 0 for an empty split
+  }
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    float value = 0.0f;
+    for (int w = 0; w < kAttentionWarps; ++w)
+      if (s_sum[w] > 0.0f) value += s_acc[w][i] * __expf(s_max[w] - block_max);
+    out[2 + i] = value;
+  }
+}
+
+// Block (token, query head): merges the splits in order and applies the sigmoid output gate.
+template <typename T>
+__global__ void sm90_attention_combine(AttentionArgs args) {
+  const auto& shape = args.shape;
+  const int64_t token = blockIdx.x, head = blockIdx.y, d = shape.head_dim;
+  const float* partials = args.partials + (token * shape.num_heads + head) * args.num_splits * (d + 2);
+  float total_max = -INFINITY;
+  for (int64_t s = 0; s < args.num_splits; ++s)
+    if (partials[s * (d + 2) + 1] > 0.0f) total_max = fmaxf(total_max, partials[s * (d + 2)]);
+  float total_sum = 0.0f;
+  for (int64_t s = 0; s < args.num_splits; ++s)
+    if (partials[s * (d + 2) + 1] > 0.0f)
+      total_sum += partials[s * (d + 2) + 1] * __expf(partials[s * (d + 2)] - total_max);
   const T* gate = static_cast<const T*>(args.gate) + (token * shape.num_heads + head) * d;
   T* out = static_cast<T*>(args.out) + (token * shape.num_heads + head) * d;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
     float value = 0.0f;
-    for (int w = 0; w < kAttentionWarps; ++w)
-      if (s_sum[w] > 0.0f) value += s_acc[w][i] * __expf(s_max[w] - total_max);
+    for (int64_t s = 0; s < args.num_splits; ++s)
+      if (partials[s * (d + 2) + 1] > 0.0f)
+        value += partials[s * (d + 2) + 2 + i] * __expf(partials[s * (d + 2)] - total_max);
     out[i] = device::from_float<T>(value / total_sum * device::sigmoid(device::to_float(gate[i])));
   }
 }
@@ -168,14 +201,20 @@ void attention_prepare(float* q_out, void* gate_out, void* k_cache, void* v_cach
   VT_CUDA_CHECK_LAUNCH("sm90_attention_prepare");
 }
 
-void paged_attention(void* out, const float* q, const void* gate, const void* k_cache, const void* v_cache,
-                     const StepLayout& layout, const AttentionShape& shape, DType act, cudaStream_t stream) {
+void paged_attention(void* out, float* partials, const float* q, const void* gate, const void* k_cache,
+                     const void* v_cache, const StepLayout& layout, const AttentionShape& shape, int64_t num_splits,
+                     int64_t keys_per_split, DType act, cudaStream_t stream) {
   check_shape(shape);
+  VT_CHECK(num_splits >= 1 && keys_per_split >= 1, "paged_attention: ", num_splits, " splits of ", keys_per_split);
   if (layout.num_tokens == 0) return;
-  AttentionArgs args{out, q, gate, k_cache, v_cache, layout, shape, 1.0f / sqrtf(float(shape.head_dim))};
-  dim3 grid(unsigned(layout.num_tokens), unsigned(shape.num_heads));
-  VT_DISPATCH_ACT(act, T, sm90_paged_attention<T><<<grid, kAttentionWarps * 32, 0, stream>>>(args));
-  VT_CUDA_CHECK_LAUNCH("sm90_paged_attention");
+  AttentionArgs args{out, partials, q, gate, k_cache, v_cache, layout, shape, 1.0f / sqrtf(float(shape.head_dim)),
+                     num_splits, keys_per_split};
+  dim3 grid(unsigned(layout.num_tokens), unsigned(shape.num_heads), unsigned(num_splits));
+  VT_DISPATCH_ACT(act, T, sm90_paged_attention_partial<T><<<grid, kAttentionWarps * 32, 0, stream>>>(args));
+  VT_CUDA_CHECK_LAUNCH("sm90_paged_attention_partial");
+  dim3 combine_grid(unsigned(layout.num_tokens), unsigned(shape.num_heads));
+  VT_DISPATCH_ACT(act, T, sm90_attention_combine<T><<<combine_grid, 128, 0, stream>>>(args));
+  VT_CUDA_CHECK_LAUNCH("sm90_attention_combine");
 }
 
 }  // namespace vt::cuda

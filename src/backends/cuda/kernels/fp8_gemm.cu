@@ -213,14 +213,18 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
   VT_CHECK(reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0,
            "fp8_block_gemm: operands must be 16-byte aligned");
   if (m == 0 || n == 0) return;
-  // Backend: the tensor-core split-K kernel; VT_FP8_GEMM=simple selects the CUDA-core kernel for
-  // A/B runs (the per-shape measured choice is the GEMM registry's job).
-  static const bool simple = [] {
+  // Backend ladder, from ncu on the H200 (docs/perf/2026-11-29-decode-first-cuda.md): at M = 1
+  // the CUDA-core kernel streams the 27B shapes faster (gate_up 54 vs 73 us); from M = 2 on the
+  // tensor-core kernel wins by 2-10x. VT_FP8_GEMM=simple|mma forces one for A/B runs; the
+  // per-shape measured choice is the GEMM registry's job.
+  static const int forced = [] {
     const char* choice = std::getenv("VT_FP8_GEMM");
-    VT_CHECK(!choice || std::string(choice) == "simple" || std::string(choice) == "mma",
-             "VT_FP8_GEMM='", choice, "': expected 'mma' or 'simple'");
-    return choice && std::string(choice) == "simple";
+    if (!choice) return 0;
+    VT_CHECK(std::string(choice) == "simple" || std::string(choice) == "mma", "VT_FP8_GEMM='", choice,
+             "': expected 'mma' or 'simple'");
+    return std::string(choice) == "simple" ? 1 : 2;
   }();
+  const bool simple = forced ? forced == 1 : m == 1;
   const size_t element = dtype_size(act);
   if (!simple) {
     const int64_t k_blocks = (k + kGroup - 1) / kGroup;

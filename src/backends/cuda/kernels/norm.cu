@@ -7,7 +7,7 @@
 namespace vt::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 1024;  // one block per row: at decode a row is all the work there is
 
 template <typename T>
 __global__ void sm90_add_rms_norm(T* __restrict__ g_out, T* __restrict__ g_residual, const T* __restrict__ g_branch,
