@@ -23,6 +23,10 @@ struct Qwen35CudaModel::Workspace {
   cuda::DeviceBuffer mixer_out;           // [T, widest mixer/MLP inner width] act
   cuda::DeviceBuffer q, gate;             // [T, Hq*D] f32 / act
   cuda::DeviceBuffer attention_partials;  // split-key attention partials, f32
+  // MoE: router logits [T, E], routes [T*k] (ids i32, weights f32), per-pair expert activations
+  // [T*k, 2I] / [T*k, I] / [T*k, H], shared expert output [T, H] and gate [T, 1].
+  cuda::DeviceBuffer router_logits, route_ids, route_weights, expert_hidden, expert_act, expert_out;
+  cuda::DeviceBuffer shared_out, shared_gate;
   cuda::DeviceBuffer quantized, scales;   // FP8 activations [T, widest K] and [T, K/128]
   cuda::DeviceBuffer last_hidden, logits; // [rows, H], [rows, V] act
   cuda::DeviceBuffer next_tokens;         // [S] i32
@@ -68,11 +72,12 @@ constexpr int64_t kAttentionBlocks = 512;
 
 int64_t widest_projection(const Qwen35Config& c) {
   return std::max({c.conv_dim() + c.linear_value_dim(), c.num_heads * c.head_dim * 2 + 2 * c.num_kv_heads * c.head_dim,
-                   2 * c.intermediate_size});
+                   2 * c.intermediate_size, 2 * c.shared_expert_intermediate_size});
 }
 
 int64_t widest_inner(const Qwen35Config& c) {
-  return std::max({c.linear_value_dim(), c.num_heads * c.head_dim, c.intermediate_size});
+  return std::max({c.linear_value_dim(), c.num_heads * c.head_dim, c.intermediate_size, c.moe_intermediate_size,
+                   c.shared_expert_intermediate_size});
 }
 
 }  // namespace
@@ -81,7 +86,6 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
                                  std::string description)
     : config_(std::move(config)), weights_(std::move(weights)), options_(options),
       description_(std::move(description)) {
-  VT_CHECK(config_.num_experts == 0, "CUDA forward: MoE layers are not supported yet");
   VT_CHECK(options_.activations == DType::kF32 || options_.activations == DType::kBF16, "CUDA activations f32 or bf16");
   info_.architecture = config_.architecture;
   info_.vocab_size = config_.vocab_size;
@@ -110,8 +114,20 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   w.attention_partials = cuda::DeviceBuffer(
       DType::kF32, {std::max<int64_t>(kAttentionBlocks, T * config_.num_heads) * (config_.head_dim + 2)});
   const int64_t widest_k = std::max({H, widest_inner(config_)});
-  w.quantized = cuda::DeviceBuffer(DType::kU8, {T, widest_k});
-  w.scales = cuda::DeviceBuffer(DType::kF32, {T, (widest_k + 127) / 128});
+  const int64_t top_k = std::max<int64_t>(config_.num_experts_per_tok, 1);
+  w.quantized = cuda::DeviceBuffer(DType::kU8, {T * top_k, widest_k});
+  w.scales = cuda::DeviceBuffer(DType::kF32, {T * top_k, (widest_k + 127) / 128});
+  if (config_.num_experts > 0) {
+    const int64_t inter = config_.moe_intermediate_size, pairs = T * top_k;
+    w.router_logits = cuda::DeviceBuffer(act, {T, config_.num_experts});
+    w.route_ids = cuda::DeviceBuffer(DType::kI32, {pairs});
+    w.route_weights = cuda::DeviceBuffer(DType::kF32, {pairs});
+    w.expert_hidden = cuda::DeviceBuffer(act, {pairs, 2 * inter});
+    w.expert_act = cuda::DeviceBuffer(act, {pairs, inter});
+    w.expert_out = cuda::DeviceBuffer(act, {pairs, H});
+    w.shared_out = cuda::DeviceBuffer(act, {T, H});
+    w.shared_gate = cuda::DeviceBuffer(act, {T, 1});
+  }
   w.last_hidden = cuda::DeviceBuffer(act, {logit_rows, H});
   w.logits = cuda::DeviceBuffer(act, {logit_rows, config_.vocab_size});
   w.next_tokens = cuda::DeviceBuffer(DType::kI32, {logit_rows});
@@ -255,9 +271,13 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
     }
     cuda::add_rms_norm(w.normed.data(), w.x.data(), w.branch.data(), layer.post_attention_norm.as<float>(), T, H, eps,
                        1.0f, act, stream_);
-    linear(layer.mlp.gate_up, w.projected.data(), w.normed.data(), T);
-    cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, c.intermediate_size, act, stream_);
-    linear(layer.mlp.down, w.branch.data(), w.mixer_out.data(), T);
+    if (layer.is_moe) {
+      moe(layer.moe, T);
+    } else {
+      linear(layer.mlp.gate_up, w.projected.data(), w.normed.data(), T);
+      cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, c.intermediate_size, act, stream_);
+      linear(layer.mlp.down, w.branch.data(), w.mixer_out.data(), T);
+    }
     pending = w.branch.data();
   }
   cuda::add_rms_norm(w.normed.data(), w.x.data(), pending, weights_.final_norm.as<float>(), T, H, eps, 1.0f, act,
@@ -267,6 +287,38 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
   cuda::gather_rows(w.last_hidden.data(), w.normed.data(), w.last_index, rows, H, act, stream_);
   linear(weights_.lm_head, w.logits.data(), w.last_hidden.data(), rows);
   cuda::argmax_rows(w.next_tokens.as<int32_t>(), w.logits.data(), rows, c.vocab_size, act, stream_);
+}
+
+// MoE FFN on normed [T, H] -> branch [T, H]: route, expert GEMVs per (token, expert) pair
+// straight from the stacked expert weights, the gated shared expert, weighted combine.
+void Qwen35CudaModel::moe(const CudaMoe& moe, int64_t T) {
+  auto& w = *workspace_;
+  const auto& c = config_;
+  const DType act = options_.activations;
+  const int64_t H = c.hidden_size, k = c.num_experts_per_tok, inter = moe.intermediate, pairs = T * k;
+  const bool fp8 = moe.format == WeightFormat::kFp8Block;
+  linear(moe.router, w.router_logits.data(), w.normed.data(), T);
+  cuda::moe_route(w.route_ids.as<int32_t>(), w.route_weights.as<float>(), w.router_logits.data(), T, c.num_experts, k,
+                  c.norm_topk_prob, act, stream_);
+  if (fp8) cuda::fp8_quantize_rows(w.quantized.as<uint8_t>(), w.scales.as<float>(), w.normed.data(), T, H, act, stream_);
+  cuda::moe_expert_gemv(w.expert_hidden.data(), fp8 ? w.quantized.data() : w.normed.data(), w.scales.as<float>(),
+                        w.route_ids.as<int32_t>(), moe.gate_up.data(), moe.gate_up_scales.as<float>(), pairs, 2 * inter,
+                        H, k, fp8, act, stream_);
+  cuda::silu_mul(w.expert_act.data(), w.expert_hidden.data(), pairs, inter, act, stream_);
+  if (fp8) cuda::fp8_quantize_rows(w.quantized.as<uint8_t>(), w.scales.as<float>(), w.expert_act.data(), pairs, inter, act, stream_);
+  cuda::moe_expert_gemv(w.expert_out.data(), fp8 ? w.quantized.data() : w.expert_act.data(), w.scales.as<float>(),
+                        w.route_ids.as<int32_t>(), moe.down.data(), moe.down_scales.as<float>(), pairs, H, inter, 1, fp8,
+                        act, stream_);
+  if (moe.has_shared) {
+    const int64_t shared = moe.shared.down.k;
+    linear(moe.shared.gate_up, w.projected.data(), w.normed.data(), T);
+    cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, shared, act, stream_);
+    linear(moe.shared.down, w.shared_out.data(), w.mixer_out.data(), T);
+    linear(moe.shared_gate, w.shared_gate.data(), w.normed.data(), T);
+  }
+  cuda::moe_combine(w.branch.data(), w.expert_out.data(), w.route_weights.as<float>(),
+                    moe.has_shared ? w.shared_out.data() : nullptr, moe.has_shared ? w.shared_gate.data() : nullptr, T,
+                    H, k, act, stream_);
 }
 
 void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& base_state, const TensorView& logits,
@@ -372,6 +424,14 @@ void Qwen35CudaModel::randomize_state(uint64_t seed) {
 double Qwen35CudaModel::decode_bytes(int64_t batch, int64_t context) const {
   const auto& c = config_;
   double bytes = double(weights_.bytes());
+  // MoE: only the experts a step routes to are read. Expected distinct experts for `batch`
+  // tokens each choosing k of E uniformly: E (1 - (1 - k/E)^batch) (an estimate, stated so).
+  for (const auto& layer : weights_.layers) {
+    if (!layer.is_moe) continue;
+    const double e = double(layer.moe.experts), k = double(c.num_experts_per_tok);
+    const double distinct = e * (1.0 - std::pow(1.0 - k / e, double(batch)));
+    bytes -= double(layer.moe.expert_bytes()) * (e - distinct);
+  }
   double per_sequence = 0;
   const double act = double(dtype_size(options_.activations));
   for (LayerKind kind : c.layer_types) {

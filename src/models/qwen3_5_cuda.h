@@ -35,6 +35,19 @@ struct CudaMlp {
   CudaLinear gate_up, down;
 };
 
+// MoE FFN: experts stacked [E, 2I, H] (gate rows, then up rows) and [E, H, I], in the
+// activation dtype or as e4m3 codes with 128x128 block scales per expert.
+struct CudaMoe {
+  CudaLinear router;  // [E, H]
+  WeightFormat format = WeightFormat::kDense;
+  cuda::DeviceBuffer gate_up, gate_up_scales, down, down_scales;
+  int64_t experts = 0, intermediate = 0;
+  bool has_shared = false;
+  CudaMlp shared;
+  CudaLinear shared_gate;  // [1, H]
+  size_t expert_bytes() const;  // one expert's gate_up + down (with scales)
+};
+
 struct CudaLayer {
   LayerKind kind;
   cuda::DeviceBuffer input_norm, post_attention_norm;  // f32 [H]
@@ -44,7 +57,9 @@ struct CudaLayer {
   // Gated attention
   CudaLinear qkv, o_proj;
   cuda::DeviceBuffer q_norm, k_norm;  // f32 [D]
+  bool is_moe = false;
   CudaMlp mlp;
+  CudaMoe moe;
 };
 
 struct CudaWeights {
@@ -102,6 +117,7 @@ class Qwen35CudaModel final : public Model {
   struct Graphs;
   void run_step(int64_t num_tokens, int64_t num_seqs, int64_t logit_rows);  // metadata on the device
   void linear(const CudaLinear& linear, void* y, const void* x, int64_t m);
+  void moe(const CudaMoe& moe, int64_t num_tokens);  // workspace normed -> branch
   void upload_layout(const std::vector<int32_t>& tokens, const std::vector<int32_t>& token_seq,
                      const std::vector<int32_t>& positions, const std::vector<int32_t>& seq_start,
                      const std::vector<int32_t>& slots, const std::vector<int32_t>& last_index);

@@ -1,6 +1,7 @@
 // Device weights for the CUDA forward: from a checkpoint folder (merged projections, Qwen3-Next
 // row order, FP8 blocks kept as stored) or synthetic at the real shapes.
 #include <cstring>
+#include <tuple>
 
 #include "backends/cpu/cpu_ops.h"
 #include "core/error.h"
@@ -146,7 +147,97 @@ std::vector<int64_t> next_ba_order(const Qwen35Config& c) {
   return order;
 }
 
+// Stacks experts' parts into one device tensor [E, rows, k] (+ scales [E, rows/128, k/128]).
+// Each expert's parts are concatenated along rows first (gate then up).
+void stack_experts(const std::vector<std::vector<HostPart>>& experts, DType activations, cuda::DeviceBuffer* weights,
+                   cuda::DeviceBuffer* scales) {
+  const HostPart& first = experts.front().front();
+  int64_t rows = 0;
+  for (const auto& part : experts.front()) rows += part.rows;
+  const int64_t count = int64_t(experts.size()), k = first.k;
+  if (first.format == WeightFormat::kDense) {
+    Buffer host(activations, {count, rows, k});
+    int64_t offset = 0;
+    for (const auto& expert : experts)
+      for (const auto& part : expert)
+        for (float value : part.dense) {
+          if (activations == DType::kF32) host.view().as<float>()[offset++] = value;
+          else host.view().as<uint16_t>()[offset++] = f32_to_bf16(value);
+        }
+    *weights = cuda::to_device(host);
+    return;
+  }
+  for (const auto& expert : experts)
+    for (size_t i = 0; i + 1 < expert.size(); ++i)
+      VT_CHECK(expert[i].format == WeightFormat::kFp8Block && expert[i].rows % kFp8Block == 0,
+               "FP8 experts: stacked parts need whole 128-row blocks (rows ", expert[i].rows, ")");
+  const int64_t scale_rows = (rows + kFp8Block - 1) / kFp8Block, scale_cols = (k + kFp8Block - 1) / kFp8Block;
+  Buffer codes(DType::kU8, {count, rows, k}), block_scales(DType::kF32, {count, scale_rows, scale_cols});
+  int64_t code_offset = 0, scale_offset = 0;
+  for (const auto& expert : experts)
+    for (const auto& part : expert) {
+      VT_CHECK(part.format == WeightFormat::kFp8Block, "MoE experts mix FP8 and unquantised weights");
+      std::memcpy(codes.view().as<uint8_t>() + code_offset, part.codes.data(), part.codes.size());
+      std::memcpy(block_scales.f32() + scale_offset, part.scales.data(), part.scales.size() * sizeof(float));
+      code_offset += int64_t(part.codes.size());
+      scale_offset += int64_t(part.scales.size());
+    }
+  *weights = cuda::to_device(codes);
+  *scales = cuda::to_device(block_scales);
+}
+
+CudaMoe load_moe(Reader& read, const std::string& p, const Qwen35Config& config, DType activations) {
+  const int64_t hidden = config.hidden_size, experts = config.num_experts, inter = config.moe_intermediate_size;
+  CudaMoe moe;
+  moe.experts = experts;
+  moe.intermediate = inter;
+  moe.router = upload({read.read(p + "gate", experts, hidden)}, activations);
+  std::vector<std::vector<HostPart>> gate_up(experts), down(experts);
+  if (read.store.contains(p + "experts.gate_up_proj")) {
+    // Fused 3-D layout: gate_up_proj [E, 2I, H] (gate rows first), down_proj [E, H, I].
+    for (auto [name, rows, k, target] : {std::tuple{"gate_up_proj", 2 * inter, hidden, &gate_up},
+                                         std::tuple{"down_proj", hidden, inter, &down}}) {
+      TensorView view = read.store.take(p + "experts." + name, {experts, rows, k}, {DType::kF32, DType::kBF16, DType::kF16});
+      for (int64_t e = 0; e < experts; ++e) {
+        HostPart part;
+        part.rows = rows;
+        part.k = k;
+        part.dense.resize(size_t(rows * k));
+        cpu::to_f32(part.dense.data(), static_cast<const char*>(view.data) + e * rows * k * dtype_size(view.dtype),
+                    view.dtype, rows * k);
+        (*target)[e].push_back(std::move(part));
+      }
+    }
+  } else {
+    for (int64_t e = 0; e < experts; ++e) {
+      const std::string expert = p + "experts." + std::to_string(e) + ".";
+      gate_up[e].push_back(read.read(expert + "gate_proj", inter, hidden));
+      gate_up[e].push_back(read.read(expert + "up_proj", inter, hidden));
+      down[e].push_back(read.read(expert + "down_proj", hidden, inter));
+    }
+  }
+  moe.format = gate_up.front().front().format;
+  stack_experts(gate_up, activations, &moe.gate_up, &moe.gate_up_scales);
+  stack_experts(down, activations, &moe.down, &moe.down_scales);
+  if (config.shared_expert_intermediate_size > 0) {
+    const int64_t shared = config.shared_expert_intermediate_size;
+    moe.has_shared = true;
+    moe.shared.gate_up = upload({read.read(p + "shared_expert.gate_proj", shared, hidden),
+                                 read.read(p + "shared_expert.up_proj", shared, hidden)},
+                                activations);
+    moe.shared.down = upload({read.read(p + "shared_expert.down_proj", hidden, shared)}, activations);
+    moe.shared_gate = upload({read.read(p + "shared_expert_gate", 1, hidden)}, activations);
+  }
+  return moe;
+}
+
 }  // namespace
+
+size_t CudaMoe::expert_bytes() const {
+  size_t total = gate_up.bytes() + down.bytes();
+  if (gate_up_scales.data()) total += gate_up_scales.bytes() + down_scales.bytes();
+  return experts ? total / size_t(experts) : 0;
+}
 
 size_t CudaLinear::bytes() const {
   size_t total = 0;
@@ -158,12 +249,13 @@ size_t CudaWeights::bytes() const {
   size_t total = lm_head.bytes() + final_norm.bytes();
   for (const auto& layer : layers)
     total += layer.in_proj.bytes() + layer.in_proj_ba.bytes() + layer.out_proj.bytes() + layer.qkv.bytes() +
-             layer.o_proj.bytes() + layer.mlp.gate_up.bytes() + layer.mlp.down.bytes();
+             layer.o_proj.bytes() + layer.mlp.gate_up.bytes() + layer.mlp.down.bytes() + layer.moe.router.bytes() +
+             layer.moe.expert_bytes() * size_t(layer.moe.experts) + layer.moe.shared.gate_up.bytes() +
+             layer.moe.shared.down.bytes() + layer.moe.shared_gate.bytes();
   return total;
 }
 
 CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DType activations) {
-  VT_CHECK(config.num_experts == 0, config.architecture, ": MoE layers are not on the CUDA path yet (CPU only)");
   Reader read{store, config, activations};
   const std::string& prefix = config.weight_prefix;
   const int64_t hidden = config.hidden_size, hv = config.linear_num_value_heads, d = config.head_dim;
@@ -205,10 +297,15 @@ CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DT
       layer.k_norm = read.vector(a + "k_norm.weight", {d});
       layer.o_proj = upload({read.read(a + "o_proj", hidden, config.num_heads * d)}, activations);
     }
-    const int64_t inter = config.intermediate_size;
-    layer.mlp.gate_up = upload({read.read(p + "mlp.gate_proj", inter, hidden), read.read(p + "mlp.up_proj", inter, hidden)},
-                               activations);
-    layer.mlp.down = upload({read.read(p + "mlp.down_proj", hidden, inter)}, activations);
+    layer.is_moe = config.layer_is_moe(i);
+    if (layer.is_moe) {
+      layer.moe = load_moe(read, p + "mlp.", config, activations);
+    } else {
+      const int64_t inter = config.intermediate_size;
+      layer.mlp.gate_up = upload({read.read(p + "mlp.gate_proj", inter, hidden), read.read(p + "mlp.up_proj", inter, hidden)},
+                                 activations);
+      layer.mlp.down = upload({read.read(p + "mlp.down_proj", hidden, inter)}, activations);
+    }
     weights.layers.push_back(std::move(layer));
   }
   weights.final_norm = read.vector(prefix + "norm.weight", {hidden});
@@ -285,6 +382,34 @@ struct Synthesizer {
     out.parts.push_back(std::move(part));
     return out;
   }
+  // Stacked experts at the real shapes; the router and shared-expert gate stay BF16.
+  CudaMoe moe(const Qwen35Config& c) {
+    CudaMoe out;
+    const int64_t e = c.num_experts, inter = c.moe_intermediate_size, hidden = c.hidden_size;
+    out.experts = e;
+    out.intermediate = inter;
+    out.router = linear(e, hidden, false);
+    out.format = fp8 ? WeightFormat::kFp8Block : WeightFormat::kDense;
+    for (auto [weights, scales, rows, k] : {std::tuple{&out.gate_up, &out.gate_up_scales, 2 * inter, hidden},
+                                            std::tuple{&out.down, &out.down_scales, hidden, inter}}) {
+      if (fp8) {
+        *weights = cuda::DeviceBuffer(DType::kU8, {e, rows, k});
+        cuda::fill_random_fp8(weights->as<uint8_t>(), e * rows * k, next(), nullptr);
+        *scales = cuda::DeviceBuffer(DType::kF32, {e, (rows + 127) / 128, (k + 127) / 128});
+        cuda::fill_random(scales->data(), DType::kF32, scales->shape().numel(), next(), 2e-5f, 6e-5f, nullptr);
+      } else {
+        *weights = cuda::DeviceBuffer(DType::kBF16, {e, rows, k});
+        cuda::fill_random(weights->data(), DType::kBF16, e * rows * k, next(), 0.02f, 0.0f, nullptr);
+      }
+    }
+    if (c.shared_expert_intermediate_size > 0) {
+      out.has_shared = true;
+      out.shared.gate_up = linear(2 * c.shared_expert_intermediate_size, hidden, true);
+      out.shared.down = linear(hidden, c.shared_expert_intermediate_size, true);
+      out.shared_gate = linear(1, hidden, false);
+    }
+    return out;
+  }
   cuda::DeviceBuffer vector(int64_t n, float scale, float offset) {
     cuda::DeviceBuffer buffer(DType::kF32, {n});
     cuda::fill_random(buffer.data(), DType::kF32, n, next(), scale, offset, nullptr);
@@ -295,7 +420,6 @@ struct Synthesizer {
 }  // namespace
 
 CudaWeights synthetic_cuda_weights(const Qwen35Config& c, bool fp8, uint64_t seed) {
-  VT_CHECK(c.num_experts == 0, c.architecture, ": MoE layers are not on the CUDA path yet");
   Synthesizer make{fp8, seed};
   const int64_t hidden = c.hidden_size, hv = c.linear_num_value_heads, d = c.head_dim;
   CudaWeights weights;
@@ -321,8 +445,13 @@ CudaWeights synthetic_cuda_weights(const Qwen35Config& c, bool fp8, uint64_t see
       layer.k_norm = make.vector(d, 0.1f, 0.0f);
       layer.o_proj = make.linear(hidden, c.num_heads * d, true);
     }
-    layer.mlp.gate_up = make.linear(2 * c.intermediate_size, hidden, true);
-    layer.mlp.down = make.linear(hidden, c.intermediate_size, true);
+    layer.is_moe = c.layer_is_moe(i);
+    if (layer.is_moe) {
+      layer.moe = make.moe(c);
+    } else {
+      layer.mlp.gate_up = make.linear(2 * c.intermediate_size, hidden, true);
+      layer.mlp.down = make.linear(hidden, c.intermediate_size, true);
+    }
     weights.layers.push_back(std::move(layer));
   }
   weights.final_norm = make.vector(hidden, 0.1f, 0.0f);

@@ -92,8 +92,7 @@ CaseResult run_case(const std::string& name, const std::string& mode, DType acti
 }
 
 TEST_F(CudaModel, GoldenF32MatchesHf) {
-  // qwen3_next and qwen3_5_moe are MoE: not on the CUDA path yet.
-  for (const char* name : {"qwen3_5_dense", "qwen3_5_vl"}) {
+  for (const char* name : {"qwen3_5_dense", "qwen3_5_vl", "qwen3_5_moe", "qwen3_next"}) {
     auto result = run_case(name, "", DType::kF32);
     EXPECT_LE(result.worst_error, numerics::kLogitsRelL2) << name;
   }
@@ -105,7 +104,7 @@ TEST_F(CudaModel, GoldenFp8W8A8WithinBound) {
 }
 
 TEST_F(CudaModel, GoldenBf16ActivationsWithinBound) {
-  for (const char* name : {"qwen3_5_dense", "qwen3_5_vl"}) {
+  for (const char* name : {"qwen3_5_dense", "qwen3_5_vl", "qwen3_5_moe", "qwen3_next"}) {
     auto result = run_case(name, "", DType::kBF16);
     EXPECT_LE(result.worst_error, numerics::kCudaBf16ActivationsRelL2) << name;
     std::printf("cuda %s bf16: greedy tokens matching HF before the first difference: %d of %d\n", name,
@@ -150,6 +149,23 @@ TEST_F(CudaModel, SyntheticRealShapesDecode) {
   std::vector<int32_t> next;
   model.decode_step({1, 2, 3, 4}, {10, 20, 30, 40}, &next, true);
   ASSERT_EQ(next.size(), 4u);
+  for (int32_t id : next) EXPECT_TRUE(id >= 0 && id < config.vocab_size);
+}
+
+// Synthetic 35B-A3B (MoE) at real shapes, four layers: routed decode runs and yields valid ids.
+TEST_F(CudaModel, SyntheticMoeDecode) {
+  Qwen35Config config = synthetic_config("qwen3.5-35b-a3b");
+  config.num_layers = 4;
+  config.layer_types.resize(4);
+  CudaModelOptions options;
+  options.max_sequences = 8;
+  options.max_context = 64;
+  options.max_step_tokens = 8;
+  Qwen35CudaModel model(config, synthetic_cuda_weights(config, true, 5), options, "synthetic moe");
+  model.randomize_state(4);
+  std::vector<int32_t> next;
+  model.decode_step({1, 2, 3, 4, 5, 6, 7, 8}, {3, 5, 7, 9, 11, 13, 15, 17}, &next, true);
+  ASSERT_EQ(next.size(), 8u);
   for (int32_t id : next) EXPECT_TRUE(id >= 0 && id < config.vocab_size);
 }
 
