@@ -119,7 +119,7 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   w.scales = cuda::DeviceBuffer(DType::kF32, {T * top_k, (widest_k + 127) / 128});
   if (config_.num_experts > 0) {
     const int64_t inter = config_.moe_intermediate_size, pairs = T * top_k;
-    w.router_logits = cuda::DeviceBuffer(act, {T, config_.num_experts});
+    w.router_logits = cuda::DeviceBuffer(DType::kF32, {T, config_.num_experts});  // f32: top-k must not see bf16 ties
     w.route_ids = cuda::DeviceBuffer(DType::kI32, {pairs});
     w.route_weights = cuda::DeviceBuffer(DType::kF32, {pairs});
     w.expert_hidden = cuda::DeviceBuffer(act, {pairs, 2 * inter});
@@ -297,9 +297,13 @@ void Qwen35CudaModel::moe(const CudaMoe& moe, int64_t T) {
   const DType act = options_.activations;
   const int64_t H = c.hidden_size, k = c.num_experts_per_tok, inter = moe.intermediate, pairs = T * k;
   const bool fp8 = moe.format == WeightFormat::kFp8Block;
-  linear(moe.router, w.router_logits.data(), w.normed.data(), T);
+  // Router logits in f32 (bf16 inputs, fp32 accumulate): rounding them to bf16 flips near-tied
+  // experts, which moved bf16 logits by 15-23% on the golden MoE cases.
+  VT_CHECK(moe.router.format == WeightFormat::kDense && moe.router.parts.size() == 1, "MoE router must be dense");
+  gemm_->matmul(w.router_logits.data(), w.normed.data(), moe.router.parts[0].weight.data(), T, c.num_experts, H, act,
+                stream_, DType::kF32, true);
   cuda::moe_route(w.route_ids.as<int32_t>(), w.route_weights.as<float>(), w.router_logits.data(), T, c.num_experts, k,
-                  c.norm_topk_prob, act, stream_);
+                  c.norm_topk_prob, DType::kF32, stream_);
   if (fp8) cuda::fp8_quantize_rows(w.quantized.as<uint8_t>(), w.scales.as<float>(), w.normed.data(), T, H, act, stream_);
   cuda::moe_expert_gemv(w.expert_hidden.data(), fp8 ? w.quantized.data() : w.normed.data(), w.scales.as<float>(),
                         w.route_ids.as<int32_t>(), moe.gate_up.data(), moe.gate_up_scales.as<float>(), pairs, 2 * inter,

@@ -41,12 +41,14 @@ CublasLtGemm::~CublasLtGemm() {
 
 // Row-major y = x w^T is column-major y^T [N, M] = w [K, N]^T x^T [K, M]: A = w (transposed),
 // B = x, C = y, all with leading dimension K (A, B) and N (C).
-CublasLtGemm::Plan& CublasLtGemm::plan(int64_t m, int64_t n, int64_t k, DType dtype) {
-  auto key = std::make_tuple(m, n, k, int(dtype));
+CublasLtGemm::Plan& CublasLtGemm::plan(int64_t m, int64_t n, int64_t k, DType dtype, DType out_dtype) {
+  auto key = std::make_tuple(m, n, k, int(dtype), int(out_dtype));
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   VT_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "cuBLASLt gemm: dtype ", dtype_name(dtype));
+  VT_CHECK(out_dtype == dtype || out_dtype == DType::kF32, "cuBLASLt gemm: output ", dtype_name(out_dtype));
   const cudaDataType_t type = dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t out_type = out_dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
   auto plan = std::make_unique<Plan>();
   VT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
@@ -54,7 +56,7 @@ CublasLtGemm::Plan& CublasLtGemm::plan(int64_t m, int64_t n, int64_t k, DType dt
   VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof(no_transpose)));
   VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, type, uint64_t(k), uint64_t(n), k));
   VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, type, uint64_t(k), uint64_t(m), k));
-  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, type, uint64_t(n), uint64_t(m), n));
+  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, out_type, uint64_t(n), uint64_t(m), n));
   cublasLtMatmulPreference_t preference;
   VT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
   VT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -70,9 +72,9 @@ CublasLtGemm::Plan& CublasLtGemm::plan(int64_t m, int64_t n, int64_t k, DType dt
 }
 
 void CublasLtGemm::matmul(void* y, const void* x, const void* w, int64_t m, int64_t n, int64_t k, DType dtype,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, DType out_dtype, bool out_dtype_given) {
   if (m == 0 || n == 0) return;
-  Plan& p = plan(m, n, k, dtype);
+  Plan& p = plan(m, n, k, dtype, out_dtype_given ? out_dtype : dtype);
   const float alpha = 1.0f, beta = 0.0f;
   VT_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.operation, &alpha, w, p.a, x, p.b, &beta,
                                  y, p.c, y, p.c, &p.algorithm, workspace_, workspace_bytes_, stream));
