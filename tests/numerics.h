@@ -20,5 +20,9 @@ constexpr double kSamePathRelL2 = 1e-5;
 // CUDA forward with BF16 activations (and KV cache) vs HF fp32 on the same weights: every
 // activation is rounded to bf16 (2^-9 relative) before each GEMM and between kernels.
 constexpr double kCudaBf16ActivationsRelL2 = 8e-2;
+// The same for MoE models: bf16 rounding upstream of the router flips near-tied experts (the
+// golden MoE cases have router top-k gaps down to 1.5e-3), a discontinuity like W8A8's. The f32
+// CUDA path checks MoE tightly (kLogitsRelL2); this bound only catches gross breakage.
+constexpr double kCudaBf16MoeActivationsRelL2 = 3e-1;
 
 }  // namespace vt::numerics

@@ -106,7 +106,9 @@ TEST_F(CudaModel, GoldenFp8W8A8WithinBound) {
 TEST_F(CudaModel, GoldenBf16ActivationsWithinBound) {
   for (const char* name : {"qwen3_5_dense", "qwen3_5_vl", "qwen3_5_moe", "qwen3_next"}) {
     auto result = run_case(name, "", DType::kBF16);
-    EXPECT_LE(result.worst_error, numerics::kCudaBf16ActivationsRelL2) << name;
+    const bool moe = std::string(name) == "qwen3_5_moe" || std::string(name) == "qwen3_next";
+    EXPECT_LE(result.worst_error, moe ? numerics::kCudaBf16MoeActivationsRelL2 : numerics::kCudaBf16ActivationsRelL2)
+        << name;
     std::printf("cuda %s bf16: greedy tokens matching HF before the first difference: %d of %d\n", name,
                 result.greedy_matched, result.greedy_total);
   }
