@@ -1,0 +1,262 @@
+// CUDA model kernels against the CPU reference ops on awkward shapes: several sequences of odd
+// lengths in one step (prefill chunks and single decode tokens mixed), block-boundary positions,
+// split-key attention, GQA, partial RoPE, and the fused Gated DeltaNet kernel with its states.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "backends/cpu/cpu_ops.h"
+#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/device_buffer.h"
+
+namespace vt {
+namespace {
+
+class CudaKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) {
+      if (std::getenv("VT_REQUIRE_GPU")) FAIL() << "VT_REQUIRE_GPU is set but no CUDA device is visible";
+      GTEST_SKIP() << "no CUDA device";
+    }
+  }
+};
+
+std::vector<float> random_vector(size_t count, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> values(count);
+  for (auto& v : values) v = normal(rng);
+  return values;
+}
+
+template <typename T>
+cuda::DeviceBuffer upload(const std::vector<T>& host, DType dtype) {
+  cuda::DeviceBuffer buffer(dtype, {int64_t(host.size())});
+  cuda::copy_to_device(buffer.data(), host.data(), host.size() * sizeof(T));
+  return buffer;
+}
+
+std::vector<float> download(const cuda::DeviceBuffer& buffer) {
+  std::vector<float> host(size_t(buffer.shape().numel()));
+  cuda::copy_to_host(host.data(), buffer.data(), host.size() * sizeof(float));
+  return host;
+}
+
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+// A step of several sequences: each (cached tokens before, new tokens now).
+struct StepPlan {
+  std::vector<int32_t> cached, fresh;
+  int64_t tokens() const {
+    int64_t total = 0;
+    for (int32_t n : fresh) total += n;
+    return total;
+  }
+};
+
+struct HostLayout {
+  std::vector<int32_t> token_seq, positions, seq_start, slots;
+};
+
+HostLayout make_layout(const StepPlan& plan) {
+  HostLayout layout;
+  layout.seq_start.push_back(0);
+  for (size_t s = 0; s < plan.fresh.size(); ++s) {
+    for (int32_t t = 0; t < plan.fresh[s]; ++t) {
+      layout.token_seq.push_back(int32_t(s));
+      layout.positions.push_back(plan.cached[s] + t);
+    }
+    layout.seq_start.push_back(layout.seq_start.back() + plan.fresh[s]);
+    layout.slots.push_back(int32_t(plan.fresh.size() - 1 - s));  // slots in reverse: exercises the map
+  }
+  return layout;
+}
+
+TEST_F(CudaKernels, AttentionMatchesCpu) {
+  const int64_t hq = 6, hkv = 2, d = 64, rotary = 16, block_size = 16, max_blocks = 8;
+  const float theta = 10000.0f, eps = 1e-6f;
+  // Sequence 0: 37 cached + 1 decode; 1: prefill of 21; 2: 15 cached + 3 new (crosses a block).
+  const StepPlan plan{{37, 0, 15}, {1, 21, 3}};
+  const HostLayout layout = make_layout(plan);
+  const int64_t T = plan.tokens(), S = int64_t(plan.fresh.size()), width = hq * 2 * d + 2 * hkv * d;
+  auto projected = random_vector(T * width, 1);
+  auto q_norm = random_vector(d, 2, 0.1f), k_norm = random_vector(d, 3, 0.1f);
+
+  // CPU: per sequence, contiguous caches holding random earlier keys/values plus this step's.
+  std::vector<float> expected(T * hq * d);
+  std::vector<std::vector<float>> k_history(S), v_history(S);
+  for (int64_t s = 0; s < S; ++s) {
+    k_history[s] = random_vector(plan.cached[s] * hkv * d, 10 + s);
+    v_history[s] = random_vector(plan.cached[s] * hkv * d, 20 + s);
+  }
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t n = plan.fresh[s], start = plan.cached[s], first = layout.seq_start[s];
+    std::vector<float> q(n * hq * d), gate(n * hq * d), k_cache((start + n) * hkv * d), v_cache((start + n) * hkv * d);
+    std::copy(k_history[s].begin(), k_history[s].end(), k_cache.begin());
+    std::copy(v_history[s].begin(), v_history[s].end(), v_cache.begin());
+    for (int64_t t = 0; t < n; ++t) {
+      const float* row = &projected[(first + t) * width];
+      for (int64_t h = 0; h < hq; ++h)
+        for (int64_t i = 0; i < d; ++i) {
+          q[(t * hq + h) * d + i] = row[h * 2 * d + i];
+          gate[(t * hq + h) * d + i] = row[h * 2 * d + d + i];
+        }
+      for (int64_t i = 0; i < hkv * d; ++i) {
+        k_cache[(start + t) * hkv * d + i] = row[hq * 2 * d + i];
+        v_cache[(start + t) * hkv * d + i] = row[hq * 2 * d + hkv * d + i];
+      }
+    }
+    cpu::rms_norm(q.data(), q.data(), q_norm.data(), n * hq, d, eps, 1.0f);
+    cpu::rms_norm(&k_cache[start * hkv * d], &k_cache[start * hkv * d], k_norm.data(), n * hkv, d, eps, 1.0f);
+    std::vector<int64_t> positions(n);
+    for (int64_t t = 0; t < n; ++t) positions[t] = start + t;
+    cpu::rope_neox(q.data(), positions.data(), n, hq, d, rotary, theta);
+    cpu::rope_neox(&k_cache[start * hkv * d], positions.data(), n, hkv, d, rotary, theta);
+    std::vector<float> out(n * hq * d);
+    cpu::attention_causal(out.data(), q.data(), k_cache.data(), v_cache.data(), n, start, hq, hkv, d, 1.0f / std::sqrt(float(d)));
+    for (int64_t i = 0; i < n * hq * d; ++i)
+      expected[first * hq * d + i] = out[i] / (1.0f + std::exp(-gate[i]));
+  }
+
+  // CUDA: paged caches; earlier keys/values written into each slot's blocks.
+  const int64_t slots = S, kv_rows = slots * max_blocks * block_size;
+  std::vector<float> k_paged(kv_rows * hkv * d, 0.0f), v_paged(kv_rows * hkv * d, 0.0f);
+  std::vector<int32_t> tables(slots * max_blocks);
+  for (int64_t i = 0; i < int64_t(tables.size()); ++i) tables[i] = int32_t(tables.size() - 1 - i);  // scattered blocks
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t p = 0; p < plan.cached[s]; ++p) {
+      const int64_t slot = layout.slots[s], block = tables[slot * max_blocks + p / block_size];
+      const int64_t row = block * block_size + p % block_size;
+      for (int64_t i = 0; i < hkv * d; ++i) {
+        k_paged[row * hkv * d + i] = k_history[s][p * hkv * d + i];
+        v_paged[row * hkv * d + i] = v_history[s][p * hkv * d + i];
+      }
+    }
+  auto d_projected = upload(projected, DType::kF32), d_q_norm = upload(q_norm, DType::kF32), d_k_norm = upload(k_norm, DType::kF32);
+  auto d_k = upload(k_paged, DType::kF32), d_v = upload(v_paged, DType::kF32);
+  auto d_seq = upload(layout.token_seq, DType::kI32), d_pos = upload(layout.positions, DType::kI32);
+  auto d_start = upload(layout.seq_start, DType::kI32), d_slots = upload(layout.slots, DType::kI32);
+  auto d_tables = upload(tables, DType::kI32);
+  cuda::StepLayout step{d_seq.as<int32_t>(), d_pos.as<int32_t>(), d_start.as<int32_t>(), d_tables.as<int32_t>(),
+                        d_slots.as<int32_t>(), T, S, max_blocks};
+  const cuda::AttentionShape shape{hq, hkv, d, rotary, block_size, theta, eps};
+  for (int64_t splits : {1, 3, 8}) {
+    cuda::DeviceBuffer q(DType::kF32, {T * hq * d}), gate(DType::kF32, {T * hq * d}), out(DType::kF32, {T * hq * d});
+    cuda::DeviceBuffer partials(DType::kF32, {T * hq * splits * (d + 2)});
+    cuda::attention_prepare(q.as<float>(), gate.data(), d_k.data(), d_v.data(), d_projected.data(), d_q_norm.as<float>(),
+                            d_k_norm.as<float>(), step, shape, DType::kF32, nullptr);
+    cuda::paged_attention(out.data(), partials.as<float>(), q.as<float>(), gate.data(), d_k.data(), d_v.data(), step,
+                          shape, splits, (max_blocks * block_size + splits - 1) / splits, DType::kF32, nullptr);
+    cuda::synchronize();
+    EXPECT_LE(relative_l2(download(out), expected), 1e-5) << splits << " splits";
+  }
+}
+
+TEST_F(CudaKernels, GatedDeltaNetMatchesCpu) {
+  const int64_t hk = 2, hv = 6, dk = 32, dv = 48, kernel = 4, conv_dim = 2 * hk * dk + hv * dv;
+  const int64_t value_dim = hv * dv, stride = conv_dim + value_dim;
+  const float eps = 1e-6f;
+  const StepPlan plan{{5, 0, 2}, {1, 70, 3}};  // decode, a prefill longer than a chunk, a short one
+  const HostLayout layout = make_layout(plan);
+  const int64_t T = plan.tokens(), S = int64_t(plan.fresh.size());
+  auto projected = random_vector(T * stride, 31), ba = random_vector(T * 2 * hv, 32);
+  auto conv_weight = random_vector(conv_dim * kernel, 33, 0.5f), a_log = random_vector(hv, 34, 0.5f);
+  auto dt_bias = random_vector(hv, 35, 0.5f), norm_w = random_vector(dv, 36, 0.1f);
+  for (auto& w : norm_w) w += 1.0f;
+  auto conv_state = random_vector(S * conv_dim * (kernel - 1), 37), recurrent = random_vector(S * hv * dk * dv, 38, 0.1f);
+
+  // CPU reference, sequence by sequence with the same slot mapping.
+  std::vector<float> expected(T * value_dim), expected_conv = conv_state, expected_state = recurrent;
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t n = plan.fresh[s], first = layout.seq_start[s], slot = layout.slots[s];
+    std::vector<float> mixed(n * conv_dim), z(n * value_dim), conv_out(n * conv_dim);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t c = 0; c < stride; ++c)
+        (c < conv_dim ? mixed[t * conv_dim + c] : z[t * value_dim + c - conv_dim]) = projected[(first + t) * stride + c];
+    cpu::causal_conv1d_silu(conv_out.data(), mixed.data(), &expected_conv[slot * conv_dim * (kernel - 1)],
+                            conv_weight.data(), n, conv_dim, kernel);
+    std::vector<float> q(n * hk * dk), k(n * hk * dk), v(n * value_dim), g(n * hv), beta(n * hv), core(n * value_dim);
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t i = 0; i < hk * dk; ++i) {
+        q[t * hk * dk + i] = conv_out[t * conv_dim + i];
+        k[t * hk * dk + i] = conv_out[t * conv_dim + hk * dk + i];
+      }
+      for (int64_t i = 0; i < value_dim; ++i) v[t * value_dim + i] = conv_out[t * conv_dim + 2 * hk * dk + i];
+      for (int64_t h = 0; h < hv; ++h) {
+        beta[t * hv + h] = 1.0f / (1.0f + std::exp(-ba[(first + t) * 2 * hv + h]));
+        const float a = ba[(first + t) * 2 * hv + hv + h] + dt_bias[h];
+        g[t * hv + h] = -std::exp(a_log[h]) * (a > 20.0f ? a : std::log1p(std::exp(a)));
+      }
+    }
+    cpu::l2_normalize(q.data(), n * hk, dk, 1e-6f);
+    cpu::l2_normalize(k.data(), n * hk, dk, 1e-6f);
+    for (auto& x : q) x *= 1.0f / std::sqrt(float(dk));
+    cpu::gated_delta_rule_recurrent(core.data(), q.data(), k.data(), v.data(), g.data(), beta.data(),
+                                    &expected_state[slot * hv * dk * dv], n, hk, hv, dk, dv);
+    cpu::gated_rms_norm(&expected[first * value_dim], core.data(), z.data(), norm_w.data(), n * hv, dv, eps);
+  }
+
+  auto d_projected = upload(projected, DType::kF32), d_ba = upload(ba, DType::kF32);
+  auto d_conv_weight = upload(conv_weight, DType::kF32), d_a_log = upload(a_log, DType::kF32);
+  auto d_dt_bias = upload(dt_bias, DType::kF32), d_norm = upload(norm_w, DType::kF32);
+  auto d_conv_state = upload(conv_state, DType::kF32), d_recurrent = upload(recurrent, DType::kF32);
+  auto d_seq = upload(layout.token_seq, DType::kI32), d_pos = upload(layout.positions, DType::kI32);
+  auto d_start = upload(layout.seq_start, DType::kI32), d_slots = upload(layout.slots, DType::kI32);
+  cuda::StepLayout step{d_seq.as<int32_t>(), d_pos.as<int32_t>(), d_start.as<int32_t>(), nullptr,
+                        d_slots.as<int32_t>(), T, S, 0};
+  const cuda::DeltaNetShape shape{hk, hv, dk, dv, kernel, eps};
+  cuda::DeviceBuffer conv_out(DType::kF32, {T * conv_dim}), out(DType::kF32, {T * value_dim});
+  cuda::gdn_conv(conv_out.as<float>(), d_conv_state.as<float>(), d_projected.data(), stride, d_conv_weight.as<float>(),
+                 step, shape, DType::kF32, nullptr);
+  cuda::gdn_recurrent(out.data(), d_recurrent.as<float>(), conv_out.as<float>(), d_projected.data(), stride, conv_dim,
+                      d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(), step, shape,
+                      DType::kF32, nullptr);
+  cuda::synchronize();
+  EXPECT_LE(relative_l2(download(out), expected), 1e-5);
+  EXPECT_LE(relative_l2(download(d_conv_state), expected_conv), 1e-6);
+  EXPECT_LE(relative_l2(download(d_recurrent), expected_state), 1e-5);
+}
+
+TEST_F(CudaKernels, MoeRouteMatchesCpu) {
+  for (auto [tokens, experts, top_k] : {std::tuple<int64_t, int64_t, int64_t>{5, 8, 2}, {3, 256, 8}, {2, 512, 10}}) {
+    auto logits = random_vector(tokens * experts, 50 + experts);
+    std::vector<int32_t> expected_ids(tokens * top_k);
+    std::vector<float> expected_weights(tokens * top_k);
+    cpu::moe_route(expected_ids.data(), expected_weights.data(), logits.data(), tokens, experts, top_k, true);
+    auto d_logits = upload(logits, DType::kF32);
+    cuda::DeviceBuffer ids(DType::kI32, {tokens * top_k}), weights(DType::kF32, {tokens * top_k});
+    cuda::moe_route(ids.as<int32_t>(), weights.as<float>(), d_logits.data(), tokens, experts, top_k, true, DType::kF32, nullptr);
+    std::vector<int32_t> got_ids(tokens * top_k);
+    cuda::copy_to_host(got_ids.data(), ids.data(), got_ids.size() * sizeof(int32_t));
+    EXPECT_EQ(got_ids, expected_ids) << experts << " experts";
+    EXPECT_LE(relative_l2(download(weights), expected_weights), 1e-6);
+  }
+}
+
+TEST_F(CudaKernels, ArgmaxTakesTheFirstMaximum) {
+  std::vector<float> logits(2 * 1000, 0.0f);
+  logits[17] = 3.0f, logits[900] = 3.0f;           // row 0: tie -> 17
+  logits[1000 + 999] = 1.0f;                        // row 1: last element
+  auto d_logits = upload(logits, DType::kF32);
+  cuda::DeviceBuffer out(DType::kI32, {2});
+  cuda::argmax_rows(out.as<int32_t>(), d_logits.data(), 2, 1000, DType::kF32, nullptr);
+  std::vector<int32_t> ids(2);
+  cuda::copy_to_host(ids.data(), out.data(), 8);
+  EXPECT_EQ(ids, (std::vector<int32_t>{17, 999}));
+}
+
+}  // namespace
+}  // namespace vt
