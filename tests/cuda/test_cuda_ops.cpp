@@ -86,7 +86,8 @@ TEST_F(CudaOps, SiluMulMatchesCpu) {
 
 // FP8 W8A8 block GEMM against the CPU emulation: quantised activations, dequantised weights.
 TEST_F(CudaOps, Fp8BlockGemmMatchesCpu) {
-  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 512}, {7, 200, 192}, {16, 384, 5120},
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 512}, {1, 136, 6144}, {1, 520, 17408},
+                         {7, 200, 192}, {16, 384, 5120},
                          {33, 130, 1040}}) {
     auto x = random_vector(m * k, 11 + m);
     std::vector<uint8_t> codes(n * k);
