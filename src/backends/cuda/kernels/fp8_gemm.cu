@@ -53,45 +53,35 @@ __device__ __forceinline__ void fp8x16_to_float(const uint4& packed, float* out)
   }
 }
 
-// kSplit warps per output column n, each streaming its share of K (split-K inside the block, so
-// narrow-N shapes still put enough warps and bytes in flight); each lane reads 16 consecutive
-// weights per load, four loads in flight before any use, dots them with kMTile activation rows,
-// and scales each partial by a_scale * w_scale. The kSplit partials meet in shared memory in a
-// fixed order (deterministic).
-template <typename T, int kMTile, int kSplit>
+// One warp per output column n; each lane reads 16 consecutive weights per load, four loads in
+// flight before any use (the weights stream once; this is what keeps enough bytes in flight),
+// dots them with kMTile activation rows, and scales each partial by a_scale * w_scale.
+template <typename T, int kMTile>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemm_warp_rows(
     T* __restrict__ g_y, int64_t ldy, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
     const uint8_t* __restrict__ g_w, const float* __restrict__ g_w_scales, int64_t m, int64_t n, int64_t k) {
-  static_assert(kWarpsPerBlock % kSplit == 0, "whole columns per block");
   constexpr int kUnroll = 4;
-  constexpr int kColumnsPerBlock = kWarpsPerBlock / kSplit;
-  __shared__ float s_partial[kWarpsPerBlock][kMTile];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % kSplit;
-  const int64_t column = int64_t(blockIdx.x) * kColumnsPerBlock + warp / kSplit;
-  const bool active = column < n;
+  const int64_t column = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (column >= n) return;
+  const int lane = threadIdx.x % 32;
   const int64_t k_blocks = (k + kGroup - 1) / kGroup;
-  // This warp's K range: whole 512-byte warp steps, split as evenly as possible.
-  const int64_t steps = (k + 32 * kBytesPerLane - 1) / (32 * kBytesPerLane);
-  const int64_t k_begin = (steps * part / kSplit) * 32 * kBytesPerLane;
-  const int64_t k_end = min(k, (steps * (part + 1) / kSplit) * 32 * kBytesPerLane);
-  const uint8_t* weight_row = g_w + (active ? column : 0) * k;
-  const float* weight_scales = g_w_scales + ((active ? column : 0) / kGroup) * k_blocks;
+  const uint8_t* weight_row = g_w + column * k;
+  const float* weight_scales = g_w_scales + (column / kGroup) * k_blocks;
   for (int64_t m0 = 0; m0 < m; m0 += kMTile) {
     float r_acc[kMTile];
 #pragma unroll
     for (int r = 0; r < kMTile; ++r) r_acc[r] = 0.0f;
-    for (int64_t base = k_begin + int64_t(lane) * kBytesPerLane; active && base < k_end;
-         base += kUnroll * 32 * kBytesPerLane) {
+    for (int64_t base = int64_t(lane) * kBytesPerLane; base < k; base += kUnroll * 32 * kBytesPerLane) {
       uint4 r_packed[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t k0 = base + int64_t(u) * 32 * kBytesPerLane;
-        r_packed[u] = k0 < k_end ? __ldcs(reinterpret_cast<const uint4*>(weight_row + k0)) : make_uint4(0, 0, 0, 0);
+        r_packed[u] = k0 < k ? __ldcs(reinterpret_cast<const uint4*>(weight_row + k0)) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t k0 = base + int64_t(u) * 32 * kBytesPerLane;
-        if (k0 >= k_end) break;
+        if (k0 >= k) break;
         float r_w[kBytesPerLane];
         fp8x16_to_float(r_packed[u], r_w);
         const int64_t block = k0 / kGroup;
@@ -112,24 +102,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemm_warp_rows(
 #pragma unroll
     for (int r = 0; r < kMTile; ++r) {
       const float total = device::warp_sum(r_acc[r]);
-      if (kSplit == 1) {
-        if (lane == 0 && active && m0 + r < m) g_y[(m0 + r) * ldy + column] = device::from_float<T>(total);
-      } else if (lane == 0) {
-        s_partial[warp][r] = total;
-      }
-    }
-    if constexpr (kSplit > 1) {
-      __syncthreads();
-      if (part == 0 && lane == 0 && active)
-        for (int r = 0; r < kMTile && m0 + r < m; ++r) {
-          float sum = 0.0f;
-          for (int p = 0; p < kSplit; ++p) sum += s_partial[warp + p][r];
-          g_y[(m0 + r) * ldy + column] = device::from_float<T>(sum);
-        }
-      __syncthreads();
+      if (lane == 0 && m0 + r < m) g_y[(m0 + r) * ldy + column] = device::from_float<T>(total);
     }
   }
 }
+
 
 // Tensor-core FP8 for small M (<= 16 rows per launch): one block per 8 output columns, its eight
 // warps splitting K by 128-blocks and meeting in a fixed-order shared-memory sum (deterministic).
@@ -262,27 +239,21 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
     }
     return;
   }
-  // Split K over 4 warps per column when N alone gives fewer than ~16K warps (N = 5,120 shapes:
-  // out_proj, o_proj, down ran at 1.9-2.3 TB/s with one warp per column).
-  const bool split = n < 16384 && k >= 2048;
-  const unsigned blocks = unsigned((n + (split ? kWarpsPerBlock / 4 : kWarpsPerBlock) - 1) /
-                                   (split ? kWarpsPerBlock / 4 : kWarpsPerBlock));
-#define VT_LAUNCH_WARP_ROWS(M_TILE)                                                                          \
-  do {                                                                                                      \
-    if (split)                                                                                              \
-      sm90_fp8_gemm_warp_rows<T, M_TILE, 4><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(                    \
-          static_cast<T*>(y), ldy, q, a_scales, w, w_scales, m, n, k);                                      \
-    else                                                                                                    \
-      sm90_fp8_gemm_warp_rows<T, M_TILE, 1><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(                    \
-          static_cast<T*>(y), ldy, q, a_scales, w, w_scales, m, n, k);                                      \
-  } while (0)
+  const unsigned blocks = unsigned((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
   VT_DISPATCH_ACT(act, T, {
-    if (m == 1) VT_LAUNCH_WARP_ROWS(1);
-    else if (m <= 4) VT_LAUNCH_WARP_ROWS(4);
-    else if (m <= 8) VT_LAUNCH_WARP_ROWS(8);
-    else VT_LAUNCH_WARP_ROWS(16);
+    if (m == 1)
+      sm90_fp8_gemm_warp_rows<T, 1><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), ldy, q, a_scales, w,
+                                                                                 w_scales, m, n, k);
+    else if (m <= 4)
+      sm90_fp8_gemm_warp_rows<T, 4><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), ldy, q, a_scales, w,
+                                                                                 w_scales, m, n, k);
+    else if (m <= 8)
+      sm90_fp8_gemm_warp_rows<T, 8><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), ldy, q, a_scales, w,
+                                                                                 w_scales, m, n, k);
+    else
+      sm90_fp8_gemm_warp_rows<T, 16><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), ldy, q, a_scales,
+                                                                                  w, w_scales, m, n, k);
   });
-#undef VT_LAUNCH_WARP_ROWS
   VT_CUDA_CHECK_LAUNCH("sm90_fp8_gemm_warp_rows");
 }
 
