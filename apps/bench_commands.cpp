@@ -1,5 +1,7 @@
 // `vt bench decode`: decode speed on the GPU next to its floor (bytes one step must move over the
 // read bandwidth measured at start-up), per batch size, from a checkpoint or a synthetic model.
+// `vt profile decode`: where one decode step's GPU time went, per kernel, from CUPTI records of
+// the running process (CUDA-graph launches included).
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -16,7 +18,9 @@
 
 #include "backends/cuda/cuda_ops.h"
 #include "models/qwen3_5_cuda.h"
+#include "profile/kernel_recorder.h"
 #endif
+#include <map>
 
 namespace {
 
@@ -43,6 +47,105 @@ std::vector<int64_t> parse_list(const std::string& text) {
 }
 
 #ifdef VT_WITH_CUDA
+// The model a benchmark runs: a checkpoint folder or a synthetic model, BF16 activations, with
+// random KV cache and GDN state (the contents do not change the work done).
+std::unique_ptr<vt::Qwen35CudaModel> open_cuda_model(const BenchArgs& args, int64_t max_batch, std::string* name) {
+  vt::CudaModelOptions options;
+  options.activations = vt::DType::kBF16;
+  options.max_sequences = max_batch;
+  options.max_context = args.context + args.steps + 8;
+  options.max_step_tokens = max_batch;
+  std::unique_ptr<vt::Qwen35CudaModel> model;
+  if (!args.synthetic.empty()) {
+    vt::Qwen35Config config = vt::synthetic_config(args.synthetic);
+    VT_CHECK(args.weights == "fp8" || args.weights == "bf16", "--weights fp8|bf16");
+    auto weights = vt::synthetic_cuda_weights(config, args.weights == "fp8", 1234);
+    *name = args.synthetic + " (synthetic, " + args.weights + ")";
+    model = std::make_unique<vt::Qwen35CudaModel>(std::move(config), std::move(weights), options, *name);
+  } else {
+    model = vt::load_qwen35_cuda(args.model, options);
+    *name = args.model;
+  }
+  model->randomize_state(99);
+  return model;
+}
+
+// Kernel name without parameters, namespaces or template arguments ("sm90_fp8_gemm_warp_rows").
+std::string short_kernel_name(const std::string& name) {
+  std::string text = name.substr(0, name.find('('));
+  if (text.rfind("void ", 0) == 0) text = text.substr(5);
+  const size_t angle = text.find('<');
+  if (angle != std::string::npos) text = text.substr(0, angle);
+  const size_t colon = text.rfind("::");
+  return colon == std::string::npos ? text : text.substr(colon + 2);
+}
+
+void run_profile_decode(const BenchArgs& args) {
+  VT_CHECK(vt::cuda::device_count() > 0, "vt profile decode needs a CUDA GPU");
+  VT_CHECK(args.model.empty() != args.synthetic.empty(), "give exactly one of --model or --synthetic");
+  const std::vector<int64_t> batches = parse_list(args.batches);
+  VT_CHECK(batches.size() == 1, "vt profile decode takes one --batch");
+  const int64_t batch = batches[0];
+  std::string name;
+  auto model = open_cuda_model(args, batch, &name);
+  std::vector<int32_t> tokens(batch), positions(batch, int32_t(args.context)), next;
+  for (int64_t i = 0; i < batch; ++i) tokens[i] = int32_t((i * 7919 + 17) % model->config().vocab_size);
+  for (int warm = 0; warm < 3; ++warm) model->decode_step(tokens, positions, &next, !args.no_graph);
+
+  vt::profile::KernelRecorder recorder;
+  recorder.start();
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step < args.steps; ++step) {
+    model->decode_step(tokens, positions, &next, !args.no_graph);
+    tokens = next;
+  }
+  const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  const auto records = recorder.stop();
+  VT_CHECK(!records.empty(), "CUPTI recorded no kernels: the profile would be empty");
+
+  struct Group {
+    int64_t calls = 0;
+    double total_us = 0;
+    std::string grid;
+  };
+  std::map<std::string, Group> groups;
+  double kernel_us = 0;
+  int64_t from_graph = 0;
+  for (const auto& record : records) {
+    const std::string grid = std::to_string(record.grid[0]) + "x" + std::to_string(record.grid[1]) + "x" +
+                             std::to_string(record.grid[2]);
+    Group& group = groups[short_kernel_name(record.name) + " [" + grid + "]"];
+    const double us = double(record.end_ns - record.start_ns) * 1e-3;
+    group.calls += 1;
+    group.total_us += us;
+    kernel_us += us;
+    from_graph += record.graph_node != 0;
+  }
+  std::vector<std::pair<std::string, Group>> sorted(groups.begin(), groups.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.total_us > b.second.total_us; });
+  const double steps = double(args.steps), step_us = wall_us / steps;
+  nlohmann::json report = {{"model", name}, {"batch", batch}, {"context", args.context}, {"steps", args.steps},
+                           {"step_us", step_us}, {"kernel_us_per_step", kernel_us / steps},
+                           {"kernels_per_step", double(records.size()) / steps},
+                           {"graph_launched_fraction", double(from_graph) / double(records.size())},
+                           {"idle_fraction", std::max(0.0, 1.0 - kernel_us / wall_us)}, {"kernels", nlohmann::json::array()}};
+  for (const auto& [key, group] : sorted)
+    report["kernels"].push_back({{"kernel", key}, {"calls_per_step", double(group.calls) / steps},
+                                 {"us_per_step", group.total_us / steps}, {"share", group.total_us / wall_us}});
+  if (args.json) {
+    std::cout << report.dump(2) << std::endl;
+    return;
+  }
+  std::printf("%s, batch %lld, context %lld: %.1f us/step wall, %.1f us/step in %0.f kernels (%.0f%% from graphs), "
+              "GPU idle %.1f%%\n\n| kernel [grid] | calls/step | us/step | share of step |\n|---|---|---|---|\n",
+              name.c_str(), (long long)batch, (long long)args.context, step_us, kernel_us / steps,
+              double(records.size()) / steps, 100.0 * double(from_graph) / double(records.size()),
+              100.0 * std::max(0.0, 1.0 - kernel_us / wall_us));
+  for (const auto& [key, group] : sorted)
+    std::printf("| %s | %.1f | %.1f | %.1f%% |\n", key.c_str(), double(group.calls) / steps, group.total_us / steps,
+                100.0 * group.total_us / wall_us);
+}
+
 void run_bench_decode(const BenchArgs& args) {
   VT_CHECK(vt::cuda::device_count() > 0, "vt bench decode needs a CUDA GPU");
   VT_CHECK(args.model.empty() != args.synthetic.empty(), "give exactly one of --model or --synthetic");
@@ -51,24 +154,8 @@ void run_bench_decode(const BenchArgs& args) {
   VT_CHECK(args.context >= 1 && args.steps >= 1, "--context and --steps must be positive");
 
   const double bandwidth = vt::cuda::measure_read_bandwidth(size_t(4) << 30);  // GB/s
-  vt::CudaModelOptions options;
-  options.activations = vt::DType::kBF16;
-  options.max_sequences = max_batch;
-  options.max_context = args.context + args.steps + 8;
-  options.max_step_tokens = max_batch;
-  std::unique_ptr<vt::Qwen35CudaModel> model;
   std::string name;
-  if (!args.synthetic.empty()) {
-    vt::Qwen35Config config = vt::synthetic_config(args.synthetic);
-    VT_CHECK(args.weights == "fp8" || args.weights == "bf16", "--weights fp8|bf16");
-    auto weights = vt::synthetic_cuda_weights(config, args.weights == "fp8", 1234);
-    name = args.synthetic + " (synthetic, " + args.weights + ")";
-    model = std::make_unique<vt::Qwen35CudaModel>(std::move(config), std::move(weights), options, name);
-  } else {
-    model = vt::load_qwen35_cuda(args.model, options);
-    name = args.model;
-  }
-  model->randomize_state(99);
+  auto model = open_cuda_model(args, max_batch, &name);
   if (!args.predict.empty()) {
     std::ifstream in(args.predict);
     VT_CHECK(in, args.predict, ": cannot open prediction file");
@@ -126,6 +213,29 @@ void add_bench_commands(CLI::App& app) {
     run_bench_decode(*args);
 #else
     VT_FAIL("vt bench decode: this vt was built without CUDA");
+#endif
+  });
+}
+
+void add_profile_commands(CLI::App& app) {
+  auto* profile = app.add_subcommand("profile", "Where the GPU time went, from the running process");
+  profile->require_subcommand(1);
+  auto args = std::make_shared<BenchArgs>();
+  args->steps = 60;
+  auto* decode = profile->add_subcommand("decode", "Per-kernel time of decode steps (CUPTI records)");
+  decode->add_option("--model", args->model, "HF model folder");
+  decode->add_option("--synthetic", args->synthetic, "qwen3.5-27b | qwen3.5-35b-a3b | qwen3-next-80b");
+  decode->add_option("--weights", args->weights, "synthetic weights: fp8 (128x128 blocks) or bf16");
+  decode->add_option("--batch", args->batches, "batch size");
+  decode->add_option("--context", args->context, "tokens already in each sequence's cache");
+  decode->add_option("--steps", args->steps, "recorded decode steps");
+  decode->add_flag("--no-graph", args->no_graph, "launch kernels one by one instead of a CUDA graph");
+  decode->add_flag("--json", args->json, "print a JSON report");
+  decode->callback([args] {
+#ifdef VT_WITH_CUDA
+    run_profile_decode(*args);
+#else
+    VT_FAIL("vt profile decode: this vt was built without CUDA");
 #endif
   });
 }
