@@ -72,7 +72,9 @@ std::unique_ptr<vt::Qwen35CudaModel> open_cuda_model(const BenchArgs& args, int6
 
 // Kernel name without parameters, namespaces or template arguments ("sm90_fp8_gemm_warp_rows").
 std::string short_kernel_name(const std::string& name) {
-  std::string text = name.substr(0, name.find('('));
+  std::string text = name;
+  for (size_t at; (at = text.find("(anonymous namespace)::")) != std::string::npos;) text.erase(at, 23);
+  text = text.substr(0, text.find('('));
   if (text.rfind("void ", 0) == 0) text = text.substr(5);
   const size_t angle = text.find('<');
   if (angle != std::string::npos) text = text.substr(0, angle);
