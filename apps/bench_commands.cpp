@@ -196,20 +196,27 @@ void run_bench_decode(const BenchArgs& args) {
 }  // namespace
 
 namespace vt::apps {
+namespace {
+
+void add_decode_options(CLI::App* decode, BenchArgs& args, const char* batch_help, const char* steps_help) {
+  decode->add_option("--model", args.model, "HF model folder");
+  decode->add_option("--synthetic", args.synthetic, "qwen3.5-27b | qwen3.5-35b-a3b | qwen3-next-80b");
+  decode->add_option("--weights", args.weights, "synthetic weights: fp8 (128x128 blocks) or bf16");
+  decode->add_option("--batch", args.batches, batch_help);
+  decode->add_option("--context", args.context, "tokens already in each sequence's cache");
+  decode->add_option("--steps", args.steps, steps_help);
+  decode->add_flag("--no-graph", args.no_graph, "launch kernels one by one instead of a CUDA graph");
+  decode->add_flag("--json", args.json, "print a JSON report");
+}
+
+}  // namespace
 
 void add_bench_commands(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "Benchmarks on the GPU");
   bench->require_subcommand(1);
   auto args = std::make_shared<BenchArgs>();
   auto* decode = bench->add_subcommand("decode", "Decode ms/step and tokens/s next to the bandwidth floor");
-  decode->add_option("--model", args->model, "HF model folder");
-  decode->add_option("--synthetic", args->synthetic, "qwen3.5-27b | qwen3.5-35b-a3b | qwen3-next-80b");
-  decode->add_option("--weights", args->weights, "synthetic weights: fp8 (128x128 blocks) or bf16");
-  decode->add_option("--batch", args->batches, "comma-separated batch sizes, e.g. 1,16,64");
-  decode->add_option("--context", args->context, "tokens already in each sequence's cache");
-  decode->add_option("--steps", args->steps, "timed decode steps per batch size");
-  decode->add_flag("--no-graph", args->no_graph, "launch kernels one by one instead of a CUDA graph");
-  decode->add_flag("--json", args->json, "print a JSON report");
+  add_decode_options(decode, *args, "comma-separated batch sizes, e.g. 1,16,64", "timed decode steps per batch size");
   decode->callback([args] {
 #ifdef VT_WITH_CUDA
     run_bench_decode(*args);
@@ -225,14 +232,7 @@ void add_profile_commands(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   args->steps = 60;
   auto* decode = profile->add_subcommand("decode", "Per-kernel time of decode steps (CUPTI records)");
-  decode->add_option("--model", args->model, "HF model folder");
-  decode->add_option("--synthetic", args->synthetic, "qwen3.5-27b | qwen3.5-35b-a3b | qwen3-next-80b");
-  decode->add_option("--weights", args->weights, "synthetic weights: fp8 (128x128 blocks) or bf16");
-  decode->add_option("--batch", args->batches, "batch size");
-  decode->add_option("--context", args->context, "tokens already in each sequence's cache");
-  decode->add_option("--steps", args->steps, "recorded decode steps");
-  decode->add_flag("--no-graph", args->no_graph, "launch kernels one by one instead of a CUDA graph");
-  decode->add_flag("--json", args->json, "print a JSON report");
+  add_decode_options(decode, *args, "batch size", "recorded decode steps");
   decode->callback([args] {
 #ifdef VT_WITH_CUDA
     run_profile_decode(*args);

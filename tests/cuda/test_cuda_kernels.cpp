@@ -11,20 +11,15 @@
 
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cuda/cuda_ops.h"
+#include "cuda_test_support.h"
 #include "backends/cuda/device_buffer.h"
 
 namespace vt {
 namespace {
 
-class CudaKernels : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda::device_count() == 0) {
-      if (std::getenv("VT_REQUIRE_GPU")) FAIL() << "VT_REQUIRE_GPU is set but no CUDA device is visible";
-      GTEST_SKIP() << "no CUDA device";
-    }
-  }
-};
+using testing::relative_l2;
+
+class CudaKernels : public testing::GpuTest {};
 
 std::vector<float> random_vector(size_t count, uint64_t seed, float scale = 1.0f) {
   std::mt19937_64 rng(seed);
@@ -45,16 +40,6 @@ std::vector<float> download(const cuda::DeviceBuffer& buffer) {
   std::vector<float> host(size_t(buffer.shape().numel()));
   cuda::copy_to_host(host.data(), buffer.data(), host.size() * sizeof(float));
   return host;
-}
-
-double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    norm += double(b[i]) * b[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-300));
 }
 
 // A step of several sequences: each (cached tokens before, new tokens now).

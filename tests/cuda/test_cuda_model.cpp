@@ -10,6 +10,7 @@
 
 #include "../numerics.h"
 #include "backends/cuda/cuda_ops.h"
+#include "cuda_test_support.h"
 #include "engine/generate.h"
 #include "io/json_config.h"
 #include "models/qwen3_5_cuda.h"
@@ -17,17 +18,11 @@
 namespace vt {
 namespace {
 
+using testing::relative_l2;
+
 const std::string kGolden = std::string(VT_SOURCE_DIR) + "/tests/golden/";
 
-class CudaModel : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda::device_count() == 0) {
-      if (std::getenv("VT_REQUIRE_GPU")) FAIL() << "VT_REQUIRE_GPU is set but no CUDA device is visible";
-      GTEST_SKIP() << "no CUDA device";
-    }
-  }
-};
+class CudaModel : public testing::GpuTest {};
 
 std::vector<float> read_f32(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
@@ -35,16 +30,6 @@ std::vector<float> read_f32(const std::string& path) {
   in.seekg(0);
   in.read(reinterpret_cast<char*>(values.data()), std::streamsize(values.size() * sizeof(float)));
   return values;
-}
-
-double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    norm += double(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
 }
 
 struct CaseResult {

@@ -11,20 +11,15 @@
 #include "../numerics.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cuda/cuda_ops.h"
+#include "cuda_test_support.h"
 #include "backends/cuda/device_buffer.h"
 
 namespace vt {
 namespace {
 
-class CudaOps : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda::device_count() == 0) {
-      if (std::getenv("VT_REQUIRE_GPU")) FAIL() << "VT_REQUIRE_GPU is set but no CUDA device is visible";
-      GTEST_SKIP() << "no CUDA device";
-    }
-  }
-};
+using testing::relative_l2;
+
+class CudaOps : public testing::GpuTest {};
 
 std::vector<float> random_vector(size_t count, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -50,16 +45,6 @@ struct DeviceVector {
   float* data;
   size_t size;
 };
-
-double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;  // an unwritten (poisoned) element
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    norm += double(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
-}
 
 TEST_F(CudaOps, RmsNormMatchesCpu) {
   for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 64}, {7, 5120}, {33, 2048}, {5, 250}}) {

@@ -39,6 +39,19 @@ __device__ __forceinline__ float block_sum(float value, float* s_scratch) {
   return total;
 }
 
+// 16 e4m3 codes (one 16-byte load) to f32.
+__device__ __forceinline__ void fp8x16_to_float(const uint4& packed, float* out) {
+  const __nv_fp8x4_e4m3* quads = reinterpret_cast<const __nv_fp8x4_e4m3*>(&packed);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float4 values = float4(quads[q]);
+    out[4 * q + 0] = values.x;
+    out[4 * q + 1] = values.y;
+    out[4 * q + 2] = values.z;
+    out[4 * q + 3] = values.w;
+  }
+}
+
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x)); }
 

@@ -41,18 +41,6 @@ __global__ void sm90_fp8_quantize_rows(uint8_t* __restrict__ g_q, float* __restr
   if (threadIdx.x == 0) g_scales[row * gridDim.y + blockIdx.y] = scale;
 }
 
-__device__ __forceinline__ void fp8x16_to_float(const uint4& packed, float* out) {
-  const __nv_fp8x4_e4m3* quads = reinterpret_cast<const __nv_fp8x4_e4m3*>(&packed);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const float4 values = float4(quads[q]);
-    out[4 * q + 0] = values.x;
-    out[4 * q + 1] = values.y;
-    out[4 * q + 2] = values.z;
-    out[4 * q + 3] = values.w;
-  }
-}
-
 // One warp per output column n; each lane reads 16 consecutive weights per load, four loads in
 // flight before any use (the weights stream once; this is what keeps enough bytes in flight),
 // dots them with kMTile activation rows, and scales each partial by a_scale * w_scale.
@@ -83,14 +71,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemm_warp_rows(
         const int64_t k0 = base + int64_t(u) * 32 * kBytesPerLane;
         if (k0 >= k) break;
         float r_w[kBytesPerLane];
-        fp8x16_to_float(r_packed[u], r_w);
+        device::fp8x16_to_float(r_packed[u], r_w);
         const int64_t block = k0 / kGroup;
         const float w_scale = weight_scales[block];
 #pragma unroll
         for (int r = 0; r < kMTile; ++r) {
           if (m0 + r < m) {
             float r_a[kBytesPerLane];
-            fp8x16_to_float(*reinterpret_cast<const uint4*>(g_a + (m0 + r) * k + k0), r_a);
+            device::fp8x16_to_float(*reinterpret_cast<const uint4*>(g_a + (m0 + r) * k + k0), r_a);
             float dot = 0.0f;
 #pragma unroll
             for (int e = 0; e < kBytesPerLane; ++e) dot += r_a[e] * r_w[e];

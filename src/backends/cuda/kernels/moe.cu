@@ -79,18 +79,6 @@ __global__ void sm90_moe_route(int32_t* __restrict__ g_ids, float* __restrict__ 
     }
 }
 
-__device__ __forceinline__ void fp8x16_to_float(const uint4& packed, float* out) {
-  const __nv_fp8x4_e4m3* quads = reinterpret_cast<const __nv_fp8x4_e4m3*>(&packed);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const float4 values = float4(quads[q]);
-    out[4 * q + 0] = values.x;
-    out[4 * q + 1] = values.y;
-    out[4 * q + 2] = values.z;
-    out[4 * q + 3] = values.w;
-  }
-}
-
 struct ExpertGemvArgs {
   void* y;                 // [pairs, n] act
   const void* x;           // dense: [rows, k] act; fp8: codes [rows, k]
@@ -116,8 +104,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) sm90_moe_expert_gemv(ExpertGe
     const float* w_scales = args.w_scales + (expert * n_blocks + row / kGroup) * k_blocks;
     for (int64_t k0 = int64_t(lane) * 16; k0 < k; k0 += 32 * 16) {
       float r_w[16], r_x[16];
-      fp8x16_to_float(__ldcs(reinterpret_cast<const uint4*>(w + k0)), r_w);
-      fp8x16_to_float(*reinterpret_cast<const uint4*>(x + k0), r_x);
+      device::fp8x16_to_float(__ldcs(reinterpret_cast<const uint4*>(w + k0)), r_w);
+      device::fp8x16_to_float(*reinterpret_cast<const uint4*>(x + k0), r_x);
       float dot = 0.0f;
 #pragma unroll
       for (int e = 0; e < 16; ++e) dot += r_w[e] * r_x[e];
