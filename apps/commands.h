@@ -7,6 +7,11 @@
 namespace vt::apps {
 
 void add_model_commands(CLI::App& app);  // generate, inspect
+void add_chat_template_commands(CLI::App& app);  // chat-template
 void add_bench_commands(CLI::App& app);  // bench decode
+void add_profile_commands(CLI::App& app);  // profile decode
+void add_tokenizer_commands(CLI::App& app);  // tokenize, detokenize
+void add_chat_commands(CLI::App& app);  // chat
+void add_eval_commands(CLI::App& app);  // eval perplexity
 
 }  // namespace vt::apps

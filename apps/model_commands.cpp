@@ -1,21 +1,26 @@
 // `vt generate` and `vt inspect`: running and describing a model. Scripted use depends on these
 // contracts; keep them stable:
-//   vt generate --model DIR --prompt-ids 1,2,3 --max-new-tokens N [--temperature 0] [--json]
-//              [--logits-out FILE] [--device cpu|cuda]
-//   vt inspect --model DIR
+//   vt generate --model DIR|FILE.gguf (--prompt-ids 1,2,3 | --prompt TEXT) --max-new-tokens N
+//              [--temperature 0] [--json] [--logits-out FILE] [--device cpu|cuda]
+//   vt inspect --model DIR|FILE.gguf
+// With --prompt the text is tokenized with the model's tokenizer and the output streamed as text.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "apps/commands.h"
+#include "apps/model_text.h"
 #include "core/error.h"
 #include "engine/generate.h"
+#include "io/gguf.h"
 #include "io/weight_store.h"
 #include "models/registry.h"
+#include "tokenizer/streaming_detokenizer.h"
 #ifdef VT_WITH_CUDA
 #include "models/qwen3_5_cuda.h"
 #endif
@@ -43,7 +48,7 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 }
 
 struct GenerateArgs {
-  std::string model, prompt_ids, logits_out, device = "cpu", fp8_activations = "quantized", activations = "bf16";
+  std::string model, prompt_ids, prompt, logits_out, device = "cpu", fp8_activations = "quantized", activations = "bf16";
   int64_t max_new_tokens = 16;
   vt::SamplingParams sampling;
   bool json = false;
@@ -65,20 +70,48 @@ std::unique_ptr<vt::Model> open_model(const GenerateArgs& args, int64_t context)
   vt::LoadOptions load_options;
   load_options.fp8_activations =
       args.fp8_activations == "float" ? vt::Fp8Activations::kFloat : vt::Fp8Activations::kQuantized;
-  return vt::load_model(args.model, load_options);
+  return vt::apps::load_model_with_progress(args.model, load_options);
 }
 
 void run_generate(const GenerateArgs& args) {
-  std::vector<int32_t> prompt = parse_ids(args.prompt_ids);
+  VT_CHECK(args.prompt_ids.empty() != args.prompt.empty(), "generate: give exactly one of --prompt-ids and --prompt");
+  // A text prompt brings the model's tokenizer: ids in, text streamed out, stop at end of sequence.
+  std::optional<vt::apps::ModelText> text;
+  std::vector<int32_t> prompt;
+  if (!args.prompt.empty()) {
+    text = vt::apps::load_model_text(args.model);
+    prompt = text->tokenizer->encode(args.prompt);
+    VT_CHECK(!prompt.empty(), "--prompt: the text gives no tokens");
+  } else {
+    prompt = parse_ids(args.prompt_ids);
+  }
   auto model = open_model(args, int64_t(prompt.size()) + std::max<int64_t>(args.max_new_tokens, 1));
 
   vt::GenerateOptions options;
   options.max_new_tokens = args.max_new_tokens;
   options.sampling = args.sampling;
   options.keep_prompt_logits = !args.logits_out.empty();
+  std::optional<vt::StreamingDetokenizer> detokenizer;
+  std::string output_text;
+  if (text) {
+    options.stop_token_ids = text->stop_ids;
+    detokenizer.emplace(*text->tokenizer, /*skip_special_tokens=*/true);
+    if (!args.json) std::fwrite(args.prompt.data(), 1, args.prompt.size(), stdout);
+  }
   auto result = vt::generate(*model, prompt, options, [&](int32_t id) {
-    if (!args.json) std::printf("%d ", id), std::fflush(stdout);
+    if (detokenizer) {
+      const std::string piece = detokenizer->push(id);
+      output_text += piece;
+      if (!args.json) std::fwrite(piece.data(), 1, piece.size(), stdout), std::fflush(stdout);
+    } else if (!args.json) {
+      std::printf("%d ", id), std::fflush(stdout);
+    }
   });
+  if (detokenizer) {
+    const std::string rest = detokenizer->finish();
+    output_text += rest;
+    if (!args.json) std::fwrite(rest.data(), 1, rest.size(), stdout);
+  }
   if (!args.logits_out.empty()) {
     std::ofstream out(args.logits_out, std::ios::binary);
     VT_CHECK(out, args.logits_out, ": cannot open for writing");
@@ -94,6 +127,7 @@ void run_generate(const GenerateArgs& args) {
                              {"prompt_tokens", prompt.size()},
                              {"prefill_seconds", result.prefill_seconds},
                              {"decode_tokens_per_second", decode_rate}};
+    if (text) output["text"] = output_text;
     std::cout << output.dump() << std::endl;
   } else {
     std::printf("\n[%zu prompt tokens, prefill %.3f s, decode %.1f tok/s]\n", prompt.size(),
@@ -104,6 +138,14 @@ void run_generate(const GenerateArgs& args) {
 void run_inspect(const std::string& dir) {
   auto model = vt::load_model(dir, {});
   std::cout << model->describe();
+  if (vt::is_gguf_path(dir)) {
+    vt::GgufFile file(dir);
+    std::cout << "tensors:\n";
+    for (const auto& tensor : file.header().tensors)
+      std::printf("  %-72s %-8s %-20s %12llu\n", tensor.name.c_str(), std::string(vt::ggml_type_info(tensor.type).name).c_str(),
+                  tensor.shape.str().c_str(), (unsigned long long)tensor.bytes);
+    return;
+  }
   auto store = vt::WeightStore::open(dir);
   std::cout << "tensors:\n";
   for (const auto& name : store.names()) {
@@ -120,8 +162,9 @@ namespace vt::apps {
 void add_model_commands(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   auto* generate = app.add_subcommand("generate", "Generate tokens from a prompt of token ids");
-  generate->add_option("--model", args->model, "HF model folder")->required();
-  generate->add_option("--prompt-ids", args->prompt_ids, "comma-separated token ids")->required();
+  generate->add_option("--model", args->model, "HF model folder or GGUF file")->required();
+  auto* ids_option = generate->add_option("--prompt-ids", args->prompt_ids, "comma-separated token ids");
+  generate->add_option("--prompt", args->prompt, "prompt text (tokenized with the model's tokenizer)")->excludes(ids_option);
   generate->add_option("--max-new-tokens", args->max_new_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
   generate->add_option("--temperature", args->sampling.temperature, "0 = greedy");
   generate->add_option("--top-k", args->sampling.top_k, "0 = off");
@@ -140,7 +183,7 @@ void add_model_commands(CLI::App& app) {
 
   auto model_dir = std::make_shared<std::string>();
   auto* inspect = app.add_subcommand("inspect", "Print a model's config, layers and tensors");
-  inspect->add_option("--model", *model_dir, "HF model folder")->required();
+  inspect->add_option("--model", *model_dir, "HF model folder or GGUF file")->required();
   inspect->callback([model_dir] { run_inspect(*model_dir); });
 }
 

@@ -13,7 +13,12 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads (default: all cores, or VT_NUM_THREADS)")
       ->each([](const std::string& value) { vt::set_num_threads(std::stoi(value)); });
   vt::apps::add_model_commands(app);
+  vt::apps::add_chat_template_commands(app);
   vt::apps::add_bench_commands(app);
+  vt::apps::add_profile_commands(app);
+  vt::apps::add_tokenizer_commands(app);
+  vt::apps::add_chat_commands(app);
+  vt::apps::add_eval_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -2,7 +2,8 @@
 # Installs vt's build and test dependencies from Debian packages (idempotent; needs root or sudo).
 set -euo pipefail
 packages=(build-essential cmake ninja-build nlohmann-json3-dev libcli11-dev libgtest-dev
-          clang libclang-rt-14-dev)
+          clang libclang-rt-14-dev
+          pkg-config libpcre2-dev libutf8proc-dev)  # the tokenizer: regex with Unicode classes, NFC
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -33,6 +33,9 @@ struct ForwardOptions {
   DeltaRuleChoice delta_rule = DeltaRuleChoice::kAuto;  // auto: recurrent for 1 token
 };
 
+// Called while weights load: bytes read (or dequantised) so far out of the total.
+using LoadProgress = std::function<void(uint64_t done_bytes, uint64_t total_bytes)>;
+
 struct ModelInfo {
   std::string architecture;
   int64_t vocab_size = 0;

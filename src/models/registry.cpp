@@ -4,11 +4,14 @@
 
 #include "core/error.h"
 #include "io/json_config.h"
+#include "io/gguf.h"
+#include "models/llama.h"
 #include "models/qwen3_5.h"
 
 namespace vt {
 
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
+  if (is_gguf_path(dir)) return std::make_unique<LlamaModel>(dir, options.progress);
   const std::string config_path = dir + "/config.json";
   if (!std::filesystem::exists(config_path)) VT_FAIL(dir, ": no config.json (not an HF model folder?)");
   nlohmann::json json = read_json_file(config_path);

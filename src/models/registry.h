@@ -1,4 +1,4 @@
-// Opens an HF model folder and builds the model its config.json names.
+// Opens an HF model folder (or a GGUF file) and builds the model its config names.
 #pragma once
 
 #include <memory>
@@ -11,8 +11,10 @@ namespace vt {
 
 struct LoadOptions {
   Fp8Activations fp8_activations = Fp8Activations::kQuantized;
+  LoadProgress progress;  // optional
 };
 
+// `path` is an HF model folder or a .gguf file (architecture 'llama').
 // Throws vt::Error for a missing folder, an unreadable config or an unknown architecture.
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options);
 

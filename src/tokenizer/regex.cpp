@@ -123,10 +123,10 @@ void Regex::find_all(std::string_view text, std::vector<Span>& matches) const {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t offset = 0;
   while (offset < text.size()) {
-    const int rc = pcre2_match(code, subject, text.size(), offset, PCRE2_NO_UTF_CHECK,
-                               thread.match_data, thread.context);
-    if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) VT_FAIL("regex '", pattern_, "': match failed: ", pcre2_message(rc));
+    const int status = pcre2_match(code, subject, text.size(), offset, PCRE2_NO_UTF_CHECK,
+                                   thread.match_data, thread.context);
+    if (status == PCRE2_ERROR_NOMATCH) break;
+    if (status < 0) VT_FAIL("regex '", pattern_, "': match failed: ", pcre2_message(status));
     const PCRE2_SIZE* vector = pcre2_get_ovector_pointer(thread.match_data);
     const size_t begin = vector[0], end = vector[1];
     if (end > begin) {
