@@ -18,6 +18,7 @@
 
 #include "backends/cuda/cuda_ops.h"
 #include "models/qwen3_5_cuda.h"
+#include "profile/intent.h"
 #include "profile/kernel_recorder.h"
 #endif
 #include <map>
@@ -82,6 +83,34 @@ std::string short_kernel_name(const std::string& name) {
   return colon == std::string::npos ? text : text.substr(colon + 2);
 }
 
+// The kernel-ran gate: one step's launches are recorded as intents (an ungraphed step runs the
+// same launch sequence the graph captured), then `steps` graphed steps run under CUPTI. Every
+// kernel vt meant to launch must have run exactly intended x steps times; otherwise this throws
+// naming the kernel, the count expected and what ran.
+void check_kernels_ran(vt::Qwen35CudaModel& model, std::vector<int32_t> tokens, const std::vector<int32_t>& positions,
+                       bool use_graph) {
+  std::vector<int32_t> next;
+  vt::profile::begin_intents();
+  model.decode_step(tokens, positions, &next, false);
+  const auto intents = vt::profile::end_intents();
+  VT_CHECK(!intents.empty(), "kernel-ran gate: the step recorded no intents");
+  constexpr int kSteps = 3;
+  vt::profile::KernelRecorder recorder;
+  recorder.start();
+  for (int step = 0; step < kSteps; ++step) model.decode_step(tokens, positions, &next, use_graph);
+  const auto records = recorder.stop();
+  std::map<std::string, int64_t> ran;
+  for (const auto& record : records) ++ran[short_kernel_name(record.name)];
+  for (const auto& [kernel, count] : intents) {
+    const int64_t seen = ran.count(kernel) ? ran.at(kernel) : 0;
+    if (seen == count * kSteps) continue;
+    std::string what_ran;
+    for (const auto& [name, n] : ran) what_ran += " " + name + " x" + std::to_string(n) + ";";
+    VT_FAIL("kernel-ran gate: ", kernel, " was launched ", count, " times per step but ran ", seen, " times in ",
+            kSteps, " steps. What ran:", what_ran);
+  }
+}
+
 void run_profile_decode(const BenchArgs& args) {
   VT_CHECK(vt::cuda::device_count() > 0, "vt profile decode needs a CUDA GPU");
   VT_CHECK(args.model.empty() != args.synthetic.empty(), "give exactly one of --model or --synthetic");
@@ -93,6 +122,7 @@ void run_profile_decode(const BenchArgs& args) {
   std::vector<int32_t> tokens(batch), positions(batch, int32_t(args.context)), next;
   for (int64_t i = 0; i < batch; ++i) tokens[i] = int32_t((i * 7919 + 17) % model->config().vocab_size);
   for (int warm = 0; warm < 3; ++warm) model->decode_step(tokens, positions, &next, !args.no_graph);
+  check_kernels_ran(*model, tokens, positions, !args.no_graph);
 
   vt::profile::KernelRecorder recorder;
   recorder.start();
@@ -183,6 +213,7 @@ void run_bench_decode(const BenchArgs& args) {
     const double ms = seconds * 1e3 / double(args.steps);
     const double floor_ms = model->decode_bytes(batch, args.context) / (bandwidth * 1e9) * 1e3;
     const double tokens_per_second = double(batch) * 1e3 / ms;
+    check_kernels_ran(*model, tokens, positions, !args.no_graph);
     report["rows"].push_back({{"batch", batch}, {"ms_per_step", ms}, {"tokens_per_second", tokens_per_second},
                               {"floor_ms", floor_ms}, {"floor_fraction", floor_ms / ms}});
     if (!args.json)

@@ -12,6 +12,8 @@
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cuda/cuda_ops.h"
 #include "cuda_test_support.h"
+#include "profile/intent.h"
+#include "profile/kernel_recorder.h"
 #include "backends/cuda/device_buffer.h"
 
 namespace vt {
@@ -99,6 +101,29 @@ TEST_F(CudaOps, Fp8BlockGemmMatchesCpu) {
     cuda::synchronize();
     EXPECT_LE(relative_l2(d_y.to_host(), expected), 1e-5) << m << "x" << n << "x" << k;
   }
+}
+
+// The launcher's intent and CUPTI's record name the same kernel, once per launch; a window in
+// which nothing launches records nothing (what the kernel-ran gate relies on).
+TEST_F(CudaOps, IntentsMatchWhatCuptiRecorded) {
+  const int64_t rows = 4, n = 1000;
+  DeviceVector in(random_vector(rows * 2 * n, 5)), out(rows * n);
+  profile::KernelRecorder recorder;
+  recorder.start();
+  profile::begin_intents();
+  cuda::silu_mul_f32(out.data, in.data, rows, n, nullptr);
+  cuda::silu_mul_f32(out.data, in.data, rows, n, nullptr);
+  const auto intents = profile::end_intents();
+  cuda::synchronize();
+  const auto records = recorder.stop();
+  ASSERT_EQ(intents.size(), 1u);
+  EXPECT_EQ(intents.begin()->first, "sm90_silu_mul");
+  EXPECT_EQ(intents.begin()->second, 2);
+  int ran = 0;
+  for (const auto& record : records) ran += record.name.find("sm90_silu_mul") != std::string::npos;
+  EXPECT_EQ(ran, 2);
+  recorder.start();
+  EXPECT_TRUE(recorder.stop().empty());
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "core/error.h"
+#include "profile/intent.h"
 
 #define VT_CUDA_CHECK(call)                                                                  \
   do {                                                                                       \
@@ -12,4 +13,9 @@
       VT_FAIL(#call, ": ", cudaGetErrorString(vt_status), " [", __FILE__, ":", __LINE__, "]"); \
   } while (0)
 
-#define VT_CUDA_CHECK_LAUNCH(name) VT_CUDA_CHECK(cudaGetLastError())
+// After a launch: checks it and records the intent to run `name` (the kernel's function name).
+#define VT_CUDA_CHECK_LAUNCH(name)  \
+  do {                              \
+    VT_CUDA_CHECK(cudaGetLastError()); \
+    ::vt::profile::intend(name);    \
+  } while (0)
