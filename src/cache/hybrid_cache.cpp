@@ -1,0 +1,87 @@
+#include "cache/hybrid_cache.h"
+
+#include <numeric>
+
+#include "core/error.h"
+
+namespace vt {
+
+BlockPool::BlockPool(int64_t num_blocks) {
+  VT_CHECK(num_blocks >= 0 && num_blocks <= INT32_MAX, "block pool size ", num_blocks);
+  ref_counts_.assign(size_t(num_blocks), 0);
+  free_.resize(size_t(num_blocks));
+  // Highest index at the back so block 0 is handed out first.
+  std::iota(free_.rbegin(), free_.rend(), 0);
+}
+
+std::optional<std::vector<int32_t>> BlockPool::allocate(int64_t count) {
+  VT_CHECK(count >= 0, "allocate ", count, " blocks");
+  if (count > free_count()) return std::nullopt;
+  std::vector<int32_t> blocks(free_.end() - count, free_.end());
+  free_.resize(free_.size() - size_t(count));
+  for (int32_t block : blocks) ref_counts_[block] = 1;
+  return blocks;
+}
+
+void BlockPool::retain(int32_t block) {
+  VT_CHECK(block >= 0 && block < size() && ref_counts_[block] > 0, "retain of free or invalid block ", block);
+  ++ref_counts_[block];
+}
+
+void BlockPool::release(int32_t block) {
+  VT_CHECK(block >= 0 && block < size() && ref_counts_[block] > 0, "release of free or invalid block ", block);
+  if (--ref_counts_[block] == 0) free_.push_back(block);
+}
+
+HybridCache::HybridCache(int64_t num_blocks, int64_t block_size, int64_t num_slots)
+    : blocks_(num_blocks), block_size_(block_size), num_slots_(num_slots) {
+  VT_CHECK(block_size > 0 && num_slots >= 0 && num_slots <= INT32_MAX, "hybrid cache: block size ", block_size,
+           ", slots ", num_slots);
+  free_slots_.resize(size_t(num_slots));
+  std::iota(free_slots_.rbegin(), free_slots_.rend(), 0);
+}
+
+bool HybridCache::admit(int64_t sequence_id, int64_t prompt_tokens, int64_t max_new_tokens) {
+  VT_CHECK(!contains(sequence_id), "sequence ", sequence_id, " is already in the cache");
+  VT_CHECK(prompt_tokens > 0 && max_new_tokens >= 0, "admit: prompt ", prompt_tokens, ", max_new_tokens ",
+           max_new_tokens);
+  if (free_slots_.empty()) return false;
+  auto blocks = blocks_.allocate(blocks_for(prompt_tokens + max_new_tokens));
+  if (!blocks) return false;
+  const int32_t slot = free_slots_.back();
+  free_slots_.pop_back();
+  sequences_.emplace(sequence_id, Entry{std::move(*blocks), slot});
+  return true;
+}
+
+void HybridCache::release(int64_t sequence_id) {
+  auto it = sequences_.find(sequence_id);
+  VT_CHECK(it != sequences_.end(), "release of unknown sequence ", sequence_id);
+  for (int32_t block : it->second.blocks) blocks_.release(block);
+  free_slots_.push_back(it->second.slot);
+  sequences_.erase(it);
+}
+
+const std::vector<int32_t>& HybridCache::block_table(int64_t sequence_id) const {
+  auto it = sequences_.find(sequence_id);
+  VT_CHECK(it != sequences_.end(), "unknown sequence ", sequence_id);
+  return it->second.blocks;
+}
+
+int32_t HybridCache::slot(int64_t sequence_id) const {
+  auto it = sequences_.find(sequence_id);
+  VT_CHECK(it != sequences_.end(), "unknown sequence ", sequence_id);
+  return it->second.slot;
+}
+
+CacheUsage HybridCache::usage() const {
+  CacheUsage usage;
+  usage.blocks_total = blocks_.size();
+  usage.blocks_used = blocks_.size() - blocks_.free_count();
+  usage.slots_total = num_slots_;
+  usage.slots_used = num_slots_ - int64_t(free_slots_.size());
+  usage.sequences = int64_t(sequences_.size());
+  return usage;
+}
+
+}  // namespace vt

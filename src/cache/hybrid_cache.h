@@ -1,0 +1,63 @@
+// The hybrid cache's bookkeeping: a pool of fixed-size KV blocks (attention layers) and a pool of
+// recurrent-state slots (Gated DeltaNet layers). A sequence is admitted only when both fit for
+// its prompt plus its max_tokens reservation, so a step never runs out of either mid-flight.
+// Memory itself is allocated once by the model; this class hands out indices into it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+namespace vt {
+
+class BlockPool {
+ public:
+  explicit BlockPool(int64_t num_blocks);
+  int64_t size() const { return int64_t(ref_counts_.size()); }
+  int64_t free_count() const { return int64_t(free_.size()); }
+  // Takes `count` blocks, or none (std::nullopt) when fewer are free.
+  std::optional<std::vector<int32_t>> allocate(int64_t count);
+  void retain(int32_t block);   // another owner (a shared prefix)
+  void release(int32_t block);  // back to the pool when the last owner lets go
+
+ private:
+  std::vector<int32_t> ref_counts_;
+  std::vector<int32_t> free_;  // LIFO: recently freed blocks are reused first (warm in L2)
+};
+
+struct CacheUsage {
+  int64_t blocks_used = 0, blocks_total = 0, slots_used = 0, slots_total = 0, sequences = 0;
+};
+
+class HybridCache {
+ public:
+  HybridCache(int64_t num_blocks, int64_t block_size, int64_t num_slots);
+
+  // Reserves blocks for prompt_tokens + max_new_tokens and one state slot. False (nothing
+  // taken) when either does not fit; the caller queues or rejects the request.
+  bool admit(int64_t sequence_id, int64_t prompt_tokens, int64_t max_new_tokens);
+  // Frees everything the sequence holds (finished, cancelled or preempted).
+  void release(int64_t sequence_id);
+  bool contains(int64_t sequence_id) const { return sequences_.count(sequence_id) != 0; }
+
+  const std::vector<int32_t>& block_table(int64_t sequence_id) const;
+  int32_t slot(int64_t sequence_id) const;
+  int64_t block_size() const { return block_size_; }
+  // Blocks needed for `tokens` tokens.
+  int64_t blocks_for(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
+  CacheUsage usage() const;
+
+ private:
+  struct Entry {
+    std::vector<int32_t> blocks;
+    int32_t slot;
+  };
+  BlockPool blocks_;
+  int64_t block_size_;
+  std::vector<int32_t> free_slots_;
+  int64_t num_slots_;
+  std::unordered_map<int64_t, Entry> sequences_;
+};
+
+}  // namespace vt

@@ -1,0 +1,80 @@
+// Admission needs both KV blocks and a state slot; release returns exactly what was taken.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+
+#include "cache/hybrid_cache.h"
+#include "core/error.h"
+
+namespace vt {
+namespace {
+
+TEST(HybridCache, AdmitsOnlyWhenBlocksAndSlotsFit) {
+  HybridCache cache(/*num_blocks=*/10, /*block_size=*/16, /*num_slots=*/2);
+  EXPECT_TRUE(cache.admit(1, 20, 12));      // 32 tokens: 2 blocks
+  EXPECT_EQ(cache.block_table(1).size(), 2u);
+  EXPECT_FALSE(cache.admit(2, 100, 60));    // 10 blocks needed, 8 free: refused, nothing taken
+  EXPECT_EQ(cache.usage().blocks_used, 2);
+  EXPECT_TRUE(cache.admit(3, 1, 0));        // 1 block
+  EXPECT_FALSE(cache.admit(4, 1, 0));       // blocks free, but no state slot left
+  EXPECT_NE(cache.slot(1), cache.slot(3));
+  cache.release(1);
+  EXPECT_TRUE(cache.admit(4, 100, 20));     // 8 blocks
+  const CacheUsage usage = cache.usage();
+  EXPECT_EQ(usage.blocks_used, 9);
+  EXPECT_EQ(usage.slots_used, 2);
+  EXPECT_EQ(usage.sequences, 2);
+}
+
+TEST(HybridCache, ErrorsOnMisuse) {
+  HybridCache cache(4, 8, 1);
+  EXPECT_THROW(cache.release(7), Error);
+  ASSERT_TRUE(cache.admit(1, 4, 4));
+  EXPECT_THROW(cache.admit(1, 4, 4), Error);  // already admitted
+  EXPECT_THROW(cache.admit(2, 0, 4), Error);  // empty prompt
+  EXPECT_THROW(cache.block_table(9), Error);
+}
+
+TEST(BlockPool, RefCountsKeepSharedBlocksAlive) {
+  BlockPool pool(3);
+  auto blocks = pool.allocate(2);
+  ASSERT_TRUE(blocks);
+  pool.retain((*blocks)[0]);
+  pool.release((*blocks)[0]);
+  EXPECT_EQ(pool.free_count(), 1);  // still owned once
+  pool.release((*blocks)[0]);
+  pool.release((*blocks)[1]);
+  EXPECT_EQ(pool.free_count(), 3);
+  EXPECT_THROW(pool.release((*blocks)[1]), Error);  // double free
+  EXPECT_FALSE(pool.allocate(4));
+}
+
+// Random admit/release churn never leaks, never hands one block to two sequences.
+TEST(HybridCache, ChurnReturnsEverything) {
+  HybridCache cache(64, 16, 8);
+  std::mt19937 rng(3);
+  std::set<int64_t> live;
+  for (int64_t id = 0; id < 2000; ++id) {
+    if (!live.empty() && rng() % 3 == 0) {
+      auto it = std::next(live.begin(), rng() % live.size());
+      cache.release(*it);
+      live.erase(it);
+    }
+    if (cache.admit(id, 1 + rng() % 100, rng() % 100)) live.insert(id);
+    std::set<int32_t> owned;
+    size_t total = 0;
+    for (int64_t seq : live) {
+      for (int32_t block : cache.block_table(seq)) owned.insert(block);
+      total += cache.block_table(seq).size();
+    }
+    ASSERT_EQ(owned.size(), total) << "a block is owned twice";
+    ASSERT_EQ(cache.usage().blocks_used, int64_t(total));
+  }
+  for (int64_t seq : live) cache.release(seq);
+  EXPECT_EQ(cache.usage().blocks_used, 0);
+  EXPECT_EQ(cache.usage().slots_used, 0);
+}
+
+}  // namespace
+}  // namespace vt
