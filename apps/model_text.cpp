@@ -1,3 +1,4 @@
+// Model loading with a progress bar, and the text side of a GGUF file or an HF model folder.
 #include "apps/model_text.h"
 
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// Perplexity over independent windows: one prefill per window, log-softmax in double.
 #include "engine/perplexity.h"
 
 #include <algorithm>

@@ -179,10 +179,10 @@ GgufHeader parse_gguf(const uint8_t* bytes, size_t size, const std::string& labe
   const uint64_t tensor_count = reader.read<uint64_t>("tensor count");
   const uint64_t kv_count = reader.read<uint64_t>("metadata count");
   // Each key-value takes at least 13 bytes and each tensor info at least 32.
-  VT_CHECK(kv_count <= reader.remaining() / 13, label, ": ", kv_count, " metadata entries cannot fit in ",
-           reader.remaining(), " bytes");
-  VT_CHECK(tensor_count <= reader.remaining() / 32, label, ": ", tensor_count, " tensors cannot fit in ",
-           reader.remaining(), " bytes");
+  VT_CHECK(kv_count <= reader.remaining() / 13, label, ": ", kv_count, " metadata entries cannot fit in the ",
+           reader.remaining(), " bytes left (truncated or corrupt file)");
+  VT_CHECK(tensor_count <= reader.remaining() / 32, label, ": ", tensor_count, " tensors cannot fit in the ",
+           reader.remaining(), " bytes left (truncated or corrupt file)");
 
   for (uint64_t i = 0; i < kv_count; ++i) {
     std::string key = reader.read_string(label + ": metadata key " + std::to_string(i));

@@ -12,7 +12,7 @@ output=$("$root/scripts/demo.sh" "$vt" 2>&1)
 status=$?
 echo "$output"
 [ $status -eq 0 ] || { echo "demo_paris: scripts/demo.sh exited $status"; exit 1; }
-# The answer is the line after the echoed question; it must name Paris.
-answer=$(sed -n '/^> /{n;p;}' <<<"$output" | grep -v '^loaded ')
+# The answer: what follows the echoed question, less the load and timing lines (stderr).
+answer=$(awk 'seen && !/^loaded / && !/^\[/ {print} /^> /{seen=1}' <<<"$output")
 grep -q "Paris" <<<"$answer" || { echo "demo_paris: the answer does not name Paris: $answer"; exit 1; }
 echo "demo_paris: ok"

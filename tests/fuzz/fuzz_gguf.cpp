@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const vt::GgmlTypeInfo& info = vt::ggml_type_info(tensor.type);
       const int64_t count = tensor.shape.numel();
       if (!info.dequantizable || count > (1 << 16)) continue;
-      std::vector<float> out(size_t(count));
+      std::vector<float> out(static_cast<size_t>(count));
       vt::dequantize_to_f32(out.data(), data + header.data_offset + tensor.offset, tensor.type, count);
     }
   } catch (const vt::Error&) {

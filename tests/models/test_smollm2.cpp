@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../numerics.h"
 #include "engine/generate.h"
 #include "engine/perplexity.h"
 #include "io/gguf_tokenizer.h"
@@ -75,12 +76,12 @@ TEST_F(SmolLM2, GreedyIdsAndLogitsMatchHf) {
     for (size_t k = 0; k < top_ids.size(); ++k) {
       const double difference = std::abs(result.prompt_logits[size_t(top_ids[k])] - top_values[k]);
       worst_logit = std::max(worst_logit, difference);
-      EXPECT_LE(difference, 2e-3) << "top " << k << " id " << top_ids[k];
+      EXPECT_LE(difference, numerics::kRealModelLogitAbs) << "top " << k << " id " << top_ids[k];
     }
     double sum = 0;
     const float max_logit = *std::max_element(result.prompt_logits.begin(), result.prompt_logits.end());
     for (float value : result.prompt_logits) sum += std::exp(double(value) - max_logit);
-    EXPECT_NEAR(max_logit + std::log(sum), stats["logsumexp"].get<double>(), 2e-3);
+    EXPECT_NEAR(max_logit + std::log(sum), stats["logsumexp"].get<double>(), numerics::kRealModelLogitAbs);
   }
   std::printf("SmolLM2: %d / %zu prompts with all 32 greedy ids equal to HF; worst top-16 logit |diff| %.3g\n",
               matched_prompts, (*reference_)["prompts"].size(), worst_logit);
@@ -93,7 +94,7 @@ TEST_F(SmolLM2, PerplexityMatchesHf) {
   auto result = perplexity(*model_, ids, reference["context"].get<int64_t>());
   const double want = reference["perplexity"].get<double>();
   EXPECT_EQ(result.predicted_tokens, reference["predicted_tokens"].get<int64_t>());
-  EXPECT_LE(std::abs(result.perplexity / want - 1.0), 0.005);
+  EXPECT_LE(std::abs(result.perplexity / want - 1.0), numerics::kPerplexityRelative);
   std::printf("SmolLM2: perplexity %.6f vs HF %.6f (relative %.2g) over %lld tokens in %.1f s\n", result.perplexity,
               want, result.perplexity / want - 1.0, (long long)result.predicted_tokens, result.seconds);
 }
