@@ -30,6 +30,7 @@ demo: $(BUILD)/build.ninja
 # VT_REQUIRE_SMOLLM2=1: the SmolLM2 tests fail rather than skip if the model is missing.
 unit: build models
 	scripts/fetch-chat-templates.sh
+	tests/e2e/setup.sh
 	cd $(BUILD) && VT_REQUIRE_SMOLLM2=1 ctest --output-on-failure -j $(JOBS)
 
 # libFuzzer target for the safetensors parser, bounded in time.

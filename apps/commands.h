@@ -13,5 +13,6 @@ void add_profile_commands(CLI::App& app);  // profile decode
 void add_tokenizer_commands(CLI::App& app);  // tokenize, detokenize
 void add_chat_commands(CLI::App& app);  // chat
 void add_eval_commands(CLI::App& app);  // eval perplexity
+void add_serve_commands(CLI::App& app);  // serve
 
 }  // namespace vt::apps

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   vt::apps::add_tokenizer_commands(app);
   vt::apps::add_chat_commands(app);
   vt::apps::add_eval_commands(app);
+  vt::apps::add_serve_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -3,7 +3,8 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build nlohmann-json3-dev libcli11-dev libgtest-dev
           clang libclang-rt-14-dev
-          pkg-config libpcre2-dev libutf8proc-dev)  # the tokenizer: regex with Unicode classes, NFC
+          pkg-config libpcre2-dev libutf8proc-dev  # the tokenizer: regex with Unicode classes, NFC
+          libcpp-httplib-dev)  # vt serve's HTTP server
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

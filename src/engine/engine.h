@@ -1,0 +1,114 @@
+// The serving engine: continuous batching on a background thread. Requests are admitted through
+// the HybridCache (prompt + max_tokens reserved up front), prefilled in fixed-size chunks under a
+// per-step token budget, then decoded one token per step; each new token reaches the request's
+// callback (streaming). submit() and cancel() are thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "cache/hybrid_cache.h"
+#include "core/tensor.h"
+#include "engine/sampler.h"
+#include "engine/stop_strings.h"
+#include "model/model.h"
+#include "tokenizer/streaming_detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace vt {
+
+struct EngineOptions {
+  int64_t max_running = 64;       // sequences decoding at once (also the cache's state slots)
+  int64_t cache_blocks = 2048;    // KV blocks in the pool
+  int64_t block_size = 16;        // tokens per KV block
+  int64_t step_token_budget = 512;  // prompt + decode tokens per step
+  // Prompts are fed in chunks of this many tokens at fixed offsets, so a request's arithmetic
+  // (hence its greedy output) does not depend on what else is running.
+  int64_t prefill_chunk = 256;
+};
+
+struct RequestParams {
+  SamplingParams sampling;
+  int64_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;  // end the request; the token's text is not emitted
+  std::vector<std::string> stop_strings;  // end the request; the text stops before the match
+};
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled };
+const char* finish_reason_name(FinishReason reason);  // "stop", "length", "cancelled"
+
+// One callback per generated token, the last with finished = true (or a final event with no token
+// when cancelled). The final event comes after the request's cache entries are freed.
+struct TokenEvent {
+  int32_t token_id = -1;  // -1 on a final event that carries no token
+  std::string text;       // new text to show (may be empty mid-character or while a stop string may start)
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  int64_t prompt_tokens = 0, completion_tokens = 0;  // counts so far
+  std::string error;  // set when the engine failed the request (finished = true)
+};
+using TokenCallback = std::function<void(const TokenEvent&)>;
+
+struct EngineStats {
+  int64_t running = 0, waiting = 0;
+  CacheUsage cache;
+  int64_t prompt_tokens_total = 0, generation_tokens_total = 0, requests_finished = 0, requests_cancelled = 0;
+  int64_t steps = 0;
+};
+
+class Engine {
+ public:
+  // tokenizer may be null: no text in events and no stop strings allowed.
+  Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& options);
+  ~Engine();  // stops the thread; unfinished requests get a cancelled event
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request and returns its id. Throws vt::Error (nothing queued) when the request can
+  // never run: bad ids, prompt + max_tokens beyond the model's positions or the whole cache.
+  // The callback runs on the engine thread; it must be quick and must not call submit().
+  int64_t submit(std::vector<int32_t> prompt, const RequestParams& params, TokenCallback callback);
+  // Ends a request: its cache entries are freed before the next step. Unknown or finished ids
+  // are ignored. The callback gets a final kCancelled event.
+  void cancel(int64_t request_id);
+
+  // The largest prompt + max_tokens that can ever be admitted.
+  int64_t max_request_tokens() const;
+  EngineStats stats() const;
+  const Model& model() const { return model_; }
+
+ private:
+  struct Sequence;
+  void loop();
+  void admit_waiting();             // with mutex_ held
+  void drop_cancelled(std::vector<TokenEvent>& events, std::vector<TokenCallback>& callbacks);
+  void run_step(std::vector<Sequence*>& scheduled);
+  void advance(Sequence& sequence, const float* logits);  // samples and emits one token
+
+  Model& model_;
+  const Tokenizer* tokenizer_;
+  EngineOptions options_;
+  int64_t vocab_size_;
+  HybridCache cache_;
+  Buffer logits_;  // F32 [1, vocab]
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  int64_t next_id_ = 1;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
+  std::unordered_set<int64_t> cancelled_;
+  EngineStats totals_;
+  std::thread thread_;
+};
+
+}  // namespace vt

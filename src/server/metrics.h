@@ -1,0 +1,45 @@
+// Server metrics in the Prometheus text format: engine gauges (running, waiting, KV blocks, state
+// slots), token and request counters, HTTP responses by status, and a TTFT histogram.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace vt::server {
+
+// A cumulative histogram with fixed upper bounds (seconds).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double value);
+  // "# HELP", "# TYPE", the _bucket lines (le=...), _sum and _count.
+  std::string render(const std::string& name, const std::string& help) const;
+
+ private:
+  std::vector<double> bounds_;
+  mutable std::mutex mutex_;
+  std::vector<uint64_t> counts_;  // per bucket, plus +Inf last
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+class ServerMetrics {
+ public:
+  ServerMetrics();
+  void record_response(int status);
+  void record_time_to_first_token(double seconds) { time_to_first_token_.observe(seconds); }
+  std::string render(const EngineStats& stats) const;
+
+ private:
+  Histogram time_to_first_token_;
+  mutable std::mutex mutex_;
+  std::map<int, uint64_t> responses_;  // HTTP status -> count
+};
+
+}  // namespace vt::server

@@ -1,0 +1,271 @@
+// Field-by-field checks of /v1/completions and /v1/chat/completions bodies.
+#include "server/validation.h"
+
+#include <cmath>
+#include <limits>
+
+#include "tokenizer/utf8.h"
+
+namespace vt::server {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+[[noreturn]] void invalid(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
+
+const Json* field(const Json& body, const char* name) {
+  auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+double number(const Json& value, const char* name) {
+  if (!value.is_number()) invalid(name, std::string("'") + name + "' must be a number");
+  const double result = value.get<double>();
+  if (!std::isfinite(result)) invalid(name, std::string("'") + name + "' must be finite");
+  return result;
+}
+
+int64_t integer(const Json& value, const char* name) {
+  if (!value.is_number_integer()) invalid(name, std::string("'") + name + "' must be an integer");
+  if (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+    invalid(name, std::string("'") + name + "' is out of range");
+  return value.get<int64_t>();
+}
+
+bool boolean(const Json& value, const char* name) {
+  if (!value.is_boolean()) invalid(name, std::string("'") + name + "' must be a boolean");
+  return value.get<bool>();
+}
+
+void parse_prompt(const Json& body, CompletionRequest& request, const ValidationLimits& limits) {
+  const Json* prompt = field(body, "prompt");
+  if (!prompt) invalid("prompt", "'prompt' is required");
+  const Json* single = prompt;
+  // A list of one prompt is the same request; several would be a batch (not supported).
+  if (prompt->is_array() && prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
+    single = &(*prompt)[0];
+  if (single->is_string()) {
+    request.prompt_text = single->get<std::string>();
+    if (request.prompt_text.empty()) invalid("prompt", "'prompt' must not be empty");
+    return;
+  }
+  if (!single->is_array()) invalid("prompt", "'prompt' must be a string or a list of token ids");
+  if (single->empty()) invalid("prompt", "'prompt' must not be empty");
+  for (const Json& id : *single) {
+    if (id.is_string() || id.is_array()) invalid("prompt", "only one prompt per request is supported");
+    if (!id.is_number_integer()) invalid("prompt", "'prompt' token ids must be integers");
+    const int64_t value = id.is_number_unsigned() && id.get<uint64_t>() > uint64_t(limits.vocab_size)
+                              ? limits.vocab_size
+                              : id.get<int64_t>();
+    if (value < 0 || value >= limits.vocab_size)
+      invalid("prompt", "token id " + id.dump() + " is outside the vocabulary [0, " + std::to_string(limits.vocab_size) + ")");
+    request.prompt_ids.push_back(int32_t(value));
+  }
+}
+
+void parse_messages(const Json& body, CompletionRequest& request) {
+  const Json* messages = field(body, "messages");
+  if (!messages) invalid("messages", "'messages' is required");
+  if (!messages->is_array()) invalid("messages", "'messages' must be a list");
+  if (messages->empty()) invalid("messages", "'messages' must not be empty");
+  request.messages = Json::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const Json& message = (*messages)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!message.is_object()) invalid(where, where + " must be an object");
+    const Json* role = field(message, "role");
+    if (!role || !role->is_string()) invalid(where + ".role", where + ".role must be a string");
+    const std::string role_name = role->get<std::string>();
+    if (role_name != "system" && role_name != "user" && role_name != "assistant" && role_name != "developer" &&
+        role_name != "tool")
+      invalid(where + ".role", where + ".role '" + role_name + "' is not one of system, developer, user, assistant, tool");
+    const Json* content = field(message, "content");
+    std::string text;
+    if (content && content->is_string()) {
+      text = content->get<std::string>();
+    } else if (content && content->is_array()) {
+      for (const Json& part : *content) {  // [{"type": "text", "text": "..."}]
+        const Json* type = part.is_object() ? field(part, "type") : nullptr;
+        const Json* part_text = part.is_object() ? field(part, "text") : nullptr;
+        if (!type || *type != "text" || !part_text || !part_text->is_string())
+          invalid(where + ".content", where + ".content parts must be {\"type\": \"text\", \"text\": string}");
+        text += part_text->get<std::string>();
+      }
+    } else if (content || role_name != "assistant") {
+      invalid(where + ".content", where + ".content must be a string or a list of text parts");
+    }
+    request.messages.push_back({{"role", role_name == "developer" ? "system" : role_name}, {"content", text}});
+  }
+}
+
+void parse_stop(const Json& body, CompletionRequest& request, const ValidationLimits& limits) {
+  const Json* stop = field(body, "stop");
+  if (!stop) return;
+  if (stop->is_string()) {
+    request.stop.push_back(stop->get<std::string>());
+  } else if (stop->is_array()) {
+    if (int64_t(stop->size()) > limits.max_stop_strings)
+      invalid("stop", "'stop' has " + std::to_string(stop->size()) + " strings; at most " +
+                          std::to_string(limits.max_stop_strings) + " are allowed");
+    for (const Json& item : *stop) {
+      if (!item.is_string()) invalid("stop", "'stop' must be a string or a list of strings");
+      request.stop.push_back(item.get<std::string>());
+    }
+  } else {
+    invalid("stop", "'stop' must be a string or a list of strings");
+  }
+  for (const std::string& text : request.stop) {
+    if (text.empty()) invalid("stop", "stop strings must not be empty");
+    if (int64_t(text.size()) > limits.max_stop_bytes)
+      invalid("stop", "stop strings must be at most " + std::to_string(limits.max_stop_bytes) + " bytes");
+  }
+}
+
+// Fields vt does not implement are refused unless they ask for the default behaviour.
+void refuse_unsupported(const Json& body, bool chat) {
+  if (const Json* n = field(body, "n"); n && integer(*n, "n") != 1) invalid("n", "only n = 1 is supported");
+  if (const Json* best_of = field(body, "best_of"); best_of && integer(*best_of, "best_of") != 1)
+    invalid("best_of", "only best_of = 1 is supported");
+  if (const Json* logprobs = field(body, "logprobs")) {
+    const bool asked = chat ? boolean(*logprobs, "logprobs") : integer(*logprobs, "logprobs") != 0;
+    if (asked) invalid("logprobs", "logprobs are not supported");
+  }
+  if (const Json* top_logprobs = field(body, "top_logprobs"); top_logprobs && integer(*top_logprobs, "top_logprobs") != 0)
+    invalid("top_logprobs", "top_logprobs are not supported");
+  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+    const Json* penalty = field(body, name);
+    if (!penalty) continue;
+    const double value = number(*penalty, name);
+    if (value < -2 || value > 2) invalid(name, std::string("'") + name + "' must be in [-2, 2]");
+    if (value != 0) invalid(name, std::string("'") + name + "' is not supported (only 0)");
+  }
+  if (const Json* bias = field(body, "logit_bias")) {
+    if (!bias->is_object()) invalid("logit_bias", "'logit_bias' must be an object");
+    if (!bias->empty()) invalid("logit_bias", "'logit_bias' is not supported");
+  }
+  if (const Json* echo = field(body, "echo"); echo && boolean(*echo, "echo")) invalid("echo", "'echo' is not supported");
+  if (field(body, "suffix")) invalid("suffix", "'suffix' is not supported");
+  if (const Json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
+    invalid("tools", "'tools' are not supported");
+}
+
+// Nesting deeper than any API body, refused before parsing (deep trees cost stack to destroy).
+bool nesting_exceeds(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+nlohmann::json error_body(const ApiError& error) {
+  const char* type = error.status == 401 ? "authentication_error"
+                     : error.status == 404 ? "not_found_error"
+                     : error.status >= 500 ? "server_error"
+                                           : "invalid_request_error";
+  nlohmann::json body = {{"message", error.what()}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!error.param.empty()) body["param"] = error.param;
+  if (!error.code.empty()) body["code"] = error.code;
+  return {{"error", body}};
+}
+
+CompletionRequest parse_completion_request(std::string_view text, bool chat, const ValidationLimits& limits) {
+  if (!utf8::is_valid(text)) invalid("", "the request body is not valid UTF-8");
+  if (nesting_exceeds(text, 32)) invalid("", "the request body nests deeper than 32 levels");
+  Json body = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) invalid("", "the request body is not valid JSON");
+  if (!body.is_object()) invalid("", "the request body must be a JSON object");
+
+  CompletionRequest request;
+  request.chat = chat;
+  if (const Json* model = field(body, "model")) {
+    if (!model->is_string()) invalid("model", "'model' must be a string");
+    if (model->get<std::string>() != limits.model_name)
+      throw ApiError(404, "the model '" + model->get<std::string>() + "' does not exist; this server serves '" +
+                              limits.model_name + "'", "model", "model_not_found");
+  }
+  if (chat)
+    parse_messages(body, request);
+  else
+    parse_prompt(body, request, limits);
+
+  for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+    const Json* max_tokens = field(body, name);
+    if (!max_tokens) continue;
+    const int64_t value = integer(*max_tokens, name);
+    if (value < 1 || value >= limits.max_total_tokens)
+      invalid(name, std::string("'") + name + "' must be in [1, " + std::to_string(limits.max_total_tokens - 1) + "]");
+    request.max_tokens = value;
+  }
+  if (const Json* temperature = field(body, "temperature")) {
+    request.sampling.temperature = float(number(*temperature, "temperature"));
+    if (request.sampling.temperature < 0 || request.sampling.temperature > 2)
+      invalid("temperature", "'temperature' must be in [0, 2]");
+  }
+  if (const Json* top_p = field(body, "top_p")) {
+    const double value = number(*top_p, "top_p");
+    if (!(value > 0 && value <= 1)) invalid("top_p", "'top_p' must be in (0, 1]");
+    request.sampling.top_p = float(value);
+  }
+  if (const Json* top_k = field(body, "top_k")) {
+    const int64_t value = integer(*top_k, "top_k");
+    if (value < -1) invalid("top_k", "'top_k' must be -1 (off), 0 (off) or positive");
+    request.sampling.top_k = value < 0 ? 0 : value;
+  }
+  if (const Json* seed = field(body, "seed")) {
+    request.sampling.seed = uint64_t(integer(*seed, "seed"));
+    request.seeded = true;
+  }
+  parse_stop(body, request, limits);
+  if (const Json* stream = field(body, "stream")) request.stream = boolean(*stream, "stream");
+  if (const Json* options = field(body, "stream_options")) {
+    if (!request.stream) invalid("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    if (!options->is_object()) invalid("stream_options", "'stream_options' must be an object");
+    if (const Json* usage = field(*options, "include_usage"))
+      request.include_usage = boolean(*usage, "stream_options.include_usage");
+  }
+  refuse_unsupported(body, chat);
+  return request;
+}
+
+void resolve_max_tokens(CompletionRequest& request, int64_t prompt_tokens, const ValidationLimits& limits) {
+  const char* prompt_field = request.chat ? "messages" : "prompt";
+  if (prompt_tokens < 1) invalid(prompt_field, std::string("'") + prompt_field + "' encodes to no tokens");
+  const int64_t room = limits.max_total_tokens - prompt_tokens;
+  if (room < 1)
+    invalid(prompt_field, "the prompt is " + std::to_string(prompt_tokens) + " tokens; this server's context is " +
+                              std::to_string(limits.max_total_tokens) + " tokens");
+  if (request.max_tokens == 0) {
+    request.max_tokens = std::min<int64_t>(request.chat ? limits.default_chat_max_tokens : 16, room);
+  } else if (request.max_tokens > room) {
+    invalid("max_tokens", "the prompt (" + std::to_string(prompt_tokens) + " tokens) plus max_tokens (" +
+                              std::to_string(request.max_tokens) + ") exceeds this server's context of " +
+                              std::to_string(limits.max_total_tokens) + " tokens");
+  }
+}
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  unsigned char difference = a.size() == b.size() ? 0 : 1;
+  const size_t length = std::max(a.size(), b.size());
+  for (size_t i = 0; i < length; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    difference |= static_cast<unsigned char>(x ^ y);
+  }
+  return difference == 0;
+}
+
+}  // namespace vt::server

@@ -1,0 +1,59 @@
+// Validation at the edge: a request body becomes a checked CompletionRequest or an ApiError
+// (HTTP 4xx with an OpenAI-style error object naming the field). Nothing unchecked reaches the engine.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace vt::server {
+
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, std::string message, std::string param = "", std::string code = "")
+      : std::runtime_error(message), status(status), param(std::move(param)), code(std::move(code)) {}
+  int status;
+  std::string param;  // the offending field ("" when the whole body is at fault)
+  std::string code;
+};
+
+// {"error": {"message", "type", "param", "code"}} as the OpenAI API sends it.
+nlohmann::json error_body(const ApiError& error);
+
+struct ValidationLimits {
+  std::string model_name;      // requests naming another model get 404
+  int64_t vocab_size = 0;      // token-id prompts must lie in [0, vocab_size)
+  int64_t max_total_tokens = 0;  // prompt + max_tokens
+  int64_t max_stop_strings = 4;
+  int64_t max_stop_bytes = 256;
+  int64_t default_chat_max_tokens = 512;
+};
+
+struct CompletionRequest {
+  bool chat = false;
+  std::string prompt_text;         // completions: a text prompt
+  std::vector<int32_t> prompt_ids;  // completions: a token-id prompt (then prompt_text is empty)
+  nlohmann::ordered_json messages;  // chat: [{role, content (a string)}]
+  int64_t max_tokens = 0;           // 0: not given (the default is set by resolve_max_tokens)
+  SamplingParams sampling;
+  bool seeded = false;
+  std::vector<std::string> stop;
+  bool stream = false, include_usage = false;
+};
+
+// Throws ApiError for any body the server cannot serve exactly as asked.
+CompletionRequest parse_completion_request(std::string_view body, bool chat, const ValidationLimits& limits);
+
+// Once the prompt is tokenized: checks prompt + max_tokens against the limit and fills the
+// default max_tokens (16 for completions, as OpenAI; what is left up to a cap for chat).
+void resolve_max_tokens(CompletionRequest& request, int64_t prompt_tokens, const ValidationLimits& limits);
+
+// Equal strings in time that depends only on their lengths (API keys).
+bool constant_time_equal(std::string_view a, std::string_view b);
+
+}  // namespace vt::server

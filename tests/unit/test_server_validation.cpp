@@ -1,0 +1,133 @@
+// Request validation at the server's edge: each bad field gives a 4xx naming it; good bodies parse.
+#include <gtest/gtest.h>
+
+#include "server/validation.h"
+
+namespace vt::server {
+namespace {
+
+ValidationLimits limits() {
+  ValidationLimits result;
+  result.model_name = "tiny";
+  result.vocab_size = 100;
+  result.max_total_tokens = 64;
+  return result;
+}
+
+// The status and param of the ApiError a body raises (0, "" when it parses).
+std::pair<int, std::string> outcome(const std::string& body, bool chat = false) {
+  try {
+    parse_completion_request(body, chat, limits());
+  } catch (const ApiError& error) {
+    return {error.status, error.param};
+  }
+  return {0, ""};
+}
+
+TEST(ServerValidation, GoodBodiesParse) {
+  auto request = parse_completion_request(
+      R"({"model": "tiny", "prompt": "hi", "max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "top_k": -1,
+          "seed": 7, "stop": ["a", "b"], "stream": true, "stream_options": {"include_usage": true}, "n": 1,
+          "logprobs": null, "user": "x"})",
+      false, limits());
+  EXPECT_EQ(request.prompt_text, "hi");
+  EXPECT_EQ(request.max_tokens, 5);
+  EXPECT_FLOAT_EQ(request.sampling.temperature, 0.5f);
+  EXPECT_EQ(request.sampling.top_k, 0);
+  EXPECT_EQ(request.sampling.seed, 7u);
+  EXPECT_TRUE(request.seeded && request.stream && request.include_usage);
+  EXPECT_EQ(request.stop, (std::vector<std::string>{"a", "b"}));
+
+  request = parse_completion_request(R"({"prompt": [[1, 2, 3]]})", false, limits());
+  EXPECT_EQ(request.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+
+  request = parse_completion_request(
+      R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "u"}]},
+                       {"role": "assistant", "content": null}, {"role": "developer", "content": "d"}]})",
+      true, limits());
+  ASSERT_EQ(request.messages.size(), 4u);
+  EXPECT_EQ(request.messages[1]["content"], "u");
+  EXPECT_EQ(request.messages[3]["role"], "system");
+}
+
+TEST(ServerValidation, BadBodiesNameTheField) {
+  const std::vector<std::tuple<std::string, bool, int, std::string>> cases = {
+      {"{not json", false, 400, ""},
+      {"[1, 2]", false, 400, ""},
+      {"\"text\"", false, 400, ""},
+      {std::string("{\"prompt\": \"a\xff\"}"), false, 400, ""},
+      {std::string(100, '[') + std::string(100, ']'), false, 400, ""},
+      {"{}", false, 400, "prompt"},
+      {R"({"prompt": ""})", false, 400, "prompt"},
+      {R"({"prompt": []})", false, 400, "prompt"},
+      {R"({"prompt": 5})", false, 400, "prompt"},
+      {R"({"prompt": ["a", "b"]})", false, 400, "prompt"},
+      {R"({"prompt": [1, 100]})", false, 400, "prompt"},
+      {R"({"prompt": [1, -1]})", false, 400, "prompt"},
+      {R"({"prompt": [1.5]})", false, 400, "prompt"},
+      {R"({"prompt": "a", "model": "other"})", false, 404, "model"},
+      {R"({"prompt": "a", "model": 3})", false, 400, "model"},
+      {R"({"prompt": "a", "max_tokens": 0})", false, 400, "max_tokens"},
+      {R"({"prompt": "a", "max_tokens": 64})", false, 400, "max_tokens"},
+      {R"({"prompt": "a", "max_tokens": "5"})", false, 400, "max_tokens"},
+      {R"({"prompt": "a", "max_tokens": 2.5})", false, 400, "max_tokens"},
+      {R"({"prompt": "a", "max_tokens": 99999999999999999999})", false, 400, "max_tokens"},
+      {R"({"prompt": "a", "n": 2})", false, 400, "n"},
+      {R"({"prompt": "a", "temperature": -0.1})", false, 400, "temperature"},
+      {R"({"prompt": "a", "temperature": 1e999})", false, 400, ""},  // out of double range: not JSON
+      {R"({"prompt": "a", "temperature": "hot"})", false, 400, "temperature"},
+      {R"({"prompt": "a", "top_p": 0})", false, 400, "top_p"},
+      {R"({"prompt": "a", "top_p": 1.5})", false, 400, "top_p"},
+      {R"({"prompt": "a", "top_k": -2})", false, 400, "top_k"},
+      {R"({"prompt": "a", "stop": ["1", "2", "3", "4", "5"]})", false, 400, "stop"},
+      {R"({"prompt": "a", "stop": [""]})", false, 400, "stop"},
+      {R"({"prompt": "a", "stop": 3})", false, 400, "stop"},
+      {R"({"prompt": "a", "stream": "yes"})", false, 400, "stream"},
+      {R"({"prompt": "a", "stream_options": {"include_usage": true}})", false, 400, "stream_options"},
+      {R"({"prompt": "a", "logprobs": 2})", false, 400, "logprobs"},
+      {R"({"prompt": "a", "logit_bias": {"5": 1}})", false, 400, "logit_bias"},
+      {R"({"prompt": "a", "presence_penalty": 3})", false, 400, "presence_penalty"},
+      {R"({"prompt": "a", "seed": "x"})", false, 400, "seed"},
+      {R"({"prompt": "a", "echo": true})", false, 400, "echo"},
+      {"{}", true, 400, "messages"},
+      {R"({"messages": []})", true, 400, "messages"},
+      {R"({"messages": "hi"})", true, 400, "messages"},
+      {R"({"messages": [5]})", true, 400, "messages[0]"},
+      {R"({"messages": [{"content": "x"}]})", true, 400, "messages[0].role"},
+      {R"({"messages": [{"role": "king", "content": "x"}]})", true, 400, "messages[0].role"},
+      {R"({"messages": [{"role": "user"}]})", true, 400, "messages[0].content"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", true, 400, "messages[0].content"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", true, 400, "logprobs"},
+  };
+  for (const auto& [body, chat, status, param] : cases) {
+    const auto [got_status, got_param] = outcome(body, chat);
+    EXPECT_EQ(got_status, status) << body;
+    EXPECT_EQ(got_param, param) << body;
+  }
+}
+
+TEST(ServerValidation, MaxTokensAgainstThePrompt) {
+  auto request = parse_completion_request(R"({"prompt": "a"})", false, limits());
+  resolve_max_tokens(request, 10, limits());
+  EXPECT_EQ(request.max_tokens, 16);
+  request = parse_completion_request(R"({"messages": [{"role": "user", "content": "x"}]})", true, limits());
+  resolve_max_tokens(request, 10, limits());
+  EXPECT_EQ(request.max_tokens, 54);  // what is left of the context
+  request = parse_completion_request(R"({"prompt": "a", "max_tokens": 60})", false, limits());
+  EXPECT_THROW(resolve_max_tokens(request, 10, limits()), ApiError);
+  request = parse_completion_request(R"({"prompt": "a"})", false, limits());
+  EXPECT_THROW(resolve_max_tokens(request, 64, limits()), ApiError);
+}
+
+TEST(ServerValidation, ErrorBodyAndKeyCompare) {
+  const auto body = error_body(ApiError(400, "bad", "top_p"));
+  EXPECT_EQ(body["error"]["param"], "top_p");
+  EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(constant_time_equal("secret", "secret"));
+  EXPECT_FALSE(constant_time_equal("secret", "secreT"));
+  EXPECT_FALSE(constant_time_equal("secret", "secret1"));
+  EXPECT_FALSE(constant_time_equal("", "x"));
+}
+
+}  // namespace
+}  // namespace vt::server
