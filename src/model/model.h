@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace vt {
@@ -56,6 +57,19 @@ class Model {
   void set_tap(TapSink sink) { tap_ = std::move(sink); }
 
  protected:
+  // Checks a CPU forward's arguments (tokens fit the sequence, logits are host f32 of the right
+  // shape) and returns how many rows of logits it produces.
+  static int64_t check_forward(const SequenceState& state, int64_t num_tokens, const TensorView& logits,
+                               int64_t vocab_size, bool all_logits) {
+    VT_CHECK(num_tokens > 0, "forward: no tokens");
+    VT_CHECK(state.length() + num_tokens <= state.capacity(), "forward: ", state.length(), " + ", num_tokens,
+             " tokens exceed the sequence capacity ", state.capacity());
+    const int64_t logit_rows = all_logits ? num_tokens : 1;
+    VT_CHECK(logits.dtype == DType::kF32 && logits.shape == Shape({logit_rows, vocab_size}), "forward: logits must be f32 [",
+             logit_rows, ", ", vocab_size, "], got ", logits.shape.str());
+    return logit_rows;
+  }
+
   void tap(const char* name, int layer, const TensorView& tensor) const {
     if (tap_) tap_(name, layer, tensor);
   }

@@ -136,12 +136,6 @@ LlamaWeights load_llama_weights(GgufFile& file, const LlamaConfig& config, const
   return weights;
 }
 
-void add_in_place(const TensorView& x, const TensorView& y) {
-  float* a = x.f32();
-  const float* b = y.f32();
-  for (int64_t i = 0; i < x.numel(); ++i) a[i] += b[i];
-}
-
 }  // namespace
 
 // A KV cache per layer for one sequence.
@@ -177,12 +171,7 @@ void LlamaModel::forward(std::span<const int32_t> tokens, SequenceState& base_st
                          const ForwardOptions& options) {
   State& state = dynamic_cast<State&>(base_state);
   const int64_t num_tokens = int64_t(tokens.size()), hidden = config_.hidden_size;
-  VT_CHECK(num_tokens > 0, "forward: no tokens");
-  VT_CHECK(state.start() + num_tokens <= state.capacity(), "forward: ", state.start(), " + ", num_tokens,
-           " tokens exceed the sequence capacity ", state.capacity());
-  const int64_t logit_rows = options.all_logits ? num_tokens : 1;
-  VT_CHECK(logits.dtype == DType::kF32 && logits.shape == Shape({logit_rows, config_.vocab_size}),
-           "forward: logits must be f32 [", logit_rows, ", ", config_.vocab_size, "], got ", logits.shape.str());
+  const int64_t logit_rows = check_forward(state, num_tokens, logits, config_.vocab_size, options.all_logits);
 
   TensorView ids{const_cast<int32_t*>(tokens.data()), DType::kI32, Device::kCpu, {num_tokens}};
   Buffer x(DType::kF32, {num_tokens, hidden}), normed(DType::kF32, {num_tokens, hidden});
@@ -195,12 +184,12 @@ void LlamaModel::forward(std::span<const int32_t> tokens, SequenceState& base_st
     ops::rms_norm(normed, x, w.attention_norm, config_.rms_norm_eps, 0.0f);
     attention(branch, normed, layer, state);
     tap("mixer_out", layer, branch);
-    add_in_place(x, branch);
+    ops::add_in_place(x, branch);
 
     ops::rms_norm(normed, x, w.ffn_norm, config_.rms_norm_eps, 0.0f);
     mlp(branch, normed, w);
     tap("ffn_out", layer, branch);
-    add_in_place(x, branch);
+    ops::add_in_place(x, branch);
     tap("layer_out", layer, x);
   }
 

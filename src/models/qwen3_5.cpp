@@ -52,12 +52,6 @@ void copy_columns(const TensorView& dst, const TensorView& src, int64_t begin) {
     std::memcpy(dst.f32() + r * width, src.f32() + r * n + begin, width * sizeof(float));
 }
 
-void add_in_place(const TensorView& x, const TensorView& y) {
-  float* a = x.f32();
-  const float* b = y.f32();
-  for (int64_t i = 0; i < x.numel(); ++i) a[i] += b[i];
-}
-
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 // torch.nn.functional.softplus (beta 1, threshold 20).
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
@@ -82,12 +76,7 @@ void Qwen35Model::forward(std::span<const int32_t> tokens, SequenceState& base_s
                           const TensorView& logits, const ForwardOptions& options) {
   State& state = dynamic_cast<State&>(base_state);
   const int64_t num_tokens = int64_t(tokens.size()), hidden = config_.hidden_size;
-  VT_CHECK(num_tokens > 0, "forward: no tokens");
-  VT_CHECK(state.start() + num_tokens <= state.capacity(), "forward: ", state.start(), " + ", num_tokens,
-           " tokens exceed the sequence capacity ", state.capacity());
-  const int64_t logit_rows = options.all_logits ? num_tokens : 1;
-  VT_CHECK(logits.dtype == DType::kF32 && logits.shape == Shape({logit_rows, config_.vocab_size}),
-           "forward: logits must be f32 [", logit_rows, ", ", config_.vocab_size, "], got ", logits.shape.str());
+  const int64_t logit_rows = check_forward(state, num_tokens, logits, config_.vocab_size, options.all_logits);
 
   TensorView ids{const_cast<int32_t*>(tokens.data()), DType::kI32, Device::kCpu, {num_tokens}};
   Buffer x(DType::kF32, {num_tokens, hidden}), normed(DType::kF32, {num_tokens, hidden});
@@ -101,13 +90,13 @@ void Qwen35Model::forward(std::span<const int32_t> tokens, SequenceState& base_s
     if (w.kind == LayerKind::kLinearAttention) gated_delta_net(branch, normed, layer, state, options.delta_rule);
     else attention(branch, normed, layer, state);
     tap("mixer_out", layer, branch);
-    add_in_place(x, branch);
+    ops::add_in_place(x, branch);
 
     ops::rms_norm(normed, x, w.post_attention_norm, config_.rms_norm_eps, 1.0f);
     if (w.is_moe) moe(branch, normed, w.moe);
     else mlp(branch, normed, w.mlp);
     tap("ffn_out", layer, branch);
-    add_in_place(x, branch);
+    ops::add_in_place(x, branch);
     tap("layer_out", layer, x);
   }
 

@@ -137,6 +137,15 @@ void moe_route(const TensorView& expert_ids, const TensorView& weights, const Te
                  logits.dim(1), weights.dim(1), renormalize);
 }
 
+void add_in_place(const TensorView& x, const TensorView& y) {
+  expect_cpu_f32(x, "add_in_place", "x");
+  expect_cpu_f32(y, "add_in_place", "y");
+  VT_CHECK(x.numel() == y.numel(), "add_in_place: x ", x.shape.str(), " y ", y.shape.str());
+  float* a = x.f32();
+  const float* b = y.f32();
+  for (int64_t i = 0; i < x.numel(); ++i) a[i] += b[i];
+}
+
 void matmul_nt(const TensorView& y, const TensorView& x, const TensorView& w, bool accumulate) {
   for (const auto* t : {&y, &x, &w}) expect_cpu_f32(*t, "matmul", "operand");
   VT_CHECK(x.rank() == 2 && w.rank() == 2 && y.rank() == 2 && x.dim(1) == w.dim(1) &&

@@ -48,6 +48,9 @@ void silu_mul(const TensorView& out, const TensorView& gate_up);
 void moe_route(const TensorView& expert_ids, const TensorView& weights, const TensorView& logits,
                bool renormalize);
 
+// x += y, elementwise (the residual add), same shapes.
+void add_in_place(const TensorView& x, const TensorView& y);
+
 // y [M, N] = x [M, K] @ w [N, K]^T (+ y when accumulate).
 void matmul_nt(const TensorView& y, const TensorView& x, const TensorView& w, bool accumulate = false);
 
