@@ -3,6 +3,7 @@
 # benchmark of the synthetic real-size models next to the bandwidth floor. Prints the tables last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/gpu/env.sh
 OUT=${OUT:-/tmp/vt-out}
 mkdir -p "$OUT"
 VT=build-gpu/apps/vt

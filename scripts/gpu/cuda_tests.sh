@@ -4,6 +4,7 @@
 # (CUDA kernels against the CPU reference; golden model tests), and prints a short table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/gpu/env.sh
 OUT=${OUT:-/tmp/vt-out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"

@@ -11,8 +11,19 @@ for path in /usr/include/nlohmann /usr/share/cmake/nlohmann_json /usr/include/CL
             /usr/lib/x86_64-linux-gnu/libgtest.a /usr/lib/x86_64-linux-gnu/libgtest_main.a \
             /usr/lib/x86_64-linux-gnu/libgmock.a /usr/lib/x86_64-linux-gnu/libgmock_main.a \
             /usr/include/pcre2.h /usr/lib/x86_64-linux-gnu/libpcre2-8.a \
-            /usr/include/utf8proc.h /usr/lib/x86_64-linux-gnu/libutf8proc.a; do
+            /usr/include/utf8proc.h /usr/lib/x86_64-linux-gnu/libutf8proc.a /usr/include/httplib.h \
+            /usr/include/openssl /usr/include/x86_64-linux-gnu/openssl /usr/include/zlib.h /usr/include/zconf.h \
+            /usr/include/brotli; do
   mkdir -p ".gpu-deps$(dirname "$path")"
   cp -r "$path" ".gpu-deps$path"
 done
+# cpp-httplib is a shared library in Debian: carry it and the libraries it needs (OpenSSL, zlib,
+# brotli), with a relocatable pkg-config file (scripts/gpu/env.sh uses it).
+lib=.gpu-deps/usr/lib/x86_64-linux-gnu
+cp -P /usr/lib/x86_64-linux-gnu/libcpp-httplib.so* /usr/lib/x86_64-linux-gnu/libbrotli*.so* "$lib/"
+cp -L /lib/x86_64-linux-gnu/libssl.so.3 /lib/x86_64-linux-gnu/libcrypto.so.3 /lib/x86_64-linux-gnu/libz.so.1 "$lib/"
+mkdir -p "$lib/pkgconfig"
+sed -e 's|^prefix=.*|prefix=${pcfiledir}/../../..|' -e '/^Requires.private/d' \
+  -e 's|^Cflags: -I${includedir}|Cflags: -I${includedir} -I${includedir}/x86_64-linux-gnu|' \
+  /usr/lib/x86_64-linux-gnu/pkgconfig/cpp-httplib.pc >"$lib/pkgconfig/cpp-httplib.pc"
 du -sh .gpu-deps

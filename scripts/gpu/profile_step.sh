@@ -4,6 +4,7 @@
 # Usage: profile_step.sh [batch] [extra vt bench args...]   (env VT_FP8_GEMM selects the FP8 kernel)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/gpu/env.sh
 OUT=${OUT:-/tmp/vt-out}
 BATCH=${1:-1}
 shift || true

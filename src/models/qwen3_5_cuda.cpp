@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 
@@ -27,7 +28,11 @@ struct Qwen35CudaModel::Workspace {
   // [T*k, 2I] / [T*k, I] / [T*k, H], shared expert output [T, H] and gate [T, 1].
   cuda::DeviceBuffer router_logits, route_ids, route_weights, expert_hidden, expert_act, expert_out;
   cuda::DeviceBuffer shared_out, shared_gate;
-  cuda::DeviceBuffer quantized, scales;   // FP8 activations [T, widest K] and [T, K/128]
+  // FP8 activations [rows, widest K] e4m3 and [rows, K/128] scales: `quantized` holds a norm's
+  // output (fused into the norm; read by every linear of the block), `inner` a mixer's or
+  // SwiGLU's output (fused into gdn_recurrent / attention combine / silu_mul), `scratch` what a
+  // linear quantises itself when nothing upstream did.
+  cuda::DeviceBuffer quantized, scales, inner, inner_scales, scratch, scratch_scales;
   cuda::DeviceBuffer last_hidden, logits; // [rows, H], [rows, V] act
   cuda::DeviceBuffer next_tokens;         // [S] i32
   cuda::DeviceBuffer metadata;            // i32: see upload_layout
@@ -95,6 +100,10 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   gemm_ = std::make_unique<cuda::CublasLtGemm>();
   graphs_ = std::make_unique<Graphs>();
   slot_used_.assign(options_.max_sequences, false);
+  if (const char* fused = std::getenv("VT_FUSED_QUANT")) {
+    VT_CHECK(std::string(fused) == "0" || std::string(fused) == "1", "VT_FUSED_QUANT='", fused, "': expected 0 or 1");
+    fuse_quant_ = std::string(fused) == "1";
+  }
 
   const DType act = options_.activations;
   const int64_t T = std::max(options_.max_step_tokens, options_.max_sequences), S = options_.max_sequences;
@@ -116,8 +125,11 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
       DType::kF32, {std::max<int64_t>(kAttentionBlocks, T * config_.num_heads) * (config_.head_dim + 2)});
   const int64_t widest_k = std::max({H, widest_inner(config_)});
   const int64_t top_k = std::max<int64_t>(config_.num_experts_per_tok, 1);
-  w.quantized = cuda::DeviceBuffer(DType::kU8, {T * top_k, widest_k});
-  w.scales = cuda::DeviceBuffer(DType::kF32, {T * top_k, (widest_k + 127) / 128});
+  for (auto [codes, scales] : {std::pair{&w.quantized, &w.scales}, std::pair{&w.inner, &w.inner_scales},
+                                std::pair{&w.scratch, &w.scratch_scales}}) {
+    *codes = cuda::DeviceBuffer(DType::kU8, {T * top_k, widest_k});
+    *scales = cuda::DeviceBuffer(DType::kF32, {T * top_k, (widest_k + 127) / 128});
+  }
   if (config_.num_experts > 0) {
     const int64_t inter = config_.moe_intermediate_size, pairs = T * top_k;
     w.router_logits = cuda::DeviceBuffer(DType::kF32, {T, config_.num_experts});  // f32: top-k must not see bf16 ties
@@ -208,17 +220,20 @@ void Qwen35CudaModel::upload_layout(const std::vector<int32_t>& tokens, const st
                                 stream_));
 }
 
-void Qwen35CudaModel::linear(const CudaLinear& linear, void* y, const void* x, int64_t m) {
+void Qwen35CudaModel::linear(const CudaLinear& linear, void* y, const void* x, int64_t m, const Fp8Rows& fused) {
   const DType act = options_.activations;
   const size_t element = dtype_size(act);
   if (linear.format == WeightFormat::kFp8Block) {
     auto& w = *workspace_;
-    cuda::fp8_quantize_rows(w.quantized.as<uint8_t>(), w.scales.as<float>(), x, m, linear.k, act, stream_);
+    Fp8Rows input = fused;
+    if (!input.codes) {
+      input = {w.scratch.as<uint8_t>(), w.scratch_scales.as<float>()};
+      cuda::fp8_quantize_rows(w.scratch.as<uint8_t>(), w.scratch_scales.as<float>(), x, m, linear.k, act, stream_);
+    }
     // Parts that could not merge (rows not whole 128-blocks) write their own column range.
     for (const auto& part : linear.parts)
-      cuda::fp8_block_gemm(static_cast<char*>(y) + part.column * element, linear.n, w.quantized.as<uint8_t>(),
-                           w.scales.as<float>(), part.weight.as<uint8_t>(), part.scales.as<float>(), m, part.n,
-                           linear.k, act, stream_);
+      cuda::fp8_block_gemm(static_cast<char*>(y) + part.column * element, linear.n, input.codes, input.scales,
+                           part.weight.as<uint8_t>(), part.scales.as<float>(), m, part.n, linear.k, act, stream_);
     return;
   }
   VT_CHECK(linear.parts.size() == 1, "dense linear parts are always merged");
@@ -247,37 +262,55 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
   cuda::embedding(w.x.data(), act, w.token_ids, T, weights_.embed_tokens.data(), weights_.embed_tokens.view().dtype, H,
                   stream_);
   const void* pending = nullptr;  // the previous block's output, added to x by the next norm
+  // FP8 activations made by the op before a W8A8 linear (VT_FUSED_QUANT=0: each linear quantises).
+  const auto fp8 = [&](const CudaLinear& linear) { return fuse_quant_ && linear.format == WeightFormat::kFp8Block; };
+  const Fp8Rows none, normed_q{w.quantized.as<uint8_t>(), w.scales.as<float>()},
+      inner_q{w.inner.as<uint8_t>(), w.inner_scales.as<float>()};
+  const auto codes = [](bool fused, const Fp8Rows& rows) { return fused ? rows : Fp8Rows{}; };
+  const bool norm_fusable = H % 128 == 0;
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     const CudaLayer& layer = weights_.layers[i];
-    cuda::add_rms_norm(w.normed.data(), w.x.data(), pending, layer.input_norm.as<float>(), T, H, eps, 1.0f, act, stream_);
-    if (layer.kind == LayerKind::kLinearAttention) {
+    const bool gdn = layer.kind == LayerKind::kLinearAttention;
+    const Fp8Rows mixer_in = codes(norm_fusable && fp8(gdn ? layer.in_proj : layer.qkv), normed_q);
+    cuda::add_rms_norm(w.normed.data(), w.x.data(), pending, layer.input_norm.as<float>(), T, H, eps, 1.0f, act,
+                       stream_, const_cast<uint8_t*>(mixer_in.codes), const_cast<float*>(mixer_in.scales));
+    if (gdn) {
       const int64_t stride = layer.in_proj.n;  // [qkv | z]
-      linear(layer.in_proj, w.projected.data(), w.normed.data(), T);
-      linear(layer.in_proj_ba, w.ba.data(), w.normed.data(), T);
+      linear(layer.in_proj, w.projected.data(), w.normed.data(), T, mixer_in);
+      linear(layer.in_proj_ba, w.ba.data(), w.normed.data(), T, fp8(layer.in_proj_ba) ? mixer_in : none);
       cuda::gdn_conv(w.conv_out.as<float>(), w.conv_state[i].as<float>(), w.projected.data(), stride,
                      layer.conv_weight.as<float>(), layout, delta_net, act, stream_);
+      const Fp8Rows out_in = codes(fp8(layer.out_proj) && c.linear_value_head_dim == 128, inner_q);
       cuda::gdn_recurrent(w.mixer_out.data(), w.recurrent[i].as<float>(), w.conv_out.as<float>(), w.projected.data(),
                           stride, c.conv_dim(), w.ba.data(), layer.a_log.as<float>(), layer.dt_bias.as<float>(),
-                          layer.gdn_norm.as<float>(), layout, delta_net, act, stream_);
-      linear(layer.out_proj, w.branch.data(), w.mixer_out.data(), T);
+                          layer.gdn_norm.as<float>(), layout, delta_net, act, stream_,
+                          const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales));
+      linear(layer.out_proj, w.branch.data(), w.mixer_out.data(), T, out_in);
     } else {
-      linear(layer.qkv, w.projected.data(), w.normed.data(), T);
+      linear(layer.qkv, w.projected.data(), w.normed.data(), T, mixer_in);
       cuda::attention_prepare(w.q.as<float>(), w.gate.data(), w.k_cache[i].data(), w.v_cache[i].data(),
                               w.projected.data(), layer.q_norm.as<float>(), layer.k_norm.as<float>(), layout,
                               attention, act, stream_);
+      const Fp8Rows o_in = codes(fp8(layer.o_proj) && c.head_dim % 128 == 0, inner_q);
       cuda::paged_attention(w.mixer_out.data(), w.attention_partials.as<float>(), w.q.as<float>(), w.gate.data(),
                             w.k_cache[i].data(), w.v_cache[i].data(), layout, attention, attention_splits,
-                            keys_per_split, act, stream_);
-      linear(layer.o_proj, w.branch.data(), w.mixer_out.data(), T);
+                            keys_per_split, act, stream_, const_cast<uint8_t*>(o_in.codes),
+                            const_cast<float*>(o_in.scales));
+      linear(layer.o_proj, w.branch.data(), w.mixer_out.data(), T, o_in);
     }
+    const bool ffn_fp8 = layer.is_moe ? fuse_quant_ && layer.moe.format == WeightFormat::kFp8Block
+                                      : fp8(layer.mlp.gate_up);
+    const Fp8Rows ffn_in = codes(norm_fusable && ffn_fp8, normed_q);
     cuda::add_rms_norm(w.normed.data(), w.x.data(), w.branch.data(), layer.post_attention_norm.as<float>(), T, H, eps,
-                       1.0f, act, stream_);
+                       1.0f, act, stream_, const_cast<uint8_t*>(ffn_in.codes), const_cast<float*>(ffn_in.scales));
     if (layer.is_moe) {
-      moe(layer.moe, T);
+      moe(layer.moe, T, ffn_in);
     } else {
-      linear(layer.mlp.gate_up, w.projected.data(), w.normed.data(), T);
-      cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, c.intermediate_size, act, stream_);
-      linear(layer.mlp.down, w.branch.data(), w.mixer_out.data(), T);
+      linear(layer.mlp.gate_up, w.projected.data(), w.normed.data(), T, ffn_in);
+      const Fp8Rows down_in = codes(fp8(layer.mlp.down) && c.intermediate_size % 128 == 0, inner_q);
+      cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, c.intermediate_size, act, stream_,
+                     const_cast<uint8_t*>(down_in.codes), const_cast<float*>(down_in.scales));
+      linear(layer.mlp.down, w.branch.data(), w.mixer_out.data(), T, down_in);
     }
     pending = w.branch.data();
   }
@@ -292,7 +325,7 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
 
 // MoE FFN on normed [T, H] -> branch [T, H]: route, expert GEMVs per (token, expert) pair
 // straight from the stacked expert weights, the gated shared expert, weighted combine.
-void Qwen35CudaModel::moe(const CudaMoe& moe, int64_t T) {
+void Qwen35CudaModel::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed_codes) {
   auto& w = *workspace_;
   const auto& c = config_;
   const DType act = options_.activations;
@@ -305,21 +338,39 @@ void Qwen35CudaModel::moe(const CudaMoe& moe, int64_t T) {
                 stream_, DType::kF32, true);
   cuda::moe_route(w.route_ids.as<int32_t>(), w.route_weights.as<float>(), w.router_logits.data(), T, c.num_experts, k,
                   c.norm_topk_prob, DType::kF32, stream_);
-  if (fp8) cuda::fp8_quantize_rows(w.quantized.as<uint8_t>(), w.scales.as<float>(), w.normed.data(), T, H, act, stream_);
-  cuda::moe_expert_gemv(w.expert_hidden.data(), fp8 ? w.quantized.data() : w.normed.data(), w.scales.as<float>(),
-                        w.route_ids.as<int32_t>(), moe.gate_up.data(), moe.gate_up_scales.as<float>(), pairs, 2 * inter,
-                        H, k, fp8, act, stream_);
-  cuda::silu_mul(w.expert_act.data(), w.expert_hidden.data(), pairs, inter, act, stream_);
-  if (fp8) cuda::fp8_quantize_rows(w.quantized.as<uint8_t>(), w.scales.as<float>(), w.expert_act.data(), pairs, inter, act, stream_);
-  cuda::moe_expert_gemv(w.expert_out.data(), fp8 ? w.quantized.data() : w.expert_act.data(), w.scales.as<float>(),
-                        w.route_ids.as<int32_t>(), moe.down.data(), moe.down_scales.as<float>(), pairs, H, inter, 1, fp8,
-                        act, stream_);
+  // The experts read the normed rows as FP8 codes: fused into the norm, or quantised here.
+  Fp8Rows x_codes = normed_codes;
+  if (fp8 && !x_codes.codes) {
+    x_codes = {w.scratch.as<uint8_t>(), w.scratch_scales.as<float>()};
+    cuda::fp8_quantize_rows(w.scratch.as<uint8_t>(), w.scratch_scales.as<float>(), w.normed.data(), T, H, act, stream_);
+  }
+  cuda::moe_expert_gemv(w.expert_hidden.data(), fp8 ? static_cast<const void*>(x_codes.codes) : w.normed.data(),
+                        x_codes.scales, w.route_ids.as<int32_t>(), moe.gate_up.data(), moe.gate_up_scales.as<float>(),
+                        pairs, 2 * inter, H, k, fp8, act, stream_);
+  const bool fuse_act = fp8 && fuse_quant_ && inter % 128 == 0;
+  Fp8Rows act_codes = fuse_act ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()} : Fp8Rows{};
+  cuda::silu_mul(w.expert_act.data(), w.expert_hidden.data(), pairs, inter, act, stream_,
+                 const_cast<uint8_t*>(act_codes.codes), const_cast<float*>(act_codes.scales));
+  if (fp8 && !act_codes.codes) {
+    act_codes = {w.scratch.as<uint8_t>(), w.scratch_scales.as<float>()};
+    cuda::fp8_quantize_rows(w.scratch.as<uint8_t>(), w.scratch_scales.as<float>(), w.expert_act.data(), pairs, inter,
+                            act, stream_);
+  }
+  cuda::moe_expert_gemv(w.expert_out.data(), fp8 ? static_cast<const void*>(act_codes.codes) : w.expert_act.data(),
+                        act_codes.scales, w.route_ids.as<int32_t>(), moe.down.data(), moe.down_scales.as<float>(),
+                        pairs, H, inter, 1, fp8, act, stream_);
   if (moe.has_shared) {
     const int64_t shared = moe.shared.down.k;
-    linear(moe.shared.gate_up, w.projected.data(), w.normed.data(), T);
-    cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, shared, act, stream_);
-    linear(moe.shared.down, w.shared_out.data(), w.mixer_out.data(), T);
-    linear(moe.shared_gate, w.shared_gate.data(), w.normed.data(), T);
+    const bool shared_fp8 = fuse_quant_ && moe.shared.gate_up.format == WeightFormat::kFp8Block;
+    linear(moe.shared.gate_up, w.projected.data(), w.normed.data(), T, shared_fp8 ? normed_codes : Fp8Rows{});
+    const Fp8Rows down_in = fuse_quant_ && moe.shared.down.format == WeightFormat::kFp8Block && shared % 128 == 0
+                                ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()}
+                                : Fp8Rows{};
+    cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, shared, act, stream_, const_cast<uint8_t*>(down_in.codes),
+                   const_cast<float*>(down_in.scales));
+    linear(moe.shared.down, w.shared_out.data(), w.mixer_out.data(), T, down_in);
+    linear(moe.shared_gate, w.shared_gate.data(), w.normed.data(), T,
+           fuse_quant_ && moe.shared_gate.format == WeightFormat::kFp8Block ? normed_codes : Fp8Rows{});
   }
   cuda::moe_combine(w.branch.data(), w.expert_out.data(), w.route_weights.as<float>(),
                     moe.has_shared ? w.shared_out.data() : nullptr, moe.has_shared ? w.shared_gate.data() : nullptr, T,
@@ -411,6 +462,18 @@ void Qwen35CudaModel::decode_step(const std::vector<int32_t>& tokens, const std:
                                   cudaMemcpyDeviceToHost, stream_));
   }
   VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+std::vector<float> Qwen35CudaModel::last_logits(int64_t rows) const {
+  const auto& w = *workspace_;
+  VT_CHECK(rows > 0 && rows <= w.logits.shape()[0], "last_logits: ", rows, " rows");
+  const int64_t count = rows * config_.vocab_size;
+  cuda::DeviceBuffer f32(DType::kF32, {count});
+  cuda::convert(f32.data(), DType::kF32, w.logits.data(), options_.activations, count, stream_);
+  std::vector<float> host(size_t(count), 0.0f);
+  VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  cuda::copy_to_host(host.data(), f32.data(), size_t(count) * sizeof(float));
+  return host;
 }
 
 void Qwen35CudaModel::randomize_state(uint64_t seed) {

@@ -86,6 +86,12 @@ CudaWeights synthetic_cuda_weights(const Qwen35Config& config, bool fp8, uint64_
 // The real architectures by name: "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3-next-80b".
 Qwen35Config synthetic_config(const std::string& name);
 
+// FP8 codes [m, k] and 1x128 scales of a linear's input, made by the op that produced it.
+struct Fp8Rows {
+  const uint8_t* codes = nullptr;
+  const float* scales = nullptr;
+};
+
 class Qwen35CudaModel final : public Model {
  public:
   Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const CudaModelOptions& options,
@@ -104,6 +110,8 @@ class Qwen35CudaModel final : public Model {
   // per batch size on first use when `use_graph`.
   void decode_step(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
                    std::vector<int32_t>* next_tokens, bool use_graph);
+  // The logits [rows, vocab] of the last step, as f32 on the host (tests).
+  std::vector<float> last_logits(int64_t rows) const;
   // Fills KV cache and GDN states with random values (benchmarks at a context length).
   void randomize_state(uint64_t seed);
   // Bytes one decode step must move at `batch` and `context`: weights + state + KV (floor).
@@ -116,8 +124,10 @@ class Qwen35CudaModel final : public Model {
   struct Workspace;
   struct Graphs;
   void run_step(int64_t num_tokens, int64_t num_seqs, int64_t logit_rows);  // metadata on the device
-  void linear(const CudaLinear& linear, void* y, const void* x, int64_t m);
-  void moe(const CudaMoe& moe, int64_t num_tokens);  // workspace normed -> branch
+  // y = x W^T; an FP8 linear reads `fused` when set, else quantises x itself.
+  void linear(const CudaLinear& linear, void* y, const void* x, int64_t m, const Fp8Rows& fused = {});
+  // workspace normed -> branch; normed_codes: the norm's fused FP8 output, if it made one.
+  void moe(const CudaMoe& moe, int64_t num_tokens, const Fp8Rows& normed_codes);
   void upload_layout(const std::vector<int32_t>& tokens, const std::vector<int32_t>& token_seq,
                      const std::vector<int32_t>& positions, const std::vector<int32_t>& seq_start,
                      const std::vector<int32_t>& slots, const std::vector<int32_t>& last_index);
@@ -132,6 +142,7 @@ class Qwen35CudaModel final : public Model {
   std::unique_ptr<Workspace> workspace_;
   std::unique_ptr<Graphs> graphs_;
   mutable std::vector<bool> slot_used_;
+  bool fuse_quant_ = true;  // VT_FUSED_QUANT=0: every FP8 linear quantises its own input (A/B runs)
 };
 
 // Opens a checkpoint folder for CUDA.

@@ -156,5 +156,35 @@ TEST_F(CudaModel, SyntheticMoeDecode) {
   for (int32_t id : next) EXPECT_TRUE(id >= 0 && id < config.vocab_size);
 }
 
+// The FP8 quantisation fused into norms, SwiGLU, the GDN output and the attention combine gives
+// the logits, bit for bit, of quantising in front of each linear (VT_FUSED_QUANT=0), on the real
+// 27B and 35B-A3B layer shapes (where every fused path applies).
+TEST_F(CudaModel, FusedQuantisationIsBitIdentical) {
+  for (const char* name : {"qwen3.5-27b", "qwen3.5-35b-a3b"}) {
+    Qwen35Config config = synthetic_config(name);
+    config.num_layers = 4;
+    config.layer_types.resize(4);
+    CudaModelOptions options;
+    options.max_sequences = 3;
+    options.max_context = 64;
+    options.max_step_tokens = 3;
+    std::vector<std::vector<float>> logits;
+    for (const char* fused : {"1", "0"}) {
+      setenv("VT_FUSED_QUANT", fused, 1);
+      Qwen35CudaModel model(config, synthetic_cuda_weights(config, true, 11), options, "synthetic");
+      model.randomize_state(5);
+      std::vector<int32_t> next;
+      model.decode_step({5, 6, 7}, {9, 17, 40}, &next, false);
+      logits.push_back(model.last_logits(3));
+    }
+    unsetenv("VT_FUSED_QUANT");
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_TRUE(logits[0] == logits[1]) << name << ": fused and unfused FP8 activations differ";
+    double norm = 0;
+    for (float v : logits[0]) norm += double(v) * v;
+    EXPECT_GT(norm, 0.0) << name;
+  }
+}
+
 }  // namespace
 }  // namespace vt

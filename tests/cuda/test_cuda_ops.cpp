@@ -71,6 +71,43 @@ TEST_F(CudaOps, SiluMulMatchesCpu) {
   EXPECT_LE(relative_l2(d_out.to_host(), expected), 1e-6);
 }
 
+std::vector<uint8_t> download_bytes(const cuda::DeviceBuffer& buffer) {
+  std::vector<uint8_t> host(buffer.bytes());
+  cuda::copy_to_host(host.data(), buffer.data(), host.size());
+  return host;
+}
+
+// The norm and SwiGLU kernels' fused FP8 outputs equal quantising their stored output afterwards,
+// bit for bit, in bf16 and f32, including widths whose last warp is half in the row (n = 384).
+TEST_F(CudaOps, FusedQuantisationEqualsSeparateQuantisation) {
+  for (DType act : {DType::kBF16, DType::kF32}) {
+    for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 5120}, {3, 384}, {5, 2048}, {2, 17408}}) {
+      const int64_t groups = n / 128;
+      cuda::DeviceBuffer x(act, {rows, 2 * n}), branch(act, {rows, n}), out(act, {rows, n}), w(DType::kF32, {n});
+      cuda::fill_random(x.data(), act, 2 * rows * n, 1 + n, 3.0f, 0.0f, nullptr);
+      cuda::fill_random(branch.data(), act, rows * n, 2 + n, 1.0f, 0.0f, nullptr);
+      cuda::fill_random(w.data(), DType::kF32, n, 3 + n, 0.5f, 0.0f, nullptr);
+      cuda::DeviceBuffer q(DType::kU8, {rows, n}), scales(DType::kF32, {rows, groups});
+      cuda::DeviceBuffer q_ref(DType::kU8, {rows, n}), scales_ref(DType::kF32, {rows, groups});
+      // Norm (x is the residual, its first n columns of each 2n row are not touched by the norm).
+      cuda::DeviceBuffer residual(act, {rows, n});
+      cuda::fill_random(residual.data(), act, rows * n, 4 + n, 2.0f, 0.0f, nullptr);
+      cuda::add_rms_norm(out.data(), residual.data(), branch.data(), w.as<float>(), rows, n, 1e-6f, 1.0f, act, nullptr,
+                         q.as<uint8_t>(), scales.as<float>());
+      cuda::fp8_quantize_rows(q_ref.as<uint8_t>(), scales_ref.as<float>(), out.data(), rows, n, act, nullptr);
+      cuda::synchronize();
+      EXPECT_EQ(download_bytes(q), download_bytes(q_ref)) << "norm " << dtype_name(act) << " " << rows << "x" << n;
+      EXPECT_EQ(download_bytes(scales), download_bytes(scales_ref)) << "norm scales " << rows << "x" << n;
+      // SwiGLU.
+      cuda::silu_mul(out.data(), x.data(), rows, n, act, nullptr, q.as<uint8_t>(), scales.as<float>());
+      cuda::fp8_quantize_rows(q_ref.as<uint8_t>(), scales_ref.as<float>(), out.data(), rows, n, act, nullptr);
+      cuda::synchronize();
+      EXPECT_EQ(download_bytes(q), download_bytes(q_ref)) << "silu_mul " << dtype_name(act) << " " << rows << "x" << n;
+      EXPECT_EQ(download_bytes(scales), download_bytes(scales_ref)) << "silu_mul scales " << rows << "x" << n;
+    }
+  }
+}
+
 // FP8 W8A8 block GEMM against the CPU emulation: quantised activations, dequantised weights.
 TEST_F(CudaOps, Fp8BlockGemmMatchesCpu) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 512}, {1, 136, 6144}, {1, 520, 17408},

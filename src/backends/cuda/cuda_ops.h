@@ -28,12 +28,17 @@ void embedding(void* out, DType act, const int32_t* ids, int64_t tokens, const v
                DType table_dtype, int64_t hidden, cudaStream_t stream);
 
 // residual [rows, n] += branch (skipped when branch is null); out = rmsnorm(residual) * (offset + w).
-// w is f32 [n]. out may not alias residual.
+// w is f32 [n]. out may not alias residual. With q set (n % 128 == 0), also writes out's FP8
+// quantisation for the next W8A8 linear: q [rows, n] e4m3, q_scales [rows, n/128] (as
+// fp8_quantize_rows would, bit for bit).
 void add_rms_norm(void* out, void* residual, const void* branch, const float* w, int64_t rows,
-                  int64_t n, float eps, float weight_offset, DType act, cudaStream_t stream);
+                  int64_t n, float eps, float weight_offset, DType act, cudaStream_t stream,
+                  uint8_t* q = nullptr, float* q_scales = nullptr);
 
-// gate_up [rows, 2n] act -> out [rows, n] act: silu(gate) * up.
-void silu_mul(void* out, const void* gate_up, int64_t rows, int64_t n, DType act, cudaStream_t stream);
+// gate_up [rows, 2n] act -> out [rows, n] act: silu(gate) * up. With q set (n % 128 == 0), also
+// writes out's FP8 quantisation (q [rows, n], q_scales [rows, n/128]) for the down projection.
+void silu_mul(void* out, const void* gate_up, int64_t rows, int64_t n, DType act, cudaStream_t stream,
+              uint8_t* q = nullptr, float* q_scales = nullptr);
 
 // Per-step batch layout shared by attention and GDN kernels. All arrays on the device.
 struct StepLayout {
@@ -61,9 +66,12 @@ void attention_prepare(float* q_out, void* gate_out, void* k_cache, void* v_cach
 // sigmoid(gate): out [T, Hq*D] act. The keys are split into `num_splits` ranges of
 // `keys_per_split` (flash-decoding: more blocks when few tokens), merged in a fixed order;
 // partials holds [T, Hq, num_splits, D + 2] f32.
+// With q_codes set (head_dim % 128 == 0), also writes out's FP8 quantisation for the o_proj
+// ([T, Hq*D] e4m3, [T, Hq*D/128] scales).
 void paged_attention(void* out, float* partials, const float* q, const void* gate, const void* k_cache,
                      const void* v_cache, const StepLayout& layout, const AttentionShape& shape, int64_t num_splits,
-                     int64_t keys_per_split, DType act, cudaStream_t stream);
+                     int64_t keys_per_split, DType act, cudaStream_t stream, uint8_t* q_codes = nullptr,
+                     float* q_scales = nullptr);
 
 struct DeltaNetShape {
   int64_t num_k_heads, num_v_heads, k_dim, v_dim, conv_kernel;
@@ -81,11 +89,13 @@ void gdn_conv(float* conv_out, float* conv_state, const void* projected, int64_t
 // registers: L2-norm q/k, beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias), delta-rule
 // update of recurrent [slots, Hv, dk, dv] f32, then out = norm_w * rmsnorm(o) * silu(z).
 // conv_out [T, conv_dim] f32; z: column block of `projected` [T, stride] act;
-// ba [T, 2*Hv] act ([b | a]); out [T, Hv*dv] act.
+// ba [T, 2*Hv] act ([b | a]); out [T, Hv*dv] act. With q_codes set (dv == 128), also writes
+// out's FP8 quantisation for the out_proj ([T, Hv*dv] e4m3, [T, Hv] scales).
 void gdn_recurrent(void* out, float* recurrent, const float* conv_out, const void* projected,
                    int64_t projected_stride, int64_t z_offset, const void* ba, const float* a_log,
                    const float* dt_bias, const float* norm_w, const StepLayout& layout,
-                   const DeltaNetShape& shape, DType act, cudaStream_t stream);
+                   const DeltaNetShape& shape, DType act, cudaStream_t stream, uint8_t* q_codes = nullptr,
+                   float* q_scales = nullptr);
 
 // out [rows] = argmax over logits [rows, vocab] act (lowest index on ties).
 void argmax_rows(int32_t* out, const void* logits, int64_t rows, int64_t vocab, DType act, cudaStream_t stream);

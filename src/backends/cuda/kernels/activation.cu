@@ -6,6 +6,7 @@
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/device_buffer.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -16,11 +17,38 @@ unsigned blocks_for(int64_t count) { return unsigned((count + kThreads - 1) / kT
 
 template <typename T>
 __global__ void sm90_silu_mul(T* __restrict__ g_out, const T* __restrict__ g_gate_up, int64_t rows, int64_t n) {
+  device::pdl_enter();
   const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (index >= rows * n) return;
   const int64_t row = index / n, col = index % n;
   const float gate = device::to_float(g_gate_up[row * 2 * n + col]);
   g_out[index] = device::from_float<T>(device::silu(gate) * device::to_float(g_gate_up[row * 2 * n + n + col]));
+}
+
+// n % 128 == 0. Grid (rows, n / (8 * kThreads)): each thread 8 consecutive outputs; each
+// half-warp one 1x128 group, quantised to e4m3 for the down projection when g_q is set.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) sm90_silu_mul_quant(T* __restrict__ g_out, const T* __restrict__ g_gate_up,
+                                                                uint8_t* __restrict__ g_q, float* __restrict__ g_scales,
+                                                                int64_t n) {
+  device::pdl_enter();
+  const int64_t row = blockIdx.y, chunk = int64_t(blockIdx.x) * kThreads + threadIdx.x, chunks = n / 8;
+  const bool active = chunk < chunks;
+  float r_y[8];
+  if (active) {
+    float r_gate[8], r_up[8];
+    device::load8(g_gate_up + row * 2 * n + chunk * 8, r_gate);
+    device::load8(g_gate_up + row * 2 * n + n + chunk * 8, r_up);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) r_y[i] = device::round_to(device::silu(r_gate[i]) * r_up[i], g_out);
+    device::store8(g_out + row * n + chunk * 8, r_y);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) r_y[i] = 0.0f;
+  }
+  if (g_q)
+    device::quantize8_half_warp(r_y, g_q + row * n + chunk * 8, g_scales + row * (n / 128) + chunk / 16, active,
+                                threadIdx.x % 16 == 0);
 }
 
 __device__ float load_any(const void* data, int dtype, int64_t i) {
@@ -41,6 +69,7 @@ int dtype_code(DType dtype) {
 template <typename T>
 __global__ void sm90_embedding(T* __restrict__ g_out, const int32_t* __restrict__ g_ids, const void* g_table,
                                int table_dtype, int64_t hidden) {
+  device::pdl_enter();
   const int64_t row = g_ids[blockIdx.x];
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x)
     g_out[blockIdx.x * hidden + i] = device::from_float<T>(load_any(g_table, table_dtype, row * hidden + i));
@@ -49,6 +78,7 @@ __global__ void sm90_embedding(T* __restrict__ g_out, const int32_t* __restrict_
 template <typename T>
 __global__ void sm90_gather_rows(T* __restrict__ g_out, const T* __restrict__ g_in, const int32_t* __restrict__ g_index,
                                  int64_t n) {
+  device::pdl_enter();
   const int64_t source = g_index[blockIdx.x];
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) g_out[blockIdx.x * n + i] = g_in[source * n + i];
 }
@@ -58,6 +88,7 @@ template <typename T>
 __global__ void sm90_argmax_rows(int32_t* __restrict__ g_out, const T* __restrict__ g_logits, int64_t vocab) {
   __shared__ float s_value[kThreads];
   __shared__ int32_t s_index[kThreads];
+  device::pdl_enter();
   const T* row = g_logits + blockIdx.x * vocab;
   float best = -INFINITY;
   int32_t best_index = 0x7fffffff;
@@ -127,13 +158,21 @@ unsigned grid_stride_blocks(int64_t count) {
 
 }  // namespace
 
-void silu_mul(void* out, const void* gate_up, int64_t rows, int64_t n, DType act, cudaStream_t stream) {
-  VT_CHECK(rows >= 0 && n > 0, "silu_mul: rows ", rows, " n ", n);
+void silu_mul(void* out, const void* gate_up, int64_t rows, int64_t n, DType act, cudaStream_t stream, uint8_t* q,
+              float* q_scales) {
+  VT_CHECK(rows >= 0 && rows <= 65535 && n > 0, "silu_mul: rows ", rows, " n ", n);
+  VT_CHECK(!q || n % 128 == 0, "silu_mul: fused FP8 output needs n % 128 == 0 (n = ", n, ")");
   if (rows == 0) return;
+  if (n % 128 == 0) {
+    const dim3 grid(unsigned((n / 8 + kThreads - 1) / kThreads), unsigned(rows));
+    VT_DISPATCH_ACT(act, T,
+                    launch("sm90_silu_mul_quant", sm90_silu_mul_quant<T>, grid, dim3(kThreads), 0, stream,
+                           static_cast<T*>(out), static_cast<const T*>(gate_up), q, q_scales, n));
+    return;
+  }
   VT_DISPATCH_ACT(act, T,
-                  sm90_silu_mul<T><<<blocks_for(rows * n), kThreads, 0, stream>>>(
-                      static_cast<T*>(out), static_cast<const T*>(gate_up), rows, n));
-  VT_CUDA_CHECK_LAUNCH("sm90_silu_mul");
+                  launch("sm90_silu_mul", sm90_silu_mul<T>, dim3(blocks_for(rows * n)), dim3(kThreads), 0, stream,
+                         static_cast<T*>(out), static_cast<const T*>(gate_up), rows, n));
 }
 
 void silu_mul_f32(float* out, const float* gate_up, int64_t rows, int64_t n, cudaStream_t stream) {
@@ -145,26 +184,23 @@ void embedding(void* out, DType act, const int32_t* ids, int64_t tokens, const v
   if (tokens == 0) return;
   const int code = dtype_code(table_dtype);
   VT_DISPATCH_ACT(act, T,
-                  sm90_embedding<T><<<unsigned(tokens), kThreads, 0, stream>>>(static_cast<T*>(out), ids, table,
-                                                                               code, hidden));
-  VT_CUDA_CHECK_LAUNCH("sm90_embedding");
+                  launch("sm90_embedding", sm90_embedding<T>, dim3(unsigned(tokens)), dim3(kThreads), 0, stream,
+                         static_cast<T*>(out), ids, table, code, hidden));
 }
 
 void gather_rows(void* out, const void* in, const int32_t* index, int64_t count, int64_t n, DType act,
                  cudaStream_t stream) {
   if (count == 0) return;
   VT_DISPATCH_ACT(act, T,
-                  sm90_gather_rows<T><<<unsigned(count), kThreads, 0, stream>>>(
-                      static_cast<T*>(out), static_cast<const T*>(in), index, n));
-  VT_CUDA_CHECK_LAUNCH("sm90_gather_rows");
+                  launch("sm90_gather_rows", sm90_gather_rows<T>, dim3(unsigned(count)), dim3(kThreads), 0, stream,
+                         static_cast<T*>(out), static_cast<const T*>(in), index, n));
 }
 
 void argmax_rows(int32_t* out, const void* logits, int64_t rows, int64_t vocab, DType act, cudaStream_t stream) {
   if (rows == 0) return;
   VT_DISPATCH_ACT(act, T,
-                  sm90_argmax_rows<T><<<unsigned(rows), kThreads, 0, stream>>>(out, static_cast<const T*>(logits),
-                                                                                vocab));
-  VT_CUDA_CHECK_LAUNCH("sm90_argmax_rows");
+                  launch("sm90_argmax_rows", sm90_argmax_rows<T>, dim3(unsigned(rows)), dim3(kThreads), 0, stream, out,
+                         static_cast<const T*>(logits), vocab));
 }
 
 void fill_random(void* data, DType dtype, int64_t count, uint64_t seed, float scale, float offset, cudaStream_t stream) {

@@ -3,6 +3,7 @@
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -29,6 +30,7 @@ template <typename T>
 __global__ void sm90_attention_prepare(PrepareArgs args) {
   __shared__ float s_x[kMaxHeadDim];
   __shared__ float s_scratch[kPrepareThreads / 32];
+  device::pdl_enter();
   const auto& shape = args.shape;
   const int64_t token = blockIdx.x, head = blockIdx.y, d = shape.head_dim;
   const int64_t hq = shape.num_heads, hkv = shape.num_kv_heads;
@@ -85,6 +87,8 @@ struct AttentionArgs {
   AttentionShape shape;
   float scale;
   int64_t num_splits, keys_per_split;
+  uint8_t* q_codes;  // optional FP8 output for the o_proj: [T, Hq*D] e4m3 and [T, Hq*D/128] scales
+  float* q_scales;
 };
 
 // Block (token, query head, split): the split's keys [split * keys_per_split, ...) up to the
@@ -94,6 +98,7 @@ template <typename T>
 __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_partial(AttentionArgs args) {
   __shared__ float s_max[kAttentionWarps], s_sum[kAttentionWarps];
   __shared__ float s_acc[kAttentionWarps][kMaxHeadDim];
+  device::pdl_enter();
   const auto& shape = args.shape;
   const int64_t token = blockIdx.x, head = blockIdx.y, split = blockIdx.z, d = shape.head_dim, hkv = shape.num_kv_heads;
   const int64_t kv_head = head / (shape.num_heads / hkv);
@@ -157,9 +162,12 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_par
   }
 }
 
-// Block (token, query head): merges the splits in order and applies the sigmoid output gate.
+// Block (token, query head): merges the splits in order and applies the sigmoid output gate;
+// with q_codes set (head_dim % 128 == 0, blockDim 128), quantises each 128-group of the output.
 template <typename T>
 __global__ void sm90_attention_combine(AttentionArgs args) {
+  __shared__ float s_scratch[32];
+  device::pdl_enter();
   const auto& shape = args.shape;
   const int64_t token = blockIdx.x, head = blockIdx.y, d = shape.head_dim;
   const float* partials = args.partials + (token * shape.num_heads + head) * args.num_splits * (d + 2);
@@ -177,7 +185,15 @@ __global__ void sm90_attention_combine(AttentionArgs args) {
     for (int64_t s = 0; s < args.num_splits; ++s)
       if (partials[s * (d + 2) + 1] > 0.0f)
         value += partials[s * (d + 2) + 2 + i] * __expf(partials[s * (d + 2)] - total_max);
-    out[i] = device::from_float<T>(value / total_sum * device::sigmoid(device::to_float(gate[i])));
+    const T result = device::from_float<T>(value / total_sum * device::sigmoid(device::to_float(gate[i])));
+    out[i] = result;
+    if (args.q_codes) {  // the loop is uniform: d is a multiple of blockDim
+      const float rounded = device::to_float(result);
+      const float scale = fmaxf(device::block_max(fabsf(rounded), s_scratch), 1e-10f) / 448.0f;
+      const int64_t element = (token * shape.num_heads + head) * d + i;
+      args.q_codes[element] = __nv_fp8_e4m3(fminf(fmaxf(rounded / scale, -448.0f), 448.0f)).__x;
+      if (threadIdx.x == 0) args.q_scales[element / 128] = scale;
+    }
   }
 }
 
@@ -197,24 +213,28 @@ void attention_prepare(float* q_out, void* gate_out, void* k_cache, void* v_cach
   if (layout.num_tokens == 0) return;
   PrepareArgs args{q_out, gate_out, k_cache, v_cache, projected, q_norm, k_norm, layout, shape};
   dim3 grid(unsigned(layout.num_tokens), unsigned(shape.num_heads + shape.num_kv_heads));
-  VT_DISPATCH_ACT(act, T, sm90_attention_prepare<T><<<grid, kPrepareThreads, 0, stream>>>(args));
-  VT_CUDA_CHECK_LAUNCH("sm90_attention_prepare");
+  VT_DISPATCH_ACT(act, T,
+                  launch("sm90_attention_prepare", sm90_attention_prepare<T>, grid, dim3(kPrepareThreads), 0, stream,
+                         args));
 }
 
 void paged_attention(void* out, float* partials, const float* q, const void* gate, const void* k_cache,
                      const void* v_cache, const StepLayout& layout, const AttentionShape& shape, int64_t num_splits,
-                     int64_t keys_per_split, DType act, cudaStream_t stream) {
+                     int64_t keys_per_split, DType act, cudaStream_t stream, uint8_t* q_codes, float* q_scales) {
   check_shape(shape);
   VT_CHECK(num_splits >= 1 && keys_per_split >= 1, "paged_attention: ", num_splits, " splits of ", keys_per_split);
+  VT_CHECK(!q_codes || shape.head_dim % 128 == 0, "paged_attention: fused FP8 output needs head_dim % 128 == 0");
   if (layout.num_tokens == 0) return;
-  AttentionArgs args{out, partials, q, gate, k_cache, v_cache, layout, shape, 1.0f / sqrtf(float(shape.head_dim)),
-                     num_splits, keys_per_split};
+  AttentionArgs args{out,       partials,       q, gate, k_cache, v_cache, layout, shape, 1.0f / sqrtf(float(shape.head_dim)),
+                     num_splits, keys_per_split, q_codes, q_scales};
   dim3 grid(unsigned(layout.num_tokens), unsigned(shape.num_heads), unsigned(num_splits));
-  VT_DISPATCH_ACT(act, T, sm90_paged_attention_partial<T><<<grid, kAttentionWarps * 32, 0, stream>>>(args));
-  VT_CUDA_CHECK_LAUNCH("sm90_paged_attention_partial");
+  VT_DISPATCH_ACT(act, T,
+                  launch("sm90_paged_attention_partial", sm90_paged_attention_partial<T>, grid,
+                         dim3(kAttentionWarps * 32), 0, stream, args));
   dim3 combine_grid(unsigned(layout.num_tokens), unsigned(shape.num_heads));
-  VT_DISPATCH_ACT(act, T, sm90_attention_combine<T><<<combine_grid, 128, 0, stream>>>(args));
-  VT_CUDA_CHECK_LAUNCH("sm90_attention_combine");
+  VT_DISPATCH_ACT(act, T,
+                  launch("sm90_attention_combine", sm90_attention_combine<T>, combine_grid, dim3(128), 0, stream,
+                         args));
 }
 
 }  // namespace vt::cuda

@@ -10,6 +10,7 @@
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -26,6 +27,7 @@ template <typename T>
 __global__ void sm90_fp8_quantize_rows(uint8_t* __restrict__ g_q, float* __restrict__ g_scales,
                                        const T* __restrict__ g_x, int64_t k) {
   __shared__ float s_max[kQuantThreads / 32];
+  device::pdl_enter();
   const int64_t row = blockIdx.x, column = int64_t(blockIdx.y) * kGroup + threadIdx.x;
   const float value = column < k ? device::to_float(g_x[row * k + column]) : 0.0f;
   const float local = device::warp_max(fabsf(value));
@@ -49,11 +51,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemm_warp_rows(
     T* __restrict__ g_y, int64_t ldy, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
     const uint8_t* __restrict__ g_w, const float* __restrict__ g_w_scales, int64_t m, int64_t n, int64_t k) {
   constexpr int kUnroll = 4;
+  constexpr int kPrefetch = 2 * kUnroll;  // 16-byte pieces per lane pulled into L2 before the wait
   const int64_t column = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (column >= n) return;
   const int lane = threadIdx.x % 32;
+  const uint8_t* weight_row = g_w + min(column, n - 1) * k;
+  // Weights are constant: start streaming them while the previous kernel finishes.
+#pragma unroll
+  for (int u = 0; u < kPrefetch; ++u) {
+    const int64_t k0 = int64_t(lane) * kBytesPerLane + int64_t(u) * 32 * kBytesPerLane;
+    if (column < n && k0 < k) device::prefetch_l2(weight_row + k0);
+  }
+  device::pdl_enter();
+  if (column >= n) return;
   const int64_t k_blocks = (k + kGroup - 1) / kGroup;
-  const uint8_t* weight_row = g_w + column * k;
   const float* weight_scales = g_w_scales + (column / kGroup) * k_blocks;
   for (int64_t m0 = 0; m0 < m; m0 += kMTile) {
     float r_acc[kMTile];
@@ -124,6 +134,13 @@ __global__ void __launch_bounds__(kMmaWarps * 32) sm90_fp8_gemm_mma_splitk(
   const int64_t k_blocks = (k + kGroup - 1) / kGroup;
   const bool column_ok = column < n, row0_ok = group < m, row1_ok = group + 8 < m;
   const uint8_t* weight_row = g_w + column * k;
+  // Weights are constant: pull the warp's first step into L2 while the previous kernel finishes.
+#pragma unroll
+  for (int chunk = 0; chunk < 2 * kMmaBlocksPerStep; ++chunk) {
+    const int64_t k0 = int64_t(warp) * kMmaBlocksPerStep * kGroup + chunk * 64 + quad * 16;
+    if (column_ok && k0 < k) device::prefetch_l2(weight_row + k0);
+  }
+  device::pdl_enter();
   const uint8_t* a_row0 = g_a + int64_t(group) * k;
   const uint8_t* a_row1 = g_a + int64_t(group + 8) * k;
   const float* w_scales = g_w_scales + (n0 / kGroup) * k_blocks;
@@ -190,8 +207,8 @@ void fp8_quantize_rows(uint8_t* q, float* scales, const void* x, int64_t m, int6
   if (m == 0) return;
   dim3 grid(unsigned(m), unsigned((k + kGroup - 1) / kGroup));
   VT_DISPATCH_ACT(act, T,
-                  sm90_fp8_quantize_rows<T><<<grid, kQuantThreads, 0, stream>>>(q, scales, static_cast<const T*>(x), k));
-  VT_CUDA_CHECK_LAUNCH("sm90_fp8_quantize_rows");
+                  launch("sm90_fp8_quantize_rows", sm90_fp8_quantize_rows<T>, grid, dim3(kQuantThreads), 0, stream, q,
+                         scales, static_cast<const T*>(x), k));
 }
 
 void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
@@ -220,29 +237,22 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
       const int64_t rows = std::min<int64_t>(kMmaRows, m - m0);
       const unsigned blocks = unsigned((n + kMmaColumns - 1) / kMmaColumns);
       VT_DISPATCH_ACT(act, T,
-                      sm90_fp8_gemm_mma_splitk<T><<<blocks, kMmaWarps * 32, 0, stream>>>(
-                          reinterpret_cast<T*>(static_cast<char*>(y) + m0 * ldy * element), ldy, q + m0 * k,
-                          a_scales + m0 * k_blocks, w, w_scales, rows, n, k));
-      VT_CUDA_CHECK_LAUNCH("sm90_fp8_gemm_mma_splitk");
+                      launch("sm90_fp8_gemm_mma_splitk", sm90_fp8_gemm_mma_splitk<T>, dim3(blocks),
+                             dim3(kMmaWarps * 32), 0, stream,
+                             reinterpret_cast<T*>(static_cast<char*>(y) + m0 * ldy * element), ldy, q + m0 * k,
+                             a_scales + m0 * k_blocks, w, w_scales, rows, n, k));
     }
     return;
   }
-  const unsigned blocks = unsigned((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const dim3 blocks(unsigned((n + kWarpsPerBlock - 1) / kWarpsPerBlock)), threads(kWarpsPerBlock * 32);
   VT_DISPATCH_ACT(act, T, {
-    if (m == 1)
-      sm90_fp8_gemm_warp_rows<T, 1><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), ldy, q, a_scales, w,
-                                                                                 w_scales, m, n, k);
-    else if (m <= 4)
-      sm90_fp8_gemm_warp_rows<T, 4><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), ldy, q, a_scales, w,
-                                                                                 w_scales, m, n, k);
-    else if (m <= 8)
-      sm90_fp8_gemm_warp_rows<T, 8><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), ldy, q, a_scales, w,
-                                                                                 w_scales, m, n, k);
-    else
-      sm90_fp8_gemm_warp_rows<T, 16><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(y), ldy, q, a_scales,
-                                                                                  w, w_scales, m, n, k);
+    auto kernel = m == 1 ? sm90_fp8_gemm_warp_rows<T, 1>
+                  : m <= 4 ? sm90_fp8_gemm_warp_rows<T, 4>
+                  : m <= 8 ? sm90_fp8_gemm_warp_rows<T, 8>
+                           : sm90_fp8_gemm_warp_rows<T, 16>;
+    launch("sm90_fp8_gemm_warp_rows", kernel, blocks, threads, 0, stream, static_cast<T*>(y), ldy, q, a_scales, w,
+           w_scales, m, n, k);
   });
-  VT_CUDA_CHECK_LAUNCH("sm90_fp8_gemm_warp_rows");
 }
 
 }  // namespace vt::cuda

@@ -5,6 +5,7 @@
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -23,6 +24,7 @@ template <typename T>
 __global__ void sm90_gdn_conv(float* __restrict__ g_out, float* __restrict__ g_state, const T* __restrict__ g_projected,
                               int64_t stride, const float* __restrict__ g_weight, StepLayout layout, int64_t channels,
                               int kernel) {
+  device::pdl_enter();
   const int64_t channel = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (channel >= channels) return;
   const int64_t seq = blockIdx.x, history = kernel - 1;
@@ -52,6 +54,8 @@ struct RecurrentArgs {
   const float* norm_w;
   StepLayout layout;
   DeltaNetShape shape;
+  uint8_t* q_codes;  // optional FP8 output (dv == 128: one 1x128 group per head)
+  float* q_scales;
 };
 
 // Block (sequence, value head). Two threads share column j of the state S [dk, dv], each
@@ -68,10 +72,15 @@ __global__ void __launch_bounds__(kStateThreads) sm90_gdn_recurrent(RecurrentArg
   const bool owns_column = j < dv;
   float* state = args.recurrent + (int64_t(args.layout.slots[seq]) * hv + head) * dk * dv;
 
-  if (tid < kMaxKeyDim) s_q[tid] = s_k[tid] = 0.0f;  // rows past dk contribute exact zeros
+  // The state is read before waiting on the previous kernel: only this kernel (of the previous
+  // step) writes it, and every kernel before the previous one has finished (each waits before it
+  // triggers its successor), so the state load overlaps the conv kernel's tail.
+  const bool first_of_pair = tid % kSplit == 0;
   float r_s[kRowsPerThread];
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) r_s[i] = owns_column && row0 + i < dk ? state[(row0 + i) * dv + j] : 0.0f;
+  device::pdl_enter();
+  if (tid < kMaxKeyDim) s_q[tid] = s_k[tid] = 0.0f;  // rows past dk contribute exact zeros
 
   const float a_log = args.a_log[head], dt_bias = args.dt_bias[head];
   const float q_scale = rsqrtf(float(dk));
@@ -110,12 +119,21 @@ __global__ void __launch_bounds__(kStateThreads) sm90_gdn_recurrent(RecurrentArg
     }
     o += __shfl_xor_sync(0xffffffffu, o, 1);
     // Gated RMSNorm over the head's dv outputs: w * rmsnorm(o) * silu(z).
-    const bool first_of_pair = tid % kSplit == 0;
     const float mean_square = device::block_sum(owns_column && first_of_pair ? o * o : 0.0f, s_scratch) / float(dv);
+    float rounded = 0.0f;
+    const int64_t element = int64_t(t) * hv * dv + head * dv + j;
     if (owns_column && first_of_pair) {
       const float z = device::to_float(projected[int64_t(t) * args.projected_stride + args.z_offset + head * dv + j]);
       const float normed = args.norm_w[j] * (o * rsqrtf(mean_square + shape.eps)) * device::silu(z);
-      static_cast<T*>(args.out)[int64_t(t) * hv * dv + head * dv + j] = device::from_float<T>(normed);
+      const T stored = device::from_float<T>(normed);
+      static_cast<T*>(args.out)[element] = stored;
+      rounded = device::to_float(stored);
+    }
+    if (args.q_codes) {
+      const float scale = fmaxf(device::block_max(fabsf(rounded), s_scratch), 1e-10f) / 448.0f;
+      if (owns_column && first_of_pair)
+        args.q_codes[element] = __nv_fp8_e4m3(fminf(fmaxf(rounded / scale, -448.0f), 448.0f)).__x;
+      if (tid == 0) args.q_scales[int64_t(t) * hv + head] = scale;
     }
     __syncthreads();  // s_q / s_k are rewritten by the next token
   }
@@ -142,23 +160,23 @@ void gdn_conv(float* conv_out, float* conv_state, const void* projected, int64_t
   const int64_t channels = 2 * shape.num_k_heads * shape.k_dim + shape.num_v_heads * shape.v_dim;
   dim3 grid(unsigned(layout.num_seqs), unsigned((channels + kConvThreads - 1) / kConvThreads));
   VT_DISPATCH_ACT(act, T,
-                  sm90_gdn_conv<T><<<grid, kConvThreads, 0, stream>>>(conv_out, conv_state,
-                                                                     static_cast<const T*>(projected),
-                                                                     projected_stride, conv_weight, layout, channels,
-                                                                     int(shape.conv_kernel)));
-  VT_CUDA_CHECK_LAUNCH("sm90_gdn_conv");
+                  launch("sm90_gdn_conv", sm90_gdn_conv<T>, grid, dim3(kConvThreads), 0, stream, conv_out, conv_state,
+                         static_cast<const T*>(projected), projected_stride, conv_weight, layout, channels,
+                         int(shape.conv_kernel)));
 }
 
 void gdn_recurrent(void* out, float* recurrent, const float* conv_out, const void* projected, int64_t projected_stride,
                    int64_t z_offset, const void* ba, const float* a_log, const float* dt_bias, const float* norm_w,
-                   const StepLayout& layout, const DeltaNetShape& shape, DType act, cudaStream_t stream) {
+                   const StepLayout& layout, const DeltaNetShape& shape, DType act, cudaStream_t stream,
+                   uint8_t* q_codes, float* q_scales) {
   check_shape(shape);
+  VT_CHECK(!q_codes || shape.v_dim == 128, "gdn_recurrent: fused FP8 output needs v_dim == 128, got ", shape.v_dim);
   if (layout.num_seqs == 0) return;
-  RecurrentArgs args{out, recurrent, conv_out, projected, projected_stride, z_offset, ba, a_log, dt_bias, norm_w,
-                     layout, shape};
+  RecurrentArgs args{out,    recurrent, conv_out, projected, projected_stride, z_offset, ba,
+                     a_log,  dt_bias,   norm_w,   layout,    shape,            q_codes,  q_scales};
   dim3 grid(unsigned(layout.num_seqs), unsigned(shape.num_v_heads));
-  VT_DISPATCH_ACT(act, T, sm90_gdn_recurrent<T><<<grid, kStateThreads, 0, stream>>>(args));
-  VT_CUDA_CHECK_LAUNCH("sm90_gdn_recurrent");
+  VT_DISPATCH_ACT(act, T,
+                  launch("sm90_gdn_recurrent", sm90_gdn_recurrent<T>, grid, dim3(kStateThreads), 0, stream, args));
 }
 
 }  // namespace vt::cuda

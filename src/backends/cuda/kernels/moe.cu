@@ -6,6 +6,7 @@
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -16,25 +17,22 @@ constexpr int kMaxExperts = 1024;
 constexpr int kGemvWarps = 8;
 constexpr int kGroup = 128;
 
-// Block per token: softmax over the experts in fp32, then k rounds of a block argmax (ties to
-// the lower expert id, as the CPU reference), then optional renormalisation of the k weights.
+// Block per token: softmax over the experts in fp32, then top-k by rank: expert i is the j-th
+// choice when j experts come before it in (probability descending, id ascending) order, which is
+// what k rounds of argmax with ties to the lower id (the CPU reference) pick, without k rounds of
+// block reductions. Then optional renormalisation of the k weights, summed in choice order.
 template <typename T>
 __global__ void sm90_moe_route(int32_t* __restrict__ g_ids, float* __restrict__ g_weights, const T* __restrict__ g_logits,
                                int64_t experts, int64_t top_k, bool renormalize) {
   __shared__ float s_prob[kMaxExperts];
-  __shared__ float s_value[kRouteThreads];
-  __shared__ int32_t s_index[kRouteThreads];
   __shared__ float s_scratch[kRouteThreads / 32];
+  __shared__ int32_t s_id[kMaxTopK];
+  __shared__ float s_weight[kMaxTopK];
+  device::pdl_enter();
   const T* logits = g_logits + blockIdx.x * experts;
   float local_max = -INFINITY;
   for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) local_max = fmaxf(local_max, device::to_float(logits[e]));
-  s_value[threadIdx.x] = local_max;
-  __syncthreads();
-  for (int stride = kRouteThreads / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) s_value[threadIdx.x] = fmaxf(s_value[threadIdx.x], s_value[threadIdx.x + stride]);
-    __syncthreads();
-  }
-  const float max_logit = s_value[0];
+  const float max_logit = device::block_max(local_max, s_scratch);
   float local_sum = 0.0f;
   for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
     s_prob[e] = expf(device::to_float(logits[e]) - max_logit);
@@ -43,40 +41,27 @@ __global__ void sm90_moe_route(int32_t* __restrict__ g_ids, float* __restrict__ 
   const float total = device::block_sum(local_sum, s_scratch);
   for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) s_prob[e] /= total;
   __syncthreads();
-  float selected_sum = 0.0f;
-  float r_weight[kMaxTopK];
-  int32_t r_id[kMaxTopK];
-  for (int64_t j = 0; j < top_k; ++j) {
-    float best = -1.0f;
-    int32_t best_id = 0x7fffffff;
-    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
-      if (s_prob[e] > best) best = s_prob[e], best_id = int32_t(e);  // ascending e keeps the lowest id
-    s_value[threadIdx.x] = best;
-    s_index[threadIdx.x] = best_id;
-    __syncthreads();
-    for (int stride = kRouteThreads / 2; stride > 0; stride /= 2) {
-      if (threadIdx.x < stride) {
-        const float other = s_value[threadIdx.x + stride];
-        const int32_t other_id = s_index[threadIdx.x + stride];
-        if (other > s_value[threadIdx.x] || (other == s_value[threadIdx.x] && other_id < s_index[threadIdx.x])) {
-          s_value[threadIdx.x] = other;
-          s_index[threadIdx.x] = other_id;
-        }
-      }
-      __syncthreads();
+  for (int64_t i = threadIdx.x; i < experts; i += blockDim.x) {
+    const float p = s_prob[i];
+    int64_t rank = 0;
+    for (int64_t e = 0; e < experts && rank < top_k; ++e) {
+      const float other = s_prob[e];
+      rank += other > p || (other == p && e < i);
     }
-    r_weight[j] = s_value[0];
-    r_id[j] = s_index[0];
-    selected_sum += r_weight[j];
-    __syncthreads();
-    if (threadIdx.x == 0) s_prob[r_id[j]] = -2.0f;  // taken
-    __syncthreads();
+    if (rank < top_k) {
+      s_id[rank] = int32_t(i);
+      s_weight[rank] = p;
+    }
   }
-  if (threadIdx.x == 0)
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float selected_sum = 0.0f;
+    for (int64_t j = 0; j < top_k; ++j) selected_sum += s_weight[j];
     for (int64_t j = 0; j < top_k; ++j) {
-      g_ids[blockIdx.x * top_k + j] = r_id[j];
-      g_weights[blockIdx.x * top_k + j] = renormalize ? r_weight[j] / selected_sum : r_weight[j];
+      g_ids[blockIdx.x * top_k + j] = s_id[j];
+      g_weights[blockIdx.x * top_k + j] = renormalize ? s_weight[j] / selected_sum : s_weight[j];
     }
+  }
 }
 
 struct ExpertGemvArgs {
@@ -92,6 +77,7 @@ struct ExpertGemvArgs {
 // Grid (output-row blocks, pair): one warp per output row of the pair's expert.
 template <typename T, bool kFp8>
 __global__ void __launch_bounds__(kGemvWarps * 32) sm90_moe_expert_gemv(ExpertGemvArgs args) {
+  device::pdl_enter();
   const int64_t row = int64_t(blockIdx.x) * kGemvWarps + threadIdx.x / 32, pair = blockIdx.y;
   if (row >= args.n) return;
   const int lane = threadIdx.x % 32;
@@ -125,6 +111,7 @@ template <typename T>
 __global__ void sm90_moe_combine(T* __restrict__ g_out, const T* __restrict__ g_expert_out, const float* __restrict__ g_weights,
                                  const T* __restrict__ g_shared, const T* __restrict__ g_shared_gate, int64_t hidden,
                                  int64_t top_k) {
+  device::pdl_enter();
   const int64_t token = blockIdx.x;
   const float gate = g_shared ? device::sigmoid(device::to_float(g_shared_gate[token])) : 0.0f;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
@@ -144,9 +131,8 @@ void moe_route(int32_t* ids, float* weights, const void* logits, int64_t tokens,
            "moe_route: ", experts, " experts, top ", top_k, " (at most ", kMaxExperts, " / ", kMaxTopK, ")");
   if (tokens == 0) return;
   VT_DISPATCH_ACT(act, T,
-                  sm90_moe_route<T><<<unsigned(tokens), kRouteThreads, 0, stream>>>(
-                      ids, weights, static_cast<const T*>(logits), experts, top_k, renormalize));
-  VT_CUDA_CHECK_LAUNCH("sm90_moe_route");
+                  launch("sm90_moe_route", sm90_moe_route<T>, dim3(unsigned(tokens)), dim3(kRouteThreads), 0, stream,
+                         ids, weights, static_cast<const T*>(logits), experts, top_k, renormalize));
 }
 
 void moe_expert_gemv(void* y, const void* x, const float* x_scales, const int32_t* expert_ids, const void* weights,
@@ -157,22 +143,18 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const int32_
   if (pairs == 0) return;
   ExpertGemvArgs args{y, x, x_scales, expert_ids, weights, w_scales, pairs, n, k, input_divisor};
   dim3 grid(unsigned((n + kGemvWarps - 1) / kGemvWarps), unsigned(pairs));
-  if (fp8) {
-    VT_DISPATCH_ACT(act, T, sm90_moe_expert_gemv<T, true><<<grid, kGemvWarps * 32, 0, stream>>>(args));
-  } else {
-    VT_DISPATCH_ACT(act, T, sm90_moe_expert_gemv<T, false><<<grid, kGemvWarps * 32, 0, stream>>>(args));
-  }
-  VT_CUDA_CHECK_LAUNCH("sm90_moe_expert_gemv");
+  VT_DISPATCH_ACT(act, T,
+                  launch("sm90_moe_expert_gemv", fp8 ? sm90_moe_expert_gemv<T, true> : sm90_moe_expert_gemv<T, false>,
+                         grid, dim3(kGemvWarps * 32), 0, stream, args));
 }
 
 void moe_combine(void* out, const void* expert_out, const float* weights, const void* shared, const void* shared_gate,
                  int64_t tokens, int64_t hidden, int64_t top_k, DType act, cudaStream_t stream) {
   if (tokens == 0) return;
   VT_DISPATCH_ACT(act, T,
-                  sm90_moe_combine<T><<<unsigned(tokens), 256, 0, stream>>>(
-                      static_cast<T*>(out), static_cast<const T*>(expert_out), weights, static_cast<const T*>(shared),
-                      static_cast<const T*>(shared_gate), hidden, top_k));
-  VT_CUDA_CHECK_LAUNCH("sm90_moe_combine");
+                  launch("sm90_moe_combine", sm90_moe_combine<T>, dim3(unsigned(tokens)), dim3(256), 0, stream,
+                         static_cast<T*>(out), static_cast<const T*>(expert_out), weights,
+                         static_cast<const T*>(shared), static_cast<const T*>(shared_gate), hidden, top_k));
 }
 
 }  // namespace vt::cuda

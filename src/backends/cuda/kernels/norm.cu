@@ -1,18 +1,25 @@
 // RMSNorm with the residual add fused in: one block per row, fp32 accumulation, fixed
-// reduction order (bit-reproducible).
+// reduction order (bit-reproducible). When the row width allows (a multiple of 128), the row
+// lives in registers, 8 values per thread, and the FP8 quantisation of the output for the next
+// (W8A8) linear is fused in: one kernel instead of norm + quantise.
+#include <algorithm>
+
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
 
 constexpr int kThreads = 1024;  // one block per row: at decode a row is all the work there is
+constexpr int kMaxChunks = 4;   // 8-value chunks per thread in the register kernel: n <= 32,768
 
 template <typename T>
 __global__ void sm90_add_rms_norm(T* __restrict__ g_out, T* __restrict__ g_residual, const T* __restrict__ g_branch,
                                   const float* __restrict__ g_w, int64_t n, float eps, float weight_offset) {
   __shared__ float s_scratch[kThreads / 32];
+  device::pdl_enter();
   T* row = g_residual + blockIdx.x * n;
   const T* branch = g_branch ? g_branch + blockIdx.x * n : nullptr;
   float sum = 0.0f;
@@ -30,18 +37,80 @@ __global__ void sm90_add_rms_norm(T* __restrict__ g_out, T* __restrict__ g_resid
     g_out[blockIdx.x * n + i] = device::from_float<T>(device::to_float(row[i]) * scale * (weight_offset + g_w[i]));
 }
 
+// n % 128 == 0; thread t holds chunks t, t + blockDim, ... (8 values each). With g_q set, also
+// writes the output's e4m3 codes [rows, n] and 1x128 scales [rows, n/128] from the rounded
+// output values (bit-identical to quantising the stored output afterwards).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) sm90_add_rms_norm_quant(
+    T* __restrict__ g_out, T* __restrict__ g_residual, const T* __restrict__ g_branch, const float* __restrict__ g_w,
+    uint8_t* __restrict__ g_q, float* __restrict__ g_scales, int64_t n, float eps, float weight_offset) {
+  __shared__ float s_scratch[kThreads / 32];
+  device::pdl_enter();
+  const int64_t chunks = n / 8;
+  T* row = g_residual + blockIdx.x * n;
+  const T* branch = g_branch ? g_branch + blockIdx.x * n : nullptr;
+  float r_x[kMaxChunks][8];
+  float sum = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kMaxChunks; ++c) {
+    const int64_t chunk = threadIdx.x + int64_t(c) * blockDim.x;
+    if (chunk >= chunks) break;
+    device::load8(row + chunk * 8, r_x[c]);
+    if (branch) {
+      float r_b[8];
+      device::load8(branch + chunk * 8, r_b);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) r_x[c][i] = device::round_to(r_x[c][i] + r_b[i], row);
+      device::store8(row + chunk * 8, r_x[c]);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sum += r_x[c][i] * r_x[c][i];
+  }
+  const float scale = rsqrtf(device::block_sum(sum, s_scratch) / float(n) + eps);
+#pragma unroll
+  for (int c = 0; c < kMaxChunks; ++c) {
+    const int64_t chunk = threadIdx.x + int64_t(c) * blockDim.x;
+    if (c * blockDim.x >= chunks) break;  // uniform over the block: the half-warp shuffles need every lane
+    float r_y[8];
+    if (chunk < chunks) {
+      const float4 w0 = reinterpret_cast<const float4*>(g_w + chunk * 8)[0];
+      const float4 w1 = reinterpret_cast<const float4*>(g_w + chunk * 8)[1];
+      const float r_w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) r_y[i] = device::round_to(r_x[c][i] * scale * (weight_offset + r_w[i]), g_out);
+      device::store8(g_out + blockIdx.x * n + chunk * 8, r_y);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) r_y[i] = 0.0f;
+    }
+    // Whole half-warps (one 128-group) are in or out of the row, as n % 128 == 0.
+    if (g_q)
+      device::quantize8_half_warp(r_y, g_q + blockIdx.x * n + chunk * 8, g_scales + blockIdx.x * (n / 128) + chunk / 16,
+                                  chunk < chunks, threadIdx.x % 16 == 0);
+  }
+}
+
 }  // namespace
 
-void add_rms_norm(void* out, void* residual, const void* branch, const float* w, int64_t rows, int64_t n,
-                  float eps, float weight_offset, DType act, cudaStream_t stream) {
+void add_rms_norm(void* out, void* residual, const void* branch, const float* w, int64_t rows, int64_t n, float eps,
+                  float weight_offset, DType act, cudaStream_t stream, uint8_t* q, float* q_scales) {
   VT_CHECK(rows >= 0 && rows <= INT32_MAX && n > 0, "add_rms_norm: rows ", rows, " n ", n);
   VT_CHECK(out != residual, "add_rms_norm: out must not alias the residual");
+  const bool vector = n % 128 == 0 && n / 8 <= int64_t(kMaxChunks) * kThreads;
+  VT_CHECK(!q || vector, "add_rms_norm: fused FP8 output needs n % 128 == 0 (n = ", n, ")");
   if (rows == 0) return;
+  if (vector) {
+    const int threads = int(std::min<int64_t>(kThreads, (n / 8 + 31) / 32 * 32));
+    VT_DISPATCH_ACT(act, T,
+                    launch("sm90_add_rms_norm_quant", sm90_add_rms_norm_quant<T>, dim3(unsigned(rows)), dim3(threads),
+                           0, stream, static_cast<T*>(out), static_cast<T*>(residual), static_cast<const T*>(branch), w,
+                           q, q_scales, n, eps, weight_offset));
+    return;
+  }
   VT_DISPATCH_ACT(act, T,
-                  sm90_add_rms_norm<T><<<unsigned(rows), kThreads, 0, stream>>>(
-                      static_cast<T*>(out), static_cast<T*>(residual), static_cast<const T*>(branch), w, n,
-                      eps, weight_offset));
-  VT_CUDA_CHECK_LAUNCH("sm90_add_rms_norm");
+                  launch("sm90_add_rms_norm", sm90_add_rms_norm<T>, dim3(unsigned(rows)), dim3(kThreads), 0, stream,
+                         static_cast<T*>(out), static_cast<T*>(residual), static_cast<const T*>(branch), w, n, eps,
+                         weight_offset));
 }
 
 void rms_norm_f32(float* out, const float* x, const float* w, int64_t rows, int64_t n, float eps,

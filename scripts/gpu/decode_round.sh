@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Run ON the GPU machine (after scripts/gpu/cuda_tests.sh built build-gpu/): one decode round —
+# 27B and 35B-A3B FP8 at batch 1/16/64, A/B of the launch-overhead work at batch 1 (VT_PDL=0:
+# plain launches; VT_FUSED_QUANT=0: a quantise kernel in front of every FP8 linear), and the
+# CUPTI attribution of a batch-1 and batch-16 step. Logs go to $OUT/decode_round.tar.gz; the
+# tables print last.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/gpu/env.sh
+OUT=${OUT:-/tmp/vt-out}
+LOGS=$(mktemp -d)
+VT=build-gpu/apps/vt
+[ -x "$VT" ] || { echo "build first: scripts/gpu/cuda_tests.sh" >&2; exit 1; }
+CONTEXT=${CONTEXT:-1024}
+status=0
+bench() {  # name, env..., -- vt args...
+  local name=$1; shift
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  env "${envs[@]}" "$VT" bench decode "$@" --context "$CONTEXT" --json >"$LOGS/$name.json" 2>"$LOGS/$name.err" || {
+    status=1; echo "FAILED: $name"; tail -5 "$LOGS/$name.err"; }
+}
+bench 27b_fp8 VT_PDL=1 -- --synthetic qwen3.5-27b --weights fp8 --batch 1,16,64 --steps 32
+bench 35b_fp8 VT_PDL=1 -- --synthetic qwen3.5-35b-a3b --weights fp8 --batch 1,16,64 --steps 32
+bench 27b_fp8_nopdl VT_PDL=0 -- --synthetic qwen3.5-27b --weights fp8 --batch 1 --steps 32
+bench 27b_fp8_unfused VT_FUSED_QUANT=0 -- --synthetic qwen3.5-27b --weights fp8 --batch 1 --steps 32
+bench 35b_fp8_nopdl VT_PDL=0 -- --synthetic qwen3.5-35b-a3b --weights fp8 --batch 1 --steps 32
+for batch in 1 16; do
+  "$VT" profile decode --synthetic qwen3.5-27b --batch "$batch" --steps 20 >"$LOGS/profile_27b_b$batch.txt" \
+    2>"$LOGS/profile_27b_b$batch.err" || { status=1; echo "FAILED: profile b$batch"; tail -5 "$LOGS/profile_27b_b$batch.err"; }
+done
+"$VT" profile decode --synthetic qwen3.5-35b-a3b --batch 1 --steps 20 >"$LOGS/profile_35b_b1.txt" 2>&1 || status=1
+tar -czf "$OUT/decode_round.tar.gz" -C "$LOGS" .
+for batch in 1 16; do echo; echo "== profile 27B batch $batch (top rows)"; head -40 "$LOGS/profile_27b_b$batch.txt"; done
+python3 - "$LOGS" <<'PY'
+import json, sys, glob, os
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
+    try:
+        report = json.load(open(path))
+    except Exception as error:
+        print(path, "unreadable:", error); continue
+    print(f"\n{os.path.basename(path)}: {report['model']}, bw {report['bandwidth_gbps']:.0f} GB/s")
+    print("| batch | ms/step | tok/s | floor ms | of floor |")
+    for row in report["rows"]:
+        print(f"| {row['batch']} | {row['ms_per_step']:.3f} | {row['tokens_per_second']:.1f} | {row['floor_ms']:.3f} | {100*row['floor_fraction']:.0f}% |")
+PY
+exit $status
