@@ -26,7 +26,7 @@
 namespace {
 
 struct BenchArgs {
-  std::string model, synthetic, weights = "fp8", batches = "1", predict;
+  std::string model, synthetic, weights = "fp8", batches = "1", predict, lm_head = "bf16";
   int64_t context = 1024, steps = 64;
   bool json = false, no_graph = false;
 };
@@ -56,6 +56,8 @@ std::unique_ptr<vt::Qwen35CudaModel> open_cuda_model(const BenchArgs& args, int6
   options.max_sequences = max_batch;
   options.max_context = args.context + args.steps + 8;
   options.max_step_tokens = max_batch;
+  VT_CHECK(args.lm_head == "bf16" || args.lm_head == "fp8", "--lm-head: expected bf16 or fp8, got '", args.lm_head, "'");
+  options.fp8_lm_head = args.lm_head == "fp8";
   std::unique_ptr<vt::Qwen35CudaModel> model;
   if (!args.synthetic.empty()) {
     vt::Qwen35Config config = vt::synthetic_config(args.synthetic);
@@ -236,6 +238,7 @@ void add_decode_options(CLI::App* decode, BenchArgs& args, const char* batch_hel
   decode->add_option("--batch", args.batches, batch_help);
   decode->add_option("--context", args.context, "tokens already in each sequence's cache");
   decode->add_option("--steps", args.steps, steps_help);
+  decode->add_option("--lm-head", args.lm_head, "output layer: bf16 (as stored) or fp8 (128x128 blocks, quantised at load)");
   decode->add_flag("--no-graph", args.no_graph, "launch kernels one by one instead of a CUDA graph");
   decode->add_flag("--json", args.json, "print a JSON report");
 }

@@ -23,6 +23,9 @@ bench() {  # name, env..., -- vt args...
 }
 bench 27b_fp8 VT_PDL=1 -- --synthetic qwen3.5-27b --weights fp8 --batch 1,16,64 --steps 32
 bench 35b_fp8 VT_PDL=1 -- --synthetic qwen3.5-35b-a3b --weights fp8 --batch 1,16,64 --steps 32
+bench 27b_fp8_lmhead_fp8 VT_PDL=1 -- --synthetic qwen3.5-27b --weights fp8 --lm-head fp8 --batch 1,16,64 --steps 32
+bench 27b_bf16 VT_PDL=1 -- --synthetic qwen3.5-27b --weights bf16 --batch 1,16,64 --steps 32
+bench 27b_fp8_mma VT_GEMM_BACKEND=mma -- --synthetic qwen3.5-27b --weights fp8 --batch 16,64 --steps 32
 bench 27b_fp8_nopdl VT_PDL=0 -- --synthetic qwen3.5-27b --weights fp8 --batch 1 --steps 32
 bench 27b_fp8_unfused VT_FUSED_QUANT=0 -- --synthetic qwen3.5-27b --weights fp8 --batch 1 --steps 32
 bench 35b_fp8_nopdl VT_PDL=0 -- --synthetic qwen3.5-35b-a3b --weights fp8 --batch 1 --steps 32

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <sstream>
@@ -98,6 +99,20 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   info_.max_positions = std::min(config_.max_position_embeddings, options_.max_context);
   VT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_ = std::make_unique<cuda::CublasLtGemm>();
+  if (options_.fp8_lm_head && weights_.lm_head.format == WeightFormat::kDense) {
+    CudaLinear& head = weights_.lm_head;
+    VT_CHECK(head.parts.size() == 1, "lm_head has one part");
+    CudaLinear::Part fp8;
+    fp8.n = head.n;
+    fp8.weight = cuda::DeviceBuffer(DType::kU8, {head.n, head.k});
+    fp8.scales = cuda::DeviceBuffer(DType::kF32, {(head.n + 127) / 128, (head.k + 127) / 128});
+    cuda::fp8_quantize_weight_blocks(fp8.weight.as<uint8_t>(), fp8.scales.as<float>(), head.parts[0].weight.data(),
+                                     head.parts[0].weight.view().dtype, head.n, head.k, stream_);
+    VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    head.parts.clear();
+    head.parts.push_back(std::move(fp8));
+    head.format = WeightFormat::kFp8Block;
+  }
   graphs_ = std::make_unique<Graphs>();
   slot_used_.assign(options_.max_sequences, false);
   if (const char* fused = std::getenv("VT_FUSED_QUANT")) {
@@ -176,6 +191,47 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
                                                   config_.linear_value_head_dim});
     }
   }
+  setup_fp8_gemms();
+}
+
+// The FP8 GEMM registry: every FP8 linear's (n, k) with its instances across layers, tuned at
+// start-up (or the built-in rule), and a forced backend refused here if it cannot serve a shape.
+void Qwen35CudaModel::setup_fp8_gemms() {
+  std::map<std::pair<int64_t, int64_t>, cuda::GemmTuneShape> shapes;
+  int64_t widest_k = 0;
+  const auto add = [&](const CudaLinear& linear) {
+    if (linear.format != WeightFormat::kFp8Block) return;
+    for (const auto& part : linear.parts) {
+      auto& shape = shapes[{part.n, linear.k}];
+      shape.n = part.n;
+      shape.k = linear.k;
+      shape.weights.emplace_back(part.weight.as<uint8_t>(), part.scales.as<float>());
+      widest_k = std::max(widest_k, linear.k);
+    }
+  };
+  for (const auto& layer : weights_.layers) {
+    for (const CudaLinear* linear : {&layer.in_proj, &layer.in_proj_ba, &layer.out_proj, &layer.qkv, &layer.o_proj,
+                                     &layer.mlp.gate_up, &layer.mlp.down, &layer.moe.shared.gate_up,
+                                     &layer.moe.shared.down, &layer.moe.shared_gate})
+      add(*linear);
+  }
+  add(weights_.lm_head);
+  if (shapes.empty()) return;
+  const int64_t max_m = std::max(workspace_->max_tokens, options_.max_logit_rows);
+  fp8_gemm_ = std::make_unique<cuda::Fp8GemmRegistry>(max_m, widest_k);
+  std::vector<cuda::GemmTuneShape> list;
+  for (auto& [key, shape] : shapes) list.push_back(std::move(shape));
+  if (const auto forced = fp8_gemm_->forced()) {
+    for (const auto& shape : list)
+      for (int64_t m : {int64_t(1), max_m})
+        VT_CHECK(fp8_gemm_->supports(*forced, m, shape.n, shape.k, shape.n, options_.activations),
+                 "VT_GEMM_BACKEND=", cuda::gemm_backend_name(*forced), " cannot serve the ", shape.n, " x ", shape.k,
+                 " FP8 GEMM at M = ", m, "; unset it or pick a backend that can");
+  }
+  if (options_.tune_gemms) {
+    gemm_plan_ = fp8_gemm_->tune(list, std::min<int64_t>(max_m, 128), options_.activations, stream_);
+    std::fputs(gemm_plan_.c_str(), stderr);
+  }
 }
 
 Qwen35CudaModel::~Qwen35CudaModel() {
@@ -231,9 +287,13 @@ void Qwen35CudaModel::linear(const CudaLinear& linear, void* y, const void* x, i
       cuda::fp8_quantize_rows(w.scratch.as<uint8_t>(), w.scratch_scales.as<float>(), x, m, linear.k, act, stream_);
     }
     // Parts that could not merge (rows not whole 128-blocks) write their own column range.
-    for (const auto& part : linear.parts)
-      cuda::fp8_block_gemm(static_cast<char*>(y) + part.column * element, linear.n, input.codes, input.scales,
-                           part.weight.as<uint8_t>(), part.scales.as<float>(), m, part.n, linear.k, act, stream_);
+    for (const auto& part : linear.parts) {
+      cuda::GemmBackend backend = fp8_gemm_->choose(m, part.n, linear.k);
+      if (!fp8_gemm_->forced() && !fp8_gemm_->supports(backend, m, part.n, linear.k, linear.n, act))
+        backend = m == 1 ? cuda::GemmBackend::kGemv : cuda::GemmBackend::kMma;
+      fp8_gemm_->run(backend, static_cast<char*>(y) + part.column * element, linear.n, input.codes, input.scales,
+                     part.weight.as<uint8_t>(), part.scales.as<float>(), m, part.n, linear.k, act, stream_);
+    }
     return;
   }
   VT_CHECK(linear.parts.size() == 1, "dense linear parts are always merged");

@@ -10,6 +10,7 @@
 #include "backends/cuda/cublaslt_gemm.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/device_buffer.h"
+#include "backends/cuda/fp8_gemm_registry.h"
 #include "io/weight_store.h"
 #include "model/linear.h"
 #include "model/model.h"
@@ -77,6 +78,12 @@ struct CudaModelOptions {
   int64_t max_step_tokens = 2048; // tokens per step (prefill chunk + decodes)
   int64_t block_size = 32;        // KV block (tokens)
   int64_t max_logit_rows = 1;     // rows of logits one step can produce (all-position logits: more)
+  // Output layer: as stored (BF16 in published checkpoints) or quantised at load to FP8 128x128
+  // blocks (`--lm-head fp8`; its drift is measured by `vt eval drift`).
+  bool fp8_lm_head = false;
+  // Time the FP8 GEMM backends on this model's shapes at start-up and keep the fastest per M
+  // bucket (cached on disk); off: the built-in rule (gemv at M = 1, tensor-core MMA above).
+  bool tune_gemms = true;
 };
 
 // Loads a checkpoint folder's weights onto the device (checks shapes/dtypes, consumes all).
@@ -119,6 +126,8 @@ class Qwen35CudaModel final : public Model {
   const Qwen35Config& config() const { return config_; }
   const CudaWeights& weights() const { return weights_; }
   cudaStream_t stream() const { return stream_; }
+  // The FP8 GEMM choices made at start-up (empty for a BF16 model).
+  const std::string& gemm_plan() const { return gemm_plan_; }
 
  private:
   struct Workspace;
@@ -139,10 +148,13 @@ class Qwen35CudaModel final : public Model {
   std::string description_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
+  std::unique_ptr<cuda::Fp8GemmRegistry> fp8_gemm_;  // when any linear is FP8
   std::unique_ptr<Workspace> workspace_;
   std::unique_ptr<Graphs> graphs_;
   mutable std::vector<bool> slot_used_;
-  bool fuse_quant_ = true;  // VT_FUSED_QUANT=0: every FP8 linear quantises its own input (A/B runs)
+  bool fuse_quant_ = true;
+  std::string gemm_plan_;
+  void setup_fp8_gemms();  // VT_FUSED_QUANT=0: every FP8 linear quantises its own input (A/B runs)
 };
 
 // Opens a checkpoint folder for CUDA.

@@ -156,6 +156,84 @@ TEST_F(CudaModel, SyntheticMoeDecode) {
   for (int32_t id : next) EXPECT_TRUE(id >= 0 && id < config.vocab_size);
 }
 
+// A forced GEMM backend that cannot serve a shape the model will run is refused at start-up,
+// naming the shape (never a silent fallback): the M = 1 gemv kernel with 4 sequences.
+TEST_F(CudaModel, ForcedGemmBackendThatCannotServeIsRefused) {
+  Qwen35Config config = synthetic_config("qwen3.5-27b");
+  config.num_layers = 1;
+  config.layer_types.resize(1);
+  config.vocab_size = 1024;
+  CudaModelOptions options;
+  options.max_sequences = 4;
+  options.max_context = 64;
+  options.max_step_tokens = 4;
+  options.tune_gemms = false;
+  setenv("VT_GEMM_BACKEND", "gemv", 1);
+  try {
+    Qwen35CudaModel model(config, synthetic_cuda_weights(config, true, 1), options, "synthetic");
+    ADD_FAILURE() << "VT_GEMM_BACKEND=gemv at 4 sequences was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("cannot serve"), std::string::npos) << error.what();
+  }
+  unsetenv("VT_GEMM_BACKEND");
+}
+
+// The start-up tuning keeps, per shape and M bucket, a backend that serves it, and the model
+// decodes with the tuned table to the same tokens as with the built-in rule.
+TEST_F(CudaModel, TunedGemmPlanServesEveryBucket) {
+  Qwen35Config config = synthetic_config("qwen3.5-27b");
+  config.num_layers = 2;
+  config.layer_types.resize(2);
+  config.vocab_size = 2048;
+  CudaModelOptions options;
+  options.max_sequences = 16;
+  options.max_context = 64;
+  options.max_step_tokens = 16;
+  setenv("VT_CACHE_DIR", ::testing::TempDir().c_str(), 1);
+  std::vector<std::vector<float>> logits;
+  for (bool tune : {true, false}) {
+    options.tune_gemms = tune;
+    Qwen35CudaModel model(config, synthetic_cuda_weights(config, true, 2), options, "synthetic");
+    if (tune) {
+      EXPECT_NE(model.gemm_plan().find("M<=1 "), std::string::npos) << model.gemm_plan();
+      EXPECT_NE(model.gemm_plan().find("M<=16 "), std::string::npos) << model.gemm_plan();
+    }
+    model.randomize_state(3);
+    std::vector<int32_t> next;
+    model.decode_step({1}, {7}, &next, false);
+    logits.push_back(model.last_logits(1));
+  }
+  unsetenv("VT_CACHE_DIR");
+  // Backends sum in different orders: close, not bit-identical.
+  EXPECT_LE(relative_l2(logits[0], logits[1]), 1e-2);
+}
+
+// The FP8 output layer (quantised at load from the BF16 one) stays within the W8A8 bound of the
+// BF16 output layer's logits, at the real 27B hidden size with a reduced vocabulary.
+TEST_F(CudaModel, Fp8LmHeadWithinBound) {
+  Qwen35Config config = synthetic_config("qwen3.5-27b");
+  config.num_layers = 2;
+  config.layer_types.resize(2);
+  config.vocab_size = 8192 + 40;  // a partial last 128-row block
+  CudaModelOptions options;
+  options.max_sequences = 2;
+  options.max_context = 64;
+  options.max_step_tokens = 2;
+  std::vector<std::vector<float>> logits;
+  for (bool fp8_head : {false, true}) {
+    options.fp8_lm_head = fp8_head;
+    Qwen35CudaModel model(config, synthetic_cuda_weights(config, true, 21), options, "synthetic");
+    model.randomize_state(6);
+    std::vector<int32_t> next;
+    model.decode_step({3, 4}, {5, 9}, &next, false);
+    logits.push_back(model.last_logits(2));
+  }
+  const double error = relative_l2(logits[1], logits[0]);
+  std::printf("fp8 lm_head vs bf16 lm_head: logits rel L2 %.3g\n", error);
+  EXPECT_GT(error, 0.0);  // it did change the output layer
+  EXPECT_LE(error, numerics::kFp8W8A8RelL2);
+}
+
 // The FP8 quantisation fused into norms, SwiGLU, the GDN output and the attention combine gives
 // the logits, bit for bit, of quantising in front of each linear (VT_FUSED_QUANT=0), on the real
 // 27B and 35B-A3B layer shapes (where every fused path applies).

@@ -2,6 +2,7 @@
 // scripts/gpu/cuda_tests.sh runs it on the GPU machine, where a skip is a failure.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -11,6 +12,7 @@
 #include "../numerics.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/fp8_gemm_registry.h"
 #include "cuda_test_support.h"
 #include "profile/intent.h"
 #include "profile/kernel_recorder.h"
@@ -108,11 +110,37 @@ TEST_F(CudaOps, FusedQuantisationEqualsSeparateQuantisation) {
   }
 }
 
+// A BF16/F32 weight quantised to FP8 128x128 blocks at load (the FP8 lm_head) gives the codes and
+// scales of the checkpoint rule computed on the CPU, bit for bit, with partial edge blocks.
+TEST_F(CudaOps, WeightBlockQuantisationMatchesCpu) {
+  const int64_t n = 300, k = 200, nb = 3, kb = 2;
+  auto w = random_vector(n * k, 17);
+  DeviceVector d_w(w);
+  cuda::DeviceBuffer q(DType::kU8, {n, k}), scales(DType::kF32, {nb, kb});
+  cuda::fp8_quantize_weight_blocks(q.as<uint8_t>(), scales.as<float>(), d_w.data, DType::kF32, n, k, nullptr);
+  cuda::synchronize();
+  std::vector<uint8_t> codes(size_t(n * k));
+  std::vector<float> got_scales(size_t(nb * kb));
+  cuda::copy_to_host(codes.data(), q.data(), codes.size());
+  cuda::copy_to_host(got_scales.data(), scales.data(), got_scales.size() * sizeof(float));
+  for (int64_t bi = 0; bi < nb; ++bi)
+    for (int64_t bj = 0; bj < kb; ++bj) {
+      float absmax = 0.0f;
+      for (int64_t r = bi * 128; r < std::min(n, bi * 128 + 128); ++r)
+        for (int64_t c = bj * 128; c < std::min(k, bj * 128 + 128); ++c) absmax = std::max(absmax, std::fabs(w[r * k + c]));
+      const float scale = std::max(absmax, 1e-12f) / 448.0f;
+      ASSERT_EQ(got_scales[bi * kb + bj], scale) << bi << "," << bj;
+      for (int64_t r = bi * 128; r < std::min(n, bi * 128 + 128); ++r)
+        for (int64_t c = bj * 128; c < std::min(k, bj * 128 + 128); ++c)
+          ASSERT_EQ(codes[r * k + c], f32_to_f8e4m3(std::clamp(w[r * k + c] / scale, -448.0f, 448.0f))) << r << "," << c;
+    }
+}
+
 // FP8 W8A8 block GEMM against the CPU emulation: quantised activations, dequantised weights.
 TEST_F(CudaOps, Fp8BlockGemmMatchesCpu) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 512}, {1, 136, 6144}, {1, 520, 17408},
-                         {7, 200, 192}, {16, 384, 5120},
-                         {33, 130, 1040}}) {
+                         {7, 200, 192}, {16, 384, 5120}, {33, 130, 1040}, {64, 136, 2048},
+                         {129, 200, 1040}}) {
     auto x = random_vector(m * k, 11 + m);
     std::vector<uint8_t> codes(n * k);
     std::mt19937_64 rng(n);
@@ -133,10 +161,32 @@ TEST_F(CudaOps, Fp8BlockGemmMatchesCpu) {
     cuda::DeviceBuffer d_codes(DType::kU8, {n, k}), d_q(DType::kU8, {m, k}), d_a_scales(DType::kF32, {m, scale_cols});
     cuda::copy_to_device(d_codes.data(), codes.data(), codes.size());
     cuda::fp8_quantize_rows(d_q.as<uint8_t>(), d_a_scales.as<float>(), d_x.data, m, k, DType::kF32, nullptr);
-    cuda::fp8_block_gemm(d_y.data, n, d_q.as<uint8_t>(), d_a_scales.as<float>(), d_codes.as<uint8_t>(), d_scales.data, m,
-                         n, k, DType::kF32, nullptr);
-    cuda::synchronize();
-    EXPECT_LE(relative_l2(d_y.to_host(), expected), 1e-5) << m << "x" << n << "x" << k;
+    // Every backend that serves the shape (the registry's, cuBLASLt's block-scaled path included),
+    // twice: split-K sums are bit-identical run to run.
+    cuda::Fp8GemmRegistry registry(m, k);
+    int served = 0;
+    for (cuda::GemmBackend backend : cuda::kAllGemmBackends) {
+      if (!registry.supports(backend, m, n, k, n, DType::kF32)) continue;
+      ++served;
+      std::vector<std::vector<float>> runs;
+      for (int run = 0; run < 2; ++run) {
+        registry.run(backend, d_y.data, n, d_q.as<uint8_t>(), d_a_scales.as<float>(), d_codes.as<uint8_t>(),
+                     d_scales.data, m, n, k, DType::kF32, nullptr);
+        cuda::synchronize();
+        runs.push_back(d_y.to_host());
+      }
+      // cuBLASLt accumulates in its own order (fp32, with its own split of K): a looser bound.
+      const double bound = backend == cuda::GemmBackend::kCublasLt ? 1e-3 : 1e-5;
+      EXPECT_LE(relative_l2(runs[0], expected), bound)
+          << m << "x" << n << "x" << k << " " << cuda::gemm_backend_name(backend);
+      if (backend != cuda::GemmBackend::kCublasLt)
+        EXPECT_TRUE(runs[0] == runs[1]) << m << "x" << n << "x" << k << " " << cuda::gemm_backend_name(backend)
+                                        << " not deterministic";
+    }
+    EXPECT_GE(served, m == 1 ? 3 : 1) << m << "x" << n << "x" << k;
+    if (k % 128 == 0 && n % 128 == 0 && m >= 16)
+      EXPECT_TRUE(registry.supports(cuda::GemmBackend::kCublasLt, m, n, k, n, DType::kF32))
+          << "cuBLASLt refused " << m << "x" << n << "x" << k;
   }
 }
 

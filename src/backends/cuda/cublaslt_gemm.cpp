@@ -35,6 +35,7 @@ CublasLtGemm::CublasLtGemm(size_t workspace_bytes) : workspace_bytes_(workspace_
 
 CublasLtGemm::~CublasLtGemm() {
   plans_.clear();
+  fp8_plans_.clear();
   if (workspace_) device_free(workspace_);
   if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
@@ -78,6 +79,66 @@ void CublasLtGemm::matmul(void* y, const void* x, const void* w, int64_t m, int6
   const float alpha = 1.0f, beta = 0.0f;
   VT_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.operation, &alpha, w, p.a, x, p.b, &beta,
                                  y, p.c, y, p.c, &p.algorithm, workspace_, workspace_bytes_, stream));
+}
+
+// As plan(), for e4m3 A (= w, 128x128 block scales) and B (= x, 1x128 scales along K), with the
+// output's leading dimension ldy. cuBLASLt's scale layouts: A's [N/128][K/128] as vt stores the
+// checkpoint's weight_scale_inv; B's [K/128][M] (transposed from vt's per-row layout).
+CublasLtGemm::Plan* CublasLtGemm::fp8_block_plan(int64_t m, int64_t n, int64_t k, int64_t ldy, DType out_dtype) {
+  auto key = std::make_tuple(m, n, k, ldy, int(out_dtype));
+  auto it = fp8_plans_.find(key);
+  if (it != fp8_plans_.end()) return it->second.get();
+  VT_CHECK(out_dtype == DType::kF32 || out_dtype == DType::kBF16, "cuBLASLt fp8 gemm: output ", dtype_name(out_dtype));
+  auto plan = std::make_unique<Plan>();
+  VT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
+  VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+  VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof(no_transpose)));
+  const cublasLtMatmulMatrixScale_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                                    b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
+  VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
+  // Placeholder scale pointers for the heuristic (the real ones are set per call).
+  const void* placeholder = workspace_;
+  VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder, sizeof(placeholder)));
+  VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder, sizeof(placeholder)));
+  const cudaDataType_t out_type = out_dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_8F_E4M3, uint64_t(k), uint64_t(n), k));
+  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_8F_E4M3, uint64_t(k), uint64_t(m), k));
+  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, out_type, uint64_t(n), uint64_t(m), ldy));
+  cublasLtMatmulPreference_t preference;
+  VT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  VT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &workspace_bytes_, sizeof(workspace_bytes_)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->operation,
+                                                               plan->a, plan->b, plan->c, plan->c, preference, 1,
+                                                               &result, &found);
+  cublasLtMatmulPreferenceDestroy(preference);
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+    fp8_plans_[key] = nullptr;
+    return nullptr;
+  }
+  plan->algorithm = result.algo;
+  return (fp8_plans_[key] = std::move(plan)).get();
+}
+
+bool CublasLtGemm::supports_fp8_block(int64_t m, int64_t n, int64_t k, int64_t ldy, DType out_dtype) {
+  return m > 0 && n > 0 && k % 128 == 0 && fp8_block_plan(m, n, k, ldy, out_dtype) != nullptr;
+}
+
+void CublasLtGemm::matmul_fp8_block(void* y, int64_t ldy, const uint8_t* x_codes, const float* x_scales_t,
+                                    const uint8_t* w, const float* w_scales, int64_t m, int64_t n, int64_t k,
+                                    DType out_dtype, cudaStream_t stream) {
+  if (m == 0 || n == 0) return;
+  Plan* p = fp8_block_plan(m, n, k, ldy, out_dtype);
+  VT_CHECK(p, "cuBLASLt has no FP8 block-scaled algorithm for m=", m, " n=", n, " k=", k);
+  VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->operation, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
+  VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->operation, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales_t, sizeof(x_scales_t)));
+  const float alpha = 1.0f, beta = 0.0f;
+  VT_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->operation, &alpha, w, p->a, x_codes, p->b,
+                                 &beta, y, p->c, y, p->c, &p->algorithm, workspace_, workspace_bytes_, stream));
 }
 
 }  // namespace vt::cuda

@@ -25,13 +25,23 @@ class CublasLtGemm {
   void matmul(void* y, const void* x, const void* w, int64_t m, int64_t n, int64_t k, DType dtype,
               cudaStream_t stream, DType out_dtype = DType::kF32, bool out_dtype_given = false);
 
+  // FP8 block-scaled, the checkpoint's own format: y [M, N] out_dtype (row stride ldy) =
+  // (x_codes [M, K] e4m3 * x_scales) (w [N, K] e4m3 * w_scales)^T with x_scales_t [K/128, M]
+  // (1x128 groups, transposed) and w_scales [N/128, K/128] (128x128 blocks). K % 128 == 0.
+  void matmul_fp8_block(void* y, int64_t ldy, const uint8_t* x_codes, const float* x_scales_t, const uint8_t* w,
+                        const float* w_scales, int64_t m, int64_t n, int64_t k, DType out_dtype, cudaStream_t stream);
+  // Whether cuBLASLt has an algorithm for that FP8 block-scaled shape (it refuses M = 1 on sm90).
+  bool supports_fp8_block(int64_t m, int64_t n, int64_t k, int64_t ldy, DType out_dtype);
+
  private:
   struct Plan;
   Plan& plan(int64_t m, int64_t n, int64_t k, DType dtype, DType out_dtype);
+  Plan* fp8_block_plan(int64_t m, int64_t n, int64_t k, int64_t ldy, DType out_dtype);  // null: unsupported
   void* handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_;
   std::map<std::tuple<int64_t, int64_t, int64_t, int, int>, std::unique_ptr<Plan>> plans_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int>, std::unique_ptr<Plan>> fp8_plans_;  // null: refused
 };
 
 }  // namespace vt::cuda

@@ -109,9 +109,22 @@ void gather_rows(void* out, const void* in, const int32_t* index, int64_t count,
 // x [M, K] act -> q [M, K] e4m3 and scales [M, ceil(K/128)] f32 (scale = max(absmax,1e-10)/448).
 void fp8_quantize_rows(uint8_t* q, float* scales, const void* x, int64_t m, int64_t k, DType act,
                        cudaStream_t stream);
+// Activation scales [M, KB] -> [KB, M] (the layout cuBLASLt's 1x128 block scaling reads).
+void transpose_scales(float* out, const float* in, int64_t m, int64_t kb, cudaStream_t stream);
+// w [N, K] (f32/bf16) -> e4m3 codes [N, K] and 128x128 block scales [ceil(N/128), ceil(K/128)]
+// (scale = absmax / 448 per block): how a BF16 checkpoint tensor becomes an FP8 one at load.
+void fp8_quantize_weight_blocks(uint8_t* q, float* scales, const void* w, DType dtype, int64_t n, int64_t k,
+                                cudaStream_t stream);
 // y [M, N] act (row stride ldy) = (q * a_scale) @ (w * w_scale)^T, fp32 accumulation.
+// Backends: kGemv (M = 1 only: CUDA cores, a warp per output column with its row in flight before
+// the previous kernel ends), kWarpRows (CUDA cores, M tiles of up to 16 rows), kMma (tensor-core
+// m16n8k32 e4m3, K split over a block's warps, up to 64 rows per weight pass); kAuto: kGemv at
+// M = 1, else kMma (VT_FP8_GEMM=simple|mma overrides).
+enum class Fp8GemmBackend { kAuto, kGemv, kWarpRows, kMma };
+const char* fp8_gemm_kernel_name(Fp8GemmBackend backend);  // the kernel a backend launches
 void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
-                    const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream);
+                    const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
+                    Fp8GemmBackend backend = Fp8GemmBackend::kAuto);
 
 // ---- MoE ----
 // Softmax over logits [T, E] act, top-k per token (ties to the lower id), optionally

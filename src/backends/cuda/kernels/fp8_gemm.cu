@@ -106,6 +106,59 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemm_warp_rows(
 }
 
 
+// M = 1 (single-stream decode): one warp per output column, and the warp's first kUnroll x 512
+// bytes of its weight row are loaded into registers before waiting on the previous kernel
+// (weights are constant), so at K <= 6,144 the whole row is in flight while the previous kernel
+// drains; later rounds (K > kUnroll x 512) stream the same way. Activations and scales (L2-
+// resident) are read after the wait.
+template <typename T, int kUnroll>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemv(
+    T* __restrict__ g_y, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
+    const uint8_t* __restrict__ g_w, const float* __restrict__ g_w_scales, int64_t n, int64_t k) {
+  constexpr int64_t kRound = int64_t(kUnroll) * 32 * kBytesPerLane;
+  const int64_t column = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const bool active = column < n;
+  const uint8_t* weight_row = g_w + (active ? column : 0) * k + int64_t(lane) * kBytesPerLane;
+  uint4 r_w[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t k0 = int64_t(lane) * kBytesPerLane + int64_t(u) * 32 * kBytesPerLane;
+    r_w[u] = active && k0 < k ? __ldcs(reinterpret_cast<const uint4*>(weight_row + int64_t(u) * 32 * kBytesPerLane))
+                              : make_uint4(0, 0, 0, 0);
+  }
+  device::pdl_enter();
+  if (!active) return;
+  const int64_t k_blocks = (k + kGroup - 1) / kGroup;
+  const float* weight_scales = g_w_scales + (column / kGroup) * k_blocks;
+  float acc = 0.0f;
+  for (int64_t round = 0; round < k; round += kRound) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k0 = round + int64_t(lane) * kBytesPerLane + int64_t(u) * 32 * kBytesPerLane;
+      if (k0 >= k) break;
+      float r_wf[kBytesPerLane], r_af[kBytesPerLane];
+      device::fp8x16_to_float(r_w[u], r_wf);
+      device::fp8x16_to_float(*reinterpret_cast<const uint4*>(g_a + k0), r_af);
+      float dot = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kBytesPerLane; ++e) dot += r_af[e] * r_wf[e];
+      const int64_t block = k0 / kGroup;
+      acc += dot * (g_a_scales[block] * weight_scales[block]);
+    }
+    if (round + kRound >= k) break;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t offset = round + kRound + int64_t(u) * 32 * kBytesPerLane;
+      r_w[u] = offset + int64_t(lane) * kBytesPerLane < k
+                   ? __ldcs(reinterpret_cast<const uint4*>(weight_row + offset))
+                   : make_uint4(0, 0, 0, 0);
+    }
+  }
+  acc = device::warp_sum(acc);
+  if (lane == 0) g_y[column] = device::from_float<T>(acc);
+}
+
 // Tensor-core FP8 for small M (<= 16 rows per launch): one block per 8 output columns, its eight
 // warps splitting K by 128-blocks and meeting in a fixed-order shared-memory sum (deterministic).
 // Each lane loads 16 contiguous bytes of its weight row per 64-byte chunk and feeds them to two
@@ -114,7 +167,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemm_warp_rows(
 constexpr int kMmaWarps = 8;
 constexpr int kMmaBlocksPerStep = 2;  // 128-blocks loaded per step: 64 bytes per lane in flight
 constexpr int kMmaColumns = 8;
-constexpr int kMmaRows = 16;
+constexpr int kMmaRows = 64;  // rows per launch: 4 tiles of 16
 
 __device__ __forceinline__ void mma_e4m3(float* d, const uint32_t* a, const uint32_t* b) {
   asm volatile(
@@ -124,15 +177,18 @@ __device__ __forceinline__ void mma_e4m3(float* d, const uint32_t* a, const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-template <typename T>
+// kTiles 16-row tiles of A per launch (M <= 16 * kTiles): each weight chunk is loaded once and
+// fed to the MMAs of every tile, so the weights stream once for up to 64 rows. Tile 0's
+// activations are loaded with the weights; further tiles' (L2-resident) ones next to their MMAs.
+template <typename T, int kTiles>
 __global__ void __launch_bounds__(kMmaWarps * 32) sm90_fp8_gemm_mma_splitk(
     T* __restrict__ g_y, int64_t ldy, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
     const uint8_t* __restrict__ g_w, const float* __restrict__ g_w_scales, int64_t m, int64_t n, int64_t k) {
-  __shared__ float s_partial[kMmaWarps][32][4];
+  __shared__ float s_partial[kMmaWarps][32][4 * kTiles];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = lane / 4, quad = lane % 4;
   const int64_t n0 = int64_t(blockIdx.x) * kMmaColumns, column = n0 + group;
   const int64_t k_blocks = (k + kGroup - 1) / kGroup;
-  const bool column_ok = column < n, row0_ok = group < m, row1_ok = group + 8 < m;
+  const bool column_ok = column < n;
   const uint8_t* weight_row = g_w + column * k;
   // Weights are constant: pull the warp's first step into L2 while the previous kernel finishes.
 #pragma unroll
@@ -141,10 +197,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32) sm90_fp8_gemm_mma_splitk(
     if (column_ok && k0 < k) device::prefetch_l2(weight_row + k0);
   }
   device::pdl_enter();
-  const uint8_t* a_row0 = g_a + int64_t(group) * k;
-  const uint8_t* a_row1 = g_a + int64_t(group + 8) * k;
   const float* w_scales = g_w_scales + (n0 / kGroup) * k_blocks;
-  float r_acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float r_acc[kTiles][4];
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t) r_acc[t][0] = r_acc[t][1] = r_acc[t][2] = r_acc[t][3] = 0.0f;
   // Warp w takes 128-blocks w*S .. w*S+S-1, then (w + warps)*S ..., with S = kMmaBlocksPerStep.
   for (int64_t first = int64_t(warp) * kMmaBlocksPerStep; first < k_blocks; first += kMmaWarps * kMmaBlocksPerStep) {
     constexpr int kChunks = 2 * kMmaBlocksPerStep;  // 64-byte chunks
@@ -154,52 +210,116 @@ __global__ void __launch_bounds__(kMmaWarps * 32) sm90_fp8_gemm_mma_splitk(
       const int64_t k0 = first * kGroup + chunk * 64 + quad * 16;
       const bool in_k = k0 < k;
       r_w[chunk] = column_ok && in_k ? __ldcs(reinterpret_cast<const uint4*>(weight_row + k0)) : make_uint4(0, 0, 0, 0);
-      r_a0[chunk] = row0_ok && in_k ? *reinterpret_cast<const uint4*>(a_row0 + k0) : make_uint4(0, 0, 0, 0);
-      r_a1[chunk] = row1_ok && in_k ? *reinterpret_cast<const uint4*>(a_row1 + k0) : make_uint4(0, 0, 0, 0);
+      r_a0[chunk] = group < m && in_k ? *reinterpret_cast<const uint4*>(g_a + int64_t(group) * k + k0)
+                                      : make_uint4(0, 0, 0, 0);
+      r_a1[chunk] = group + 8 < m && in_k ? *reinterpret_cast<const uint4*>(g_a + int64_t(group + 8) * k + k0)
+                                          : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int step = 0; step < kMmaBlocksPerStep; ++step) {
       const int64_t block = first + step;
       if (block >= k_blocks) break;
-      float r_block[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int chunk = 2 * step + half;
-        const uint32_t a_first[4] = {r_a0[chunk].x, r_a1[chunk].x, r_a0[chunk].y, r_a1[chunk].y};
-        const uint32_t b_first[2] = {r_w[chunk].x, r_w[chunk].y};
-        mma_e4m3(r_block, a_first, b_first);
-        const uint32_t a_second[4] = {r_a0[chunk].z, r_a1[chunk].z, r_a0[chunk].w, r_a1[chunk].w};
-        const uint32_t b_second[2] = {r_w[chunk].z, r_w[chunk].w};
-        mma_e4m3(r_block, a_second, b_second);
-      }
       const float w_scale = w_scales[block];
-      const float scale0 = row0_ok ? g_a_scales[int64_t(group) * k_blocks + block] * w_scale : 0.0f;
-      const float scale1 = row1_ok ? g_a_scales[int64_t(group + 8) * k_blocks + block] * w_scale : 0.0f;
-      r_acc[0] += r_block[0] * scale0;
-      r_acc[1] += r_block[1] * scale0;
-      r_acc[2] += r_block[2] * scale1;
-      r_acc[3] += r_block[3] * scale1;
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) {
+        const int64_t row0 = 16 * t + group, row1 = row0 + 8;
+        if (16 * t >= m) break;  // uniform over the block
+        float r_block[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int chunk = 2 * step + half;
+          uint4 a0 = r_a0[chunk], a1 = r_a1[chunk];
+          if (t > 0) {
+            const int64_t k0 = block * kGroup + half * 64 + quad * 16;
+            a0 = row0 < m && k0 < k ? *reinterpret_cast<const uint4*>(g_a + row0 * k + k0) : make_uint4(0, 0, 0, 0);
+            a1 = row1 < m && k0 < k ? *reinterpret_cast<const uint4*>(g_a + row1 * k + k0) : make_uint4(0, 0, 0, 0);
+          }
+          const uint32_t a_first[4] = {a0.x, a1.x, a0.y, a1.y};
+          const uint32_t b_first[2] = {r_w[chunk].x, r_w[chunk].y};
+          mma_e4m3(r_block, a_first, b_first);
+          const uint32_t a_second[4] = {a0.z, a1.z, a0.w, a1.w};
+          const uint32_t b_second[2] = {r_w[chunk].z, r_w[chunk].w};
+          mma_e4m3(r_block, a_second, b_second);
+        }
+        const float scale0 = row0 < m ? g_a_scales[row0 * k_blocks + block] * w_scale : 0.0f;
+        const float scale1 = row1 < m ? g_a_scales[row1 * k_blocks + block] * w_scale : 0.0f;
+        r_acc[t][0] += r_block[0] * scale0;
+        r_acc[t][1] += r_block[1] * scale0;
+        r_acc[t][2] += r_block[2] * scale1;
+        r_acc[t][3] += r_block[3] * scale1;
+      }
     }
   }
 #pragma unroll
-  for (int i = 0; i < 4; ++i) s_partial[warp][lane][i] = r_acc[i];
+  for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s_partial[warp][lane][4 * t + i] = r_acc[t][i];
   __syncthreads();
   if (warp != 0) return;
-  float r_sum[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    r_sum[i] = s_partial[0][lane][i];
-    for (int w = 1; w < kMmaWarps; ++w) r_sum[i] += s_partial[w][lane][i];
+  for (int t = 0; t < kTiles; ++t) {
+    float r_sum[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      r_sum[i] = s_partial[0][lane][4 * t + i];
+      for (int w = 1; w < kMmaWarps; ++w) r_sum[i] += s_partial[w][lane][4 * t + i];
+    }
+    // C fragment: c0, c1 at row `group`, columns n0 + 2*quad + {0, 1}; c2, c3 at row group + 8.
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t row = 16 * t + group + (i >= 2 ? 8 : 0), out_column = n0 + 2 * quad + (i % 2);
+      if (row < m && out_column < n) g_y[row * ldy + out_column] = device::from_float<T>(r_sum[i]);
+    }
   }
-  // C fragment: c0, c1 at row `group`, columns n0 + 2*quad + {0, 1}; c2, c3 at row group + 8.
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int64_t row = group + (i >= 2 ? 8 : 0), out_column = n0 + 2 * quad + (i % 2);
-    if (row < m && out_column < n) g_y[row * ldy + out_column] = device::from_float<T>(r_sum[i]);
+}
+
+// Block (128-row block, 128-column block) of a weight [n, k]: scale = max(absmax, 1e-12) / 448,
+// codes e4m3(w / scale): the checkpoint's 128x128 `weight_scale_inv` format.
+template <typename T>
+__global__ void __launch_bounds__(256) sm90_fp8_quantize_weight_blocks(uint8_t* __restrict__ g_q,
+                                                                       float* __restrict__ g_scales,
+                                                                       const T* __restrict__ g_w, int64_t n, int64_t k) {
+  __shared__ float s_scratch[8];
+  const int64_t row0 = int64_t(blockIdx.x) * kGroup, col0 = int64_t(blockIdx.y) * kGroup;
+  float absmax = 0.0f;
+  for (int i = threadIdx.x; i < kGroup * kGroup; i += blockDim.x) {
+    const int64_t row = row0 + i / kGroup, col = col0 + i % kGroup;
+    if (row < n && col < k) absmax = fmaxf(absmax, fabsf(device::to_float(g_w[row * k + col])));
+  }
+  const float scale = fmaxf(device::block_max(absmax, s_scratch), 1e-12f) / 448.0f;
+  for (int i = threadIdx.x; i < kGroup * kGroup; i += blockDim.x) {
+    const int64_t row = row0 + i / kGroup, col = col0 + i % kGroup;
+    if (row < n && col < k)
+      g_q[row * k + col] = __nv_fp8_e4m3(fminf(fmaxf(device::to_float(g_w[row * k + col]) / scale, -448.0f), 448.0f)).__x;
+  }
+  if (threadIdx.x == 0) g_scales[blockIdx.x * gridDim.y + blockIdx.y] = scale;
+}
+
+// scales [m, kb] -> out [kb, m] (cuBLASLt's VEC128 layout for the activation scales).
+__global__ void sm90_transpose_scales(float* __restrict__ g_out, const float* __restrict__ g_in, int64_t m, int64_t kb) {
+  device::pdl_enter();
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < m * kb; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / kb, block = i % kb;
+    g_out[block * m + row] = g_in[i];
   }
 }
 
 }  // namespace
+
+void transpose_scales(float* out, const float* in, int64_t m, int64_t kb, cudaStream_t stream) {
+  if (m * kb == 0) return;
+  const unsigned blocks = unsigned(std::min<int64_t>((m * kb + 255) / 256, 1024));
+  launch("sm90_transpose_scales", sm90_transpose_scales, dim3(blocks), dim3(256), 0, stream, out, in, m, kb);
+}
+
+void fp8_quantize_weight_blocks(uint8_t* q, float* scales, const void* w, DType dtype, int64_t n, int64_t k,
+                                cudaStream_t stream) {
+  VT_CHECK(n > 0 && k > 0, "fp8_quantize_weight_blocks: ", n, " x ", k);
+  const dim3 grid(unsigned((n + kGroup - 1) / kGroup), unsigned((k + kGroup - 1) / kGroup));
+  VT_DISPATCH_ACT(dtype, T,
+                  sm90_fp8_quantize_weight_blocks<T><<<grid, 256, 0, stream>>>(q, scales, static_cast<const T*>(w), n, k));
+  VT_CUDA_CHECK_LAUNCH("sm90_fp8_quantize_weight_blocks");
+}
 
 void fp8_quantize_rows(uint8_t* q, float* scales, const void* x, int64_t m, int64_t k, DType act,
                        cudaStream_t stream) {
@@ -211,8 +331,16 @@ void fp8_quantize_rows(uint8_t* q, float* scales, const void* x, int64_t m, int6
                          scales, static_cast<const T*>(x), k));
 }
 
+const char* fp8_gemm_kernel_name(Fp8GemmBackend backend) {
+  VT_CHECK(backend != Fp8GemmBackend::kAuto, "fp8_gemm_kernel_name: auto is not a kernel");
+  return backend == Fp8GemmBackend::kMma    ? "sm90_fp8_gemm_mma_splitk"
+         : backend == Fp8GemmBackend::kGemv ? "sm90_fp8_gemv"
+                                            : "sm90_fp8_gemm_warp_rows";
+}
+
 void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
-                    const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream) {
+                    const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
+                    Fp8GemmBackend backend) {
   VT_CHECK(ldy >= n, "fp8_block_gemm: ldy ", ldy, " < n ", n);
   VT_CHECK(k % kBytesPerLane == 0, "fp8_block_gemm: K = ", k, " must be a multiple of ", kBytesPerLane);
   VT_CHECK(reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0,
@@ -225,22 +353,52 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
   static const int forced = [] {
     const char* choice = std::getenv("VT_FP8_GEMM");
     if (!choice) return 0;
-    VT_CHECK(std::string(choice) == "simple" || std::string(choice) == "mma", "VT_FP8_GEMM='", choice,
-             "': expected 'mma' or 'simple'");
-    return std::string(choice) == "simple" ? 1 : 2;
+    const std::string value(choice);
+    VT_CHECK(value == "simple" || value == "mma" || value == "gemv", "VT_FP8_GEMM='", value,
+             "': expected 'gemv', 'simple' or 'mma'");
+    return value == "simple" ? 1 : value == "mma" ? 2 : 3;
   }();
-  const bool simple = forced ? forced == 1 : m == 1;
+  if (backend == Fp8GemmBackend::kAuto && forced == 3) {
+    VT_CHECK(m == 1, "VT_FP8_GEMM=gemv cannot serve M = ", m, " (", n, " x ", k, "): the gemv kernel is M = 1 only");
+    backend = Fp8GemmBackend::kGemv;
+  }
+  VT_CHECK(backend != Fp8GemmBackend::kGemv || m == 1, "fp8_block_gemm: the gemv backend serves M = 1, not ", m);
+  if (backend == Fp8GemmBackend::kAuto && !forced && m == 1) backend = Fp8GemmBackend::kGemv;
+  if (backend == Fp8GemmBackend::kGemv) {
+    // Rounds of 512 x unroll bytes per row. `vt bench gemm` on the H200 (docs/perf): 4 beats 8
+    // and 12 on six of the seven 27B shapes (fewer registers, more warps in flight);
+    // VT_FP8_GEMV_UNROLL=4|8|12 forces one (A/B runs).
+    static const int forced_unroll = [] {
+      const char* text = std::getenv("VT_FP8_GEMV_UNROLL");
+      if (!text) return 0;
+      const std::string value(text);
+      VT_CHECK(value == "4" || value == "8" || value == "12", "VT_FP8_GEMV_UNROLL='", value, "': expected 4, 8 or 12");
+      return std::stoi(value);
+    }();
+    const int unroll = forced_unroll ? forced_unroll : 4;
+    const dim3 blocks(unsigned((n + kWarpsPerBlock - 1) / kWarpsPerBlock)), threads(kWarpsPerBlock * 32);
+    VT_CHECK(ldy >= n, "fp8_block_gemm: ldy");
+    VT_DISPATCH_ACT(act, T, {
+      auto kernel = unroll == 4 ? sm90_fp8_gemv<T, 4> : unroll == 8 ? sm90_fp8_gemv<T, 8> : sm90_fp8_gemv<T, 12>;
+      launch("sm90_fp8_gemv", kernel, blocks, threads, 0, stream, static_cast<T*>(y), q, a_scales, w, w_scales, n, k);
+    });
+    return;
+  }
+  const bool simple = backend != Fp8GemmBackend::kAuto ? backend == Fp8GemmBackend::kWarpRows : forced == 1;
   const size_t element = dtype_size(act);
   if (!simple) {
     const int64_t k_blocks = (k + kGroup - 1) / kGroup;
     for (int64_t m0 = 0; m0 < m; m0 += kMmaRows) {
       const int64_t rows = std::min<int64_t>(kMmaRows, m - m0);
       const unsigned blocks = unsigned((n + kMmaColumns - 1) / kMmaColumns);
-      VT_DISPATCH_ACT(act, T,
-                      launch("sm90_fp8_gemm_mma_splitk", sm90_fp8_gemm_mma_splitk<T>, dim3(blocks),
-                             dim3(kMmaWarps * 32), 0, stream,
-                             reinterpret_cast<T*>(static_cast<char*>(y) + m0 * ldy * element), ldy, q + m0 * k,
-                             a_scales + m0 * k_blocks, w, w_scales, rows, n, k));
+      VT_DISPATCH_ACT(act, T, {
+        auto kernel = rows <= 16 ? sm90_fp8_gemm_mma_splitk<T, 1>
+                      : rows <= 32 ? sm90_fp8_gemm_mma_splitk<T, 2>
+                                   : sm90_fp8_gemm_mma_splitk<T, 4>;
+        launch("sm90_fp8_gemm_mma_splitk", kernel, dim3(blocks), dim3(kMmaWarps * 32), 0, stream,
+               reinterpret_cast<T*>(static_cast<char*>(y) + m0 * ldy * element), ldy, q + m0 * k,
+               a_scales + m0 * k_blocks, w, w_scales, rows, n, k);
+      });
     }
     return;
   }

@@ -1,0 +1,246 @@
+// `vt bench gemm`: every decode GEMM shape of a model (the merged projections as vt runs them) at
+// M = 1..128, on each FP8 block-scaled backend that can serve it and on cuBLASLt BF16 (the dense
+// peer), in one run: µs per GEMM, GB/s of weight bytes, % of the read bandwidth measured at
+// start-up, and the fastest FP8 backend per (shape, M). Each timing is a CUDA graph of
+// back-to-back GEMMs cycling through enough weight copies that nothing is served from L2, as the
+// decode step runs them; CUPTI then checks that each backend's kernel ran as often as launched.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "apps/commands.h"
+#include "core/error.h"
+#ifdef VT_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "backends/cuda/check.h"
+#include "backends/cuda/cublaslt_gemm.h"
+#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/device_buffer.h"
+#include "backends/cuda/fp8_gemm_registry.h"
+#include "models/qwen3_5_cuda.h"
+#include "profile/kernel_recorder.h"
+#endif
+
+namespace vt::apps {
+namespace {
+
+struct GemmArgs {
+  std::string synthetic = "qwen3.5-27b", m_list = "1,8,16,32,64,128";
+  int64_t iters = 40;
+  bool json = false;
+};
+
+#ifdef VT_WITH_CUDA
+struct GemmShape {
+  std::string name;
+  int64_t n, k;
+};
+
+// The decode GEMMs of a Qwen3.5-family config as vt merges them (models/qwen3_5_cuda_weights.cpp).
+std::vector<GemmShape> decode_shapes(const Qwen35Config& c) {
+  std::vector<GemmShape> shapes;
+  const int64_t h = c.hidden_size;
+  shapes.push_back({"gdn.in_proj (qkv+z)", c.conv_dim() + c.linear_value_dim(), h});
+  shapes.push_back({"gdn.out_proj", h, c.linear_value_dim()});
+  shapes.push_back({"attn.qkv (q+gate+k+v)", c.num_heads * c.head_dim * 2 + 2 * c.num_kv_heads * c.head_dim, h});
+  shapes.push_back({"attn.o_proj", h, c.num_heads * c.head_dim});
+  if (c.num_experts == 0) {
+    shapes.push_back({"mlp.gate_up", 2 * c.intermediate_size, h});
+    shapes.push_back({"mlp.down", h, c.intermediate_size});
+  } else {
+    shapes.push_back({"shared.gate_up", 2 * c.shared_expert_intermediate_size, h});
+    shapes.push_back({"shared.down", h, c.shared_expert_intermediate_size});
+  }
+  shapes.push_back({"lm_head", c.vocab_size, h});
+  return shapes;
+}
+
+std::vector<int64_t> parse_m_list(const std::string& text) {
+  std::vector<int64_t> values;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    try {
+      values.push_back(std::stoll(item));
+    } catch (const std::exception&) {
+      VT_FAIL("--m: '", item, "' is not an integer");
+    }
+    VT_CHECK(values.back() >= 1 && values.back() <= 4096, "--m: ", values.back(), " out of range [1, 4096]");
+  }
+  VT_CHECK(!values.empty(), "--m: empty list");
+  return values;
+}
+
+constexpr size_t kColdBytes = size_t(256) << 20;  // weight copies per timing: > 5x the H200's L2
+
+struct Timing {
+  double us = 0;
+  int64_t kernels_ran = 0, kernels_expected = 0;
+};
+
+// Captures `iters` calls of `call(copy)` (copy cycling over the weight copies) into a graph,
+// runs it once to warm up, then times one launch; CUPTI counts `kernel` in a second launch.
+template <typename Call>
+Timing time_graph(cudaStream_t stream, int64_t iters, int64_t copies, const char* kernel, int64_t launches_per_call,
+                  Call call) {
+  cudaGraph_t graph;
+  VT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int64_t i = 0; i < iters; ++i) call(i % copies);
+  VT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  VT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaGraphDestroy(graph);
+  VT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  cudaEvent_t start, stop;
+  VT_CUDA_CHECK(cudaEventCreate(&start));
+  VT_CUDA_CHECK(cudaEventCreate(&stop));
+  VT_CUDA_CHECK(cudaEventRecord(start, stream));
+  VT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  VT_CUDA_CHECK(cudaEventRecord(stop, stream));
+  VT_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  VT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  Timing timing;
+  timing.us = 1000.0 * ms / double(iters);
+  if (kernel) {
+    profile::KernelRecorder recorder;
+    recorder.start();
+    VT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    VT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (const auto& record : recorder.stop())
+      if (record.name.find(kernel) != std::string::npos) ++timing.kernels_ran;
+    timing.kernels_expected = iters * launches_per_call;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  return timing;
+}
+
+void run_bench_gemm(const GemmArgs& args) {
+  VT_CHECK(cuda::device_count() > 0, "vt bench gemm needs a CUDA GPU");
+  const Qwen35Config config = synthetic_config(args.synthetic);
+  const std::vector<int64_t> ms = parse_m_list(args.m_list);
+  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
+  const double bandwidth = cuda::measure_read_bandwidth(size_t(4) << 30);
+  cudaStream_t stream;
+  VT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cuda::CublasLtGemm cublas;
+  nlohmann::json rows = nlohmann::json::array();
+  int failures = 0;
+  if (!args.json)
+    std::printf("%s, read bandwidth %.0f GB/s; us per GEMM in a graph of %lld, weights cold (L2 cycled)\n\n"
+                "| shape | N x K | M | backend | us | GB/s | of bw | x cuBLASLt bf16 | kernel ran |\n"
+                "|---|---|---|---|---|---|---|---|---|\n",
+                args.synthetic.c_str(), bandwidth, (long long)args.iters);
+  for (const GemmShape& shape : decode_shapes(config)) {
+    const int64_t n = shape.n, k = shape.k, kb = (k + 127) / 128, nb = (n + 127) / 128;
+    const size_t fp8_bytes = size_t(n * k) + size_t(nb * kb) * sizeof(float), bf16_bytes = size_t(n * k) * 2;
+    const int64_t copies = std::max<int64_t>(2, int64_t(kColdBytes / bf16_bytes) + 1);
+    std::vector<cuda::DeviceBuffer> weights, scales, dense;
+    for (int64_t i = 0; i < copies; ++i) {
+      weights.emplace_back(DType::kU8, Shape{n, k});
+      scales.emplace_back(DType::kF32, Shape{nb, kb});
+      dense.emplace_back(DType::kBF16, Shape{n, k});
+      cuda::fill_random_fp8(weights.back().as<uint8_t>(), n * k, 10 + i, stream);
+      cuda::fill_random(scales.back().data(), DType::kF32, nb * kb, 20 + i, 1e-3f, 2e-3f, stream);
+      cuda::fill_random(dense.back().data(), DType::kBF16, n * k, 30 + i, 0.05f, 0.0f, stream);
+    }
+    cuda::DeviceBuffer x(DType::kBF16, {max_m, k}), codes(DType::kU8, {max_m, k}), x_scales(DType::kF32, {max_m, kb});
+    cuda::DeviceBuffer y(DType::kBF16, {max_m, n});
+    cuda::fill_random(x.data(), DType::kBF16, max_m * k, 5, 1.0f, 0.0f, stream);
+    cuda::fp8_quantize_rows(codes.as<uint8_t>(), x_scales.as<float>(), x.data(), max_m, k, DType::kBF16, stream);
+    VT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (int64_t m : ms) {
+      struct Result {
+        std::string backend;
+        Timing timing;
+        size_t bytes;
+      };
+      std::vector<Result> results;
+      const int64_t mma_launches = (m + 63) / 64;  // 64 rows per weight pass
+      cuda::Fp8GemmRegistry registry(max_m, k);
+      for (cuda::GemmBackend backend : cuda::kAllGemmBackends) {
+        if (!registry.supports(backend, m, n, k, n, DType::kBF16)) continue;
+        // vt's kernels are counted by name; cuBLASLt's (names vary) through the scale transpose
+        // vt launches in front of each of its calls.
+        const bool cublas = backend == cuda::GemmBackend::kCublasLt;
+        const char* kernel = cublas ? "sm90_transpose_scales"
+                                    : cuda::fp8_gemm_kernel_name(backend == cuda::GemmBackend::kGemv       ? cuda::Fp8GemmBackend::kGemv
+                                                                 : backend == cuda::GemmBackend::kWarpRows ? cuda::Fp8GemmBackend::kWarpRows
+                                                                                                           : cuda::Fp8GemmBackend::kMma);
+        const int64_t launches = backend == cuda::GemmBackend::kMma ? mma_launches : 1;
+        registry.run(backend, y.data(), n, codes.as<uint8_t>(), x_scales.as<float>(), weights[0].as<uint8_t>(),
+                     scales[0].as<float>(), m, n, k, DType::kBF16, stream);  // plans outside the capture
+        Timing timing = time_graph(stream, args.iters, copies, kernel, launches, [&](int64_t copy) {
+          registry.run(backend, y.data(), n, codes.as<uint8_t>(), x_scales.as<float>(), weights[copy].as<uint8_t>(),
+                       scales[copy].as<float>(), m, n, k, DType::kBF16, stream);
+        });
+        results.push_back({std::string("fp8_") + cuda::gemm_backend_name(backend), timing, fp8_bytes});
+      }
+      // cuBLASLt picks its own kernels (names vary): timed, not counted. Its plan is made outside
+      // the capture.
+      cublas.matmul(y.data(), x.data(), dense[0].data(), m, n, k, DType::kBF16, stream);
+      Timing bf16 = time_graph(stream, args.iters, copies, nullptr, 0, [&](int64_t copy) {
+        cublas.matmul(y.data(), x.data(), dense[copy].data(), m, n, k, DType::kBF16, stream);
+      });
+      results.push_back({"cublaslt_bf16", bf16, bf16_bytes});
+      std::string best;
+      double best_us = 1e30;
+      for (const auto& r : results)
+        if (r.backend != "cublaslt_bf16" && r.timing.us < best_us) best_us = r.timing.us, best = r.backend;
+      for (const auto& r : results) {
+        const double gbps = double(r.bytes) / (r.timing.us * 1e3);
+        const bool ran = r.timing.kernels_expected == 0 || r.timing.kernels_ran == r.timing.kernels_expected;
+        if (!ran) ++failures;
+        const std::string name = r.backend + (r.backend == best ? " *" : "");
+        if (!args.json)
+          std::printf("| %s | %lld x %lld | %lld | %s | %.1f | %.0f | %.0f%% | %.2f | %s |\n", shape.name.c_str(),
+                      (long long)n, (long long)k, (long long)m, name.c_str(), r.timing.us, gbps,
+                      100.0 * gbps / bandwidth, bf16.us / r.timing.us,
+                      r.timing.kernels_expected == 0
+                          ? "(not counted)"
+                          : (std::to_string(r.timing.kernels_ran) + "/" + std::to_string(r.timing.kernels_expected)).c_str());
+        rows.push_back({{"shape", shape.name}, {"n", n}, {"k", k}, {"m", m}, {"backend", r.backend},
+                        {"chosen", r.backend == best}, {"us", r.timing.us}, {"gbps", gbps},
+                        {"bandwidth_fraction", gbps / bandwidth}, {"speedup_vs_cublaslt_bf16", bf16.us / r.timing.us},
+                        {"kernels_ran", r.timing.kernels_ran}, {"kernels_expected", r.timing.kernels_expected}});
+      }
+    }
+    std::fflush(stdout);
+  }
+  cudaStreamDestroy(stream);
+  if (args.json)
+    std::cout << nlohmann::json{{"model", args.synthetic}, {"bandwidth_gbps", bandwidth}, {"iters", args.iters},
+                                {"rows", rows}}.dump(1)
+              << "\n";
+  VT_CHECK(failures == 0, failures, " timings whose kernel did not run as often as launched (see 'kernel ran')");
+}
+#endif
+
+}  // namespace
+
+void add_gemm_bench_commands(CLI::App& app) {
+  auto* bench = app.get_subcommand("bench");
+  auto args = std::make_shared<GemmArgs>();
+  auto* gemm = bench->add_subcommand("gemm", "FP8 block-scaled GEMM backends vs cuBLASLt BF16 on a model's decode shapes");
+  gemm->add_option("--synthetic", args->synthetic, "qwen3.5-27b | qwen3.5-35b-a3b | qwen3-next-80b")->capture_default_str();
+  gemm->add_option("--m", args->m_list, "rows (tokens) per GEMM, comma-separated")->capture_default_str();
+  gemm->add_option("--iters", args->iters, "GEMMs per timed graph")->check(CLI::Range(4, 1000))->capture_default_str();
+  gemm->add_flag("--json", args->json, "machine-readable output");
+  gemm->callback([args] {
+#ifdef VT_WITH_CUDA
+    run_bench_gemm(*args);
+#else
+    VT_FAIL("vt bench gemm needs a CUDA build (this vt was built without CUDA)");
+#endif
+  });
+}
+
+}  // namespace vt::apps

@@ -1,0 +1,209 @@
+#include "backends/cuda/fp8_gemm_registry.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "backends/cuda/check.h"
+#include "core/version.h"
+
+namespace vt::cuda {
+namespace {
+
+constexpr int64_t kTuneCalls = 24;     // GEMMs per timed graph
+constexpr int64_t kTuneInstances = 16;  // weight instances cycled (cold reads)
+
+Fp8GemmBackend kernel_backend(GemmBackend backend) {
+  switch (backend) {
+    case GemmBackend::kGemv: return Fp8GemmBackend::kGemv;
+    case GemmBackend::kWarpRows: return Fp8GemmBackend::kWarpRows;
+    case GemmBackend::kMma: return Fp8GemmBackend::kMma;
+    default: VT_FAIL("not a vt kernel backend");
+  }
+}
+
+std::string cache_path() {
+  if (const char* dir = std::getenv("VT_CACHE_DIR")) return std::string(dir) + "/gemm_plan.json";
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME")) return std::string(xdg) + "/vt/gemm_plan.json";
+  if (const char* home = std::getenv("HOME")) return std::string(home) + "/.cache/vt/gemm_plan.json";
+  return "";
+}
+
+std::string device_name() {
+  int device = 0;
+  cudaDeviceProp properties{};
+  VT_CUDA_CHECK(cudaGetDevice(&device));
+  VT_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  return properties.name;
+}
+
+}  // namespace
+
+const char* gemm_backend_name(GemmBackend backend) {
+  switch (backend) {
+    case GemmBackend::kGemv: return "gemv";
+    case GemmBackend::kWarpRows: return "warp_rows";
+    case GemmBackend::kMma: return "mma";
+    case GemmBackend::kCublasLt: return "cublaslt";
+  }
+  return "?";
+}
+
+std::optional<GemmBackend> parse_gemm_backend(const std::string& name) {
+  for (GemmBackend backend : kAllGemmBackends)
+    if (name == gemm_backend_name(backend)) return backend;
+  return std::nullopt;
+}
+
+int64_t gemm_bucket(int64_t m) {
+  for (int64_t bound : kGemmBuckets)
+    if (m <= bound) return bound;
+  return kGemmBuckets[std::size(kGemmBuckets) - 1];
+}
+
+Fp8GemmRegistry::Fp8GemmRegistry(int64_t max_m, int64_t max_k)
+    : scales_t_(DType::kF32, {std::max<int64_t>(1, (max_k + 127) / 128 * max_m)}), max_m_(max_m), max_k_(max_k) {
+  if (const char* name = std::getenv("VT_GEMM_BACKEND")) {
+    forced_ = parse_gemm_backend(name);
+    VT_CHECK(forced_, "VT_GEMM_BACKEND='", name, "': expected gemv, warp_rows, mma or cublaslt");
+  }
+}
+
+bool Fp8GemmRegistry::supports(GemmBackend backend, int64_t m, int64_t n, int64_t k, int64_t ldy, DType act) {
+  if (m < 1 || k % 16 != 0) return false;
+  switch (backend) {
+    case GemmBackend::kGemv: return m == 1;
+    case GemmBackend::kWarpRows: return m <= 16;  // beyond, it re-reads the weights per 16 rows
+    case GemmBackend::kMma: return true;
+    case GemmBackend::kCublasLt:
+      return m <= max_m_ && k <= max_k_ && cublas_.supports_fp8_block(m, n, k, ldy, act);
+  }
+  return false;
+}
+
+void Fp8GemmRegistry::run(GemmBackend backend, void* y, int64_t ldy, const uint8_t* q, const float* a_scales,
+                          const uint8_t* w, const float* w_scales, int64_t m, int64_t n, int64_t k, DType act,
+                          cudaStream_t stream) {
+  if (backend != GemmBackend::kCublasLt) {
+    fp8_block_gemm(y, ldy, q, a_scales, w, w_scales, m, n, k, act, stream, kernel_backend(backend));
+    return;
+  }
+  VT_CHECK(m <= max_m_ && k <= max_k_, "cuBLASLt FP8 GEMM of ", m, " x ", k, " beyond the registry's scratch");
+  transpose_scales(scales_t_.as<float>(), a_scales, m, k / 128, stream);
+  cublas_.matmul_fp8_block(y, ldy, q, scales_t_.as<float>(), w, w_scales, m, n, k, act, stream);
+}
+
+GemmBackend Fp8GemmRegistry::choose(int64_t m, int64_t n, int64_t k) const {
+  if (forced_) return *forced_;
+  auto it = table_.find({n, k, gemm_bucket(m)});
+  if (it != table_.end() && (it->second != GemmBackend::kGemv || m == 1) &&
+      (it->second != GemmBackend::kWarpRows || m <= 16))
+    return it->second;
+  return m == 1 ? GemmBackend::kGemv : GemmBackend::kMma;
+}
+
+std::string Fp8GemmRegistry::tune(const std::vector<GemmTuneShape>& shapes, int64_t max_m, DType act,
+                                  cudaStream_t stream) {
+  std::ostringstream log;
+  const std::string path = cache_path(), device = device_name();
+  nlohmann::json cache = nlohmann::json::object();
+  if (!path.empty() && std::filesystem::exists(path)) {
+    try {
+      std::ifstream in(path);
+      cache = nlohmann::json::parse(in);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "vt: ignoring the unreadable GEMM plan cache %s (%s)\n", path.c_str(), error.what());
+      cache = nlohmann::json::object();
+    }
+  }
+  bool cache_changed = false;
+  int64_t widest_n = 0, widest_k = 0;
+  for (const auto& shape : shapes) widest_n = std::max(widest_n, shape.n), widest_k = std::max(widest_k, shape.k);
+  DeviceBuffer codes, scales, y;  // made on the first measurement
+  log << "FP8 GEMM backends (" << device << ", " << dtype_name(act) << "; us per GEMM, weights cycled over layers):\n";
+  for (const auto& shape : shapes) {
+    if (shape.weights.empty()) continue;
+    const std::string key = device + "|" + kVersion + "|" + std::string(dtype_name(act)) + "|" +
+                            std::to_string(shape.n) + "x" + std::to_string(shape.k);
+    log << "  " << shape.n << " x " << shape.k << ":";
+    for (int64_t bucket : kGemmBuckets) {
+      if (bucket > max_m && bucket != gemm_bucket(max_m)) break;
+      const int64_t m = std::min(bucket, std::max<int64_t>(max_m, 1));
+      const std::string bucket_key = std::to_string(bucket);
+      GemmBackend best = GemmBackend::kMma;
+      double best_us = -1;
+      if (cache.contains(key) && cache[key].contains(bucket_key)) {
+        const auto& entry = cache[key][bucket_key];
+        const auto parsed = parse_gemm_backend(entry.value("backend", ""));
+        if (parsed && supports(*parsed, m, shape.n, shape.k, shape.n, act)) best = *parsed, best_us = entry.value("us", 0.0);
+      }
+      if (best_us < 0) {
+        if (!codes.data()) {
+          codes = DeviceBuffer(DType::kU8, {max_m, widest_k});
+          scales = DeviceBuffer(DType::kF32, {max_m, (widest_k + 127) / 128});
+          y = DeviceBuffer(act, {max_m, widest_n});
+          fill_random_fp8(codes.as<uint8_t>(), codes.shape().numel(), 77, stream);
+          fill_random(scales.data(), DType::kF32, scales.shape().numel(), 78, 1e-3f, 2e-3f, stream);
+        }
+        const int64_t instances = std::min<int64_t>(kTuneInstances, int64_t(shape.weights.size()));
+        for (GemmBackend backend : kAllGemmBackends) {
+          if (!supports(backend, m, shape.n, shape.k, shape.n, act)) continue;
+          auto call = [&](int64_t i) {
+            const auto& [w, w_scales] = shape.weights[size_t(i % instances)];
+            run(backend, y.data(), shape.n, codes.as<uint8_t>(), scales.as<float>(), w, w_scales, m, shape.n,
+                shape.k, act, stream);
+          };
+          call(0);  // plans and lazy loads outside the capture
+          VT_CUDA_CHECK(cudaStreamSynchronize(stream));
+          cudaGraph_t graph;
+          VT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+          for (int64_t i = 0; i < kTuneCalls; ++i) call(i);
+          VT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+          cudaGraphExec_t exec;
+          VT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+          cudaGraphDestroy(graph);
+          cudaEvent_t start, stop;
+          VT_CUDA_CHECK(cudaEventCreate(&start));
+          VT_CUDA_CHECK(cudaEventCreate(&stop));
+          VT_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm
+          VT_CUDA_CHECK(cudaEventRecord(start, stream));
+          VT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+          VT_CUDA_CHECK(cudaEventRecord(stop, stream));
+          VT_CUDA_CHECK(cudaEventSynchronize(stop));
+          float ms = 0;
+          VT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+          cudaEventDestroy(start);
+          cudaEventDestroy(stop);
+          cudaGraphExecDestroy(exec);
+          const double us = 1000.0 * ms / double(kTuneCalls);
+          if (best_us < 0 || us < best_us) best = backend, best_us = us;
+        }
+        cache[key][bucket_key] = {{"backend", gemm_backend_name(best)}, {"us", best_us}};
+        cache_changed = true;
+      }
+      table_[{shape.n, shape.k, bucket}] = best;
+      measured_us_[{shape.n, shape.k, bucket}] = best_us;
+      char cell[64];
+      std::snprintf(cell, sizeof cell, " M<=%lld %s %.1f", (long long)bucket, gemm_backend_name(best), best_us);
+      log << cell;
+    }
+    log << "\n";
+  }
+  if (cache_changed && !path.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), error);
+    std::ofstream out(path);
+    if (out) out << cache.dump(1) << "\n";
+    if (!out) std::fprintf(stderr, "vt: could not write the GEMM plan cache %s\n", path.c_str());
+  }
+  if (forced_) log << "  VT_GEMM_BACKEND=" << gemm_backend_name(*forced_) << " overrides this table\n";
+  return log.str();
+}
+
+}  // namespace vt::cuda

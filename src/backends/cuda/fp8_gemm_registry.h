@@ -1,0 +1,65 @@
+// The FP8 block-scaled GEMM backends behind one door, and the choice between them by measurement:
+// at start-up every backend that can serve a shape is timed at each M bucket over the model's own
+// weights (cycled across layers, so reads come from HBM as in a decode step), the fastest is kept,
+// the table is logged and cached on disk (keyed by GPU, vt version, shape), and VT_GEMM_BACKEND
+// forces one backend for A/B runs (refused at start-up for a shape it cannot serve).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backends/cuda/cublaslt_gemm.h"
+#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/device_buffer.h"
+
+namespace vt::cuda {
+
+enum class GemmBackend { kGemv, kWarpRows, kMma, kCublasLt };
+constexpr GemmBackend kAllGemmBackends[] = {GemmBackend::kGemv, GemmBackend::kWarpRows, GemmBackend::kMma,
+                                            GemmBackend::kCublasLt};
+const char* gemm_backend_name(GemmBackend backend);  // "gemv", "warp_rows", "mma", "cublaslt"
+std::optional<GemmBackend> parse_gemm_backend(const std::string& name);
+
+// M buckets a choice is made for; a GEMM of m rows uses the bucket of the smallest bound >= m.
+constexpr int64_t kGemmBuckets[] = {1, 4, 8, 16, 32, 64, 128};
+int64_t gemm_bucket(int64_t m);
+
+// One weight shape to tune: its instances in the model (one per layer), all [n, k] e4m3 with
+// [n/128, k/128] scales.
+struct GemmTuneShape {
+  int64_t n = 0, k = 0;
+  std::vector<std::pair<const uint8_t*, const float*>> weights;
+};
+
+class Fp8GemmRegistry {
+ public:
+  // max_m rows and max_k columns bound every call (the scratch for cuBLASLt's scale layout).
+  Fp8GemmRegistry(int64_t max_m, int64_t max_k);
+
+  bool supports(GemmBackend backend, int64_t m, int64_t n, int64_t k, int64_t ldy, DType act);
+  // y [m, n] act (row stride ldy) from activation codes [m, k] + scales [m, k/128] (vt's layout).
+  void run(GemmBackend backend, void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
+           const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream);
+  // The chosen backend for a call (tuned table, else the built-in rule: gemv at M = 1, mma above).
+  GemmBackend choose(int64_t m, int64_t n, int64_t k) const;
+  // Times each backend that serves (n, k) at each bucket up to max_m, keeps the fastest; reuses
+  // the disk cache when it holds every entry. Returns the table as text (for the start-up log).
+  std::string tune(const std::vector<GemmTuneShape>& shapes, int64_t max_m, DType act, cudaStream_t stream);
+  // The forced backend (VT_GEMM_BACKEND), if any.
+  std::optional<GemmBackend> forced() const { return forced_; }
+
+ private:
+  using Key = std::tuple<int64_t, int64_t, int64_t>;  // n, k, bucket
+  CublasLtGemm cublas_;
+  DeviceBuffer scales_t_;  // [k/128, m] for cuBLASLt
+  int64_t max_m_, max_k_;
+  std::map<Key, GemmBackend> table_;
+  std::map<Key, double> measured_us_;
+  std::optional<GemmBackend> forced_;
+};
+
+}  // namespace vt::cuda
