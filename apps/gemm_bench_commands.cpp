@@ -172,9 +172,7 @@ void run_bench_gemm(const GemmArgs& args) {
         // vt launches in front of each of its calls.
         const bool cublas = backend == cuda::GemmBackend::kCublasLt;
         const char* kernel = cublas ? "sm90_transpose_scales"
-                                    : cuda::fp8_gemm_kernel_name(backend == cuda::GemmBackend::kGemv       ? cuda::Fp8GemmBackend::kGemv
-                                                                 : backend == cuda::GemmBackend::kWarpRows ? cuda::Fp8GemmBackend::kWarpRows
-                                                                                                           : cuda::Fp8GemmBackend::kMma);
+                                    : cuda::fp8_gemm_kernel_name(cuda::kernel_backend(backend));
         const int64_t launches = backend == cuda::GemmBackend::kMma ? mma_launches : 1;
         registry.run(backend, y.data(), n, codes.as<uint8_t>(), x_scales.as<float>(), weights[0].as<uint8_t>(),
                      scales[0].as<float>(), m, n, k, DType::kBF16, stream);  // plans outside the capture

@@ -77,6 +77,9 @@ class CudaSequence final : public SequenceState {
 // (CUPTI profile, batch 16: 512 left one split per head and 140 us per layer).
 constexpr int64_t kAttentionBlocks = 4096;
 
+// Dense linears up to this many outputs run vt's block-per-row GEMV at small M (cuda_ops.h).
+constexpr int64_t kNarrowDense = 4096;
+
 int64_t widest_projection(const Qwen35Config& c) {
   return std::max({c.conv_dim() + c.linear_value_dim(), c.num_heads * c.head_dim * 2 + 2 * c.num_kv_heads * c.head_dim,
                    2 * c.intermediate_size, 2 * c.shared_expert_intermediate_size});
@@ -297,6 +300,12 @@ void Qwen35CudaModel::linear(const CudaLinear& linear, void* y, const void* x, i
     return;
   }
   VT_CHECK(linear.parts.size() == 1, "dense linear parts are always merged");
+  // Narrow projections at decode (GDN b/a, the shared-expert gate): one kernel where cuBLASLt
+  // runs split-K + a reduction; wide ones stay with cuBLASLt (>= 90% of bandwidth at M = 1).
+  if (linear.n <= kNarrowDense && cuda::dense_gemv_supports(m, linear.n, linear.k)) {
+    cuda::dense_gemv(y, act, x, linear.parts[0].weight.data(), m, linear.n, linear.k, act, stream_);
+    return;
+  }
   gemm_->matmul(y, x, linear.parts[0].weight.data(), m, linear.n, linear.k, act, stream_);
 }
 
@@ -394,8 +403,12 @@ void Qwen35CudaModel::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed_c
   // Router logits in f32 (bf16 inputs, fp32 accumulate): rounding them to bf16 flips near-tied
   // experts, which moved bf16 logits by 15-23% on the golden MoE cases.
   VT_CHECK(moe.router.format == WeightFormat::kDense && moe.router.parts.size() == 1, "MoE router must be dense");
-  gemm_->matmul(w.router_logits.data(), w.normed.data(), moe.router.parts[0].weight.data(), T, c.num_experts, H, act,
-                stream_, DType::kF32, true);
+  if (cuda::dense_gemv_supports(T, c.num_experts, H))
+    cuda::dense_gemv(w.router_logits.data(), DType::kF32, w.normed.data(), moe.router.parts[0].weight.data(), T,
+                     c.num_experts, H, act, stream_);
+  else
+    gemm_->matmul(w.router_logits.data(), w.normed.data(), moe.router.parts[0].weight.data(), T, c.num_experts, H,
+                  act, stream_, DType::kF32, true);
   cuda::moe_route(w.route_ids.as<int32_t>(), w.route_weights.as<float>(), w.router_logits.data(), T, c.num_experts, k,
                   c.norm_topk_prob, DType::kF32, stream_);
   // The experts read the normed rows as FP8 codes: fused into the norm, or quantised here.

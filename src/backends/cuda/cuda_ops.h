@@ -119,12 +119,20 @@ void fp8_quantize_weight_blocks(uint8_t* q, float* scales, const void* w, DType 
 // Backends: kGemv (M = 1 only: CUDA cores, a warp per output column with its row in flight before
 // the previous kernel ends), kWarpRows (CUDA cores, M tiles of up to 16 rows), kMma (tensor-core
 // m16n8k32 e4m3, K split over a block's warps, up to 64 rows per weight pass); kAuto: kGemv at
-// M = 1, else kMma (VT_FP8_GEMM=simple|mma overrides).
-enum class Fp8GemmBackend { kAuto, kGemv, kWarpRows, kMma };
+// M = 1, else kMma (VT_FP8_GEMM=simple|mma overrides); kGemvSplitK (M = 1: four warps per column,
+// K split between them).
+enum class Fp8GemmBackend { kAuto, kGemv, kWarpRows, kMma, kGemvSplitK };
 const char* fp8_gemm_kernel_name(Fp8GemmBackend backend);  // the kernel a backend launches
 void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
                     const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
                     Fp8GemmBackend backend = Fp8GemmBackend::kAuto);
+
+// ---- small dense linears ----
+// y [m, n] (act or f32) = x [m, k] act @ w [n, k]^T act, for m <= 8 and k % 8 == 0: one block per
+// output row (the GDN b/a projections, MoE routers), deterministic.
+bool dense_gemv_supports(int64_t m, int64_t n, int64_t k);
+void dense_gemv(void* y, DType out_dtype, const void* x, const void* w, int64_t m, int64_t n, int64_t k, DType act,
+                cudaStream_t stream);
 
 // ---- MoE ----
 // Softmax over logits [T, E] act, top-k per token (ties to the lower id), optionally

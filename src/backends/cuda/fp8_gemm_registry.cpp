@@ -19,14 +19,6 @@ namespace {
 constexpr int64_t kTuneCalls = 24;     // GEMMs per timed graph
 constexpr int64_t kTuneInstances = 16;  // weight instances cycled (cold reads)
 
-Fp8GemmBackend kernel_backend(GemmBackend backend) {
-  switch (backend) {
-    case GemmBackend::kGemv: return Fp8GemmBackend::kGemv;
-    case GemmBackend::kWarpRows: return Fp8GemmBackend::kWarpRows;
-    case GemmBackend::kMma: return Fp8GemmBackend::kMma;
-    default: VT_FAIL("not a vt kernel backend");
-  }
-}
 
 std::string cache_path() {
   if (const char* dir = std::getenv("VT_CACHE_DIR")) return std::string(dir) + "/gemm_plan.json";
@@ -45,9 +37,20 @@ std::string device_name() {
 
 }  // namespace
 
+Fp8GemmBackend kernel_backend(GemmBackend backend) {
+  switch (backend) {
+    case GemmBackend::kGemv: return Fp8GemmBackend::kGemv;
+    case GemmBackend::kGemvSplitK: return Fp8GemmBackend::kGemvSplitK;
+    case GemmBackend::kWarpRows: return Fp8GemmBackend::kWarpRows;
+    case GemmBackend::kMma: return Fp8GemmBackend::kMma;
+    default: VT_FAIL("not a vt kernel backend");
+  }
+}
+
 const char* gemm_backend_name(GemmBackend backend) {
   switch (backend) {
     case GemmBackend::kGemv: return "gemv";
+    case GemmBackend::kGemvSplitK: return "gemv_splitk";
     case GemmBackend::kWarpRows: return "warp_rows";
     case GemmBackend::kMma: return "mma";
     case GemmBackend::kCublasLt: return "cublaslt";
@@ -71,14 +74,15 @@ Fp8GemmRegistry::Fp8GemmRegistry(int64_t max_m, int64_t max_k)
     : scales_t_(DType::kF32, {std::max<int64_t>(1, (max_k + 127) / 128 * max_m)}), max_m_(max_m), max_k_(max_k) {
   if (const char* name = std::getenv("VT_GEMM_BACKEND")) {
     forced_ = parse_gemm_backend(name);
-    VT_CHECK(forced_, "VT_GEMM_BACKEND='", name, "': expected gemv, warp_rows, mma or cublaslt");
+    VT_CHECK(forced_, "VT_GEMM_BACKEND='", name, "': expected gemv, gemv_splitk, warp_rows, mma or cublaslt");
   }
 }
 
 bool Fp8GemmRegistry::supports(GemmBackend backend, int64_t m, int64_t n, int64_t k, int64_t ldy, DType act) {
   if (m < 1 || k % 16 != 0) return false;
   switch (backend) {
-    case GemmBackend::kGemv: return m == 1;
+    case GemmBackend::kGemv:
+    case GemmBackend::kGemvSplitK: return m == 1;
     case GemmBackend::kWarpRows: return m <= 16;  // beyond, it re-reads the weights per 16 rows
     case GemmBackend::kMma: return true;
     case GemmBackend::kCublasLt:
@@ -102,7 +106,8 @@ void Fp8GemmRegistry::run(GemmBackend backend, void* y, int64_t ldy, const uint8
 GemmBackend Fp8GemmRegistry::choose(int64_t m, int64_t n, int64_t k) const {
   if (forced_) return *forced_;
   auto it = table_.find({n, k, gemm_bucket(m)});
-  if (it != table_.end() && (it->second != GemmBackend::kGemv || m == 1) &&
+  const bool m1_only = it != table_.end() && (it->second == GemmBackend::kGemv || it->second == GemmBackend::kGemvSplitK);
+  if (it != table_.end() && (!m1_only || m == 1) &&
       (it->second != GemmBackend::kWarpRows || m <= 16))
     return it->second;
   return m == 1 ? GemmBackend::kGemv : GemmBackend::kMma;

@@ -18,11 +18,13 @@
 
 namespace vt::cuda {
 
-enum class GemmBackend { kGemv, kWarpRows, kMma, kCublasLt };
-constexpr GemmBackend kAllGemmBackends[] = {GemmBackend::kGemv, GemmBackend::kWarpRows, GemmBackend::kMma,
-                                            GemmBackend::kCublasLt};
-const char* gemm_backend_name(GemmBackend backend);  // "gemv", "warp_rows", "mma", "cublaslt"
+enum class GemmBackend { kGemv, kGemvSplitK, kWarpRows, kMma, kCublasLt };
+constexpr GemmBackend kAllGemmBackends[] = {GemmBackend::kGemv, GemmBackend::kGemvSplitK, GemmBackend::kWarpRows,
+                                            GemmBackend::kMma, GemmBackend::kCublasLt};
+// "gemv", "gemv_splitk", "warp_rows", "mma", "cublaslt"
+const char* gemm_backend_name(GemmBackend backend);
 std::optional<GemmBackend> parse_gemm_backend(const std::string& name);
+Fp8GemmBackend kernel_backend(GemmBackend backend);  // vt's kernels (not kCublasLt)
 
 // M buckets a choice is made for; a GEMM of m rows uses the bucket of the smallest bound >= m.
 constexpr int64_t kGemmBuckets[] = {1, 4, 8, 16, 32, 64, 128};

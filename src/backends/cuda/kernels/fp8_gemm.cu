@@ -159,6 +159,75 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemv(
   if (lane == 0) g_y[column] = device::from_float<T>(acc);
 }
 
+// M = 1 with K split inside the block: kWarpsPerRow warps share an output column, each streaming
+// a contiguous slice of its weight row (its first 4 x 512 bytes issued before the PDL wait), and
+// meet in a fixed-order shared-memory sum (deterministic). Four times the warps of sm90_fp8_gemv
+// for the same bytes: for the short-K shapes, whose rows are only 2-3 rounds of loads long.
+constexpr int kSplitWarpsPerRow = 4;
+constexpr int kSplitRowsPerBlock = kWarpsPerBlock / kSplitWarpsPerRow;
+
+template <typename T>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemv_splitk(
+    T* __restrict__ g_y, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
+    const uint8_t* __restrict__ g_w, const float* __restrict__ g_w_scales, int64_t n, int64_t k) {
+  constexpr int kUnroll = 4;
+  constexpr int64_t kPiece = 32 * kBytesPerLane;  // one warp load: 512 bytes
+  __shared__ float s_partial[kSplitRowsPerBlock][kSplitWarpsPerRow];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row_in_block = warp / kSplitWarpsPerRow, slice = warp % kSplitWarpsPerRow;
+  const int64_t column = int64_t(blockIdx.x) * kSplitRowsPerBlock + row_in_block;
+  const bool active = column < n;
+  // Slices of whole 512-byte pieces: slice s covers pieces [s * per, (s + 1) * per).
+  const int64_t pieces = (k + kPiece - 1) / kPiece, per = (pieces + kSplitWarpsPerRow - 1) / kSplitWarpsPerRow;
+  const int64_t begin = int64_t(slice) * per * kPiece, end = min(k, (int64_t(slice) + 1) * per * kPiece);
+  const uint8_t* weight_row = g_w + (active ? column : 0) * k;
+  uint4 r_w[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t k0 = begin + int64_t(u) * kPiece + int64_t(lane) * kBytesPerLane;
+    r_w[u] = active && k0 < end ? __ldcs(reinterpret_cast<const uint4*>(weight_row + k0)) : make_uint4(0, 0, 0, 0);
+  }
+  device::pdl_enter();
+  const int64_t k_blocks = (k + kGroup - 1) / kGroup;
+  const float* weight_scales = g_w_scales + (active ? column / kGroup : 0) * k_blocks;
+  float acc = 0.0f;
+  if (active) {
+    for (int64_t round = begin; round < end; round += kUnroll * kPiece) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k0 = round + int64_t(u) * kPiece + int64_t(lane) * kBytesPerLane;
+        if (k0 >= end) break;
+        float r_wf[kBytesPerLane], r_af[kBytesPerLane];
+        device::fp8x16_to_float(r_w[u], r_wf);
+        device::fp8x16_to_float(*reinterpret_cast<const uint4*>(g_a + k0), r_af);
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kBytesPerLane; ++e) dot += r_af[e] * r_wf[e];
+        const int64_t block = k0 / kGroup;
+        acc += dot * (g_a_scales[block] * weight_scales[block]);
+      }
+      const int64_t next = round + kUnroll * kPiece;
+      if (next >= end) break;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k0 = next + int64_t(u) * kPiece + int64_t(lane) * kBytesPerLane;
+        r_w[u] = k0 < end ? __ldcs(reinterpret_cast<const uint4*>(weight_row + k0)) : make_uint4(0, 0, 0, 0);
+      }
+    }
+  }
+  acc = device::warp_sum(acc);
+  if (lane == 0) s_partial[row_in_block][slice] = acc;
+  __syncthreads();
+  if (threadIdx.x < kSplitRowsPerBlock) {
+    const int64_t out_column = int64_t(blockIdx.x) * kSplitRowsPerBlock + threadIdx.x;
+    if (out_column < n) {
+      float total = s_partial[threadIdx.x][0];
+      for (int w = 1; w < kSplitWarpsPerRow; ++w) total += s_partial[threadIdx.x][w];
+      g_y[out_column] = device::from_float<T>(total);
+    }
+  }
+}
+
 // Tensor-core FP8 for small M (<= 16 rows per launch): one block per 8 output columns, its eight
 // warps splitting K by 128-blocks and meeting in a fixed-order shared-memory sum (deterministic).
 // Each lane loads 16 contiguous bytes of its weight row per 64-byte chunk and feeds them to two
@@ -333,9 +402,10 @@ void fp8_quantize_rows(uint8_t* q, float* scales, const void* x, int64_t m, int6
 
 const char* fp8_gemm_kernel_name(Fp8GemmBackend backend) {
   VT_CHECK(backend != Fp8GemmBackend::kAuto, "fp8_gemm_kernel_name: auto is not a kernel");
-  return backend == Fp8GemmBackend::kMma    ? "sm90_fp8_gemm_mma_splitk"
-         : backend == Fp8GemmBackend::kGemv ? "sm90_fp8_gemv"
-                                            : "sm90_fp8_gemm_warp_rows";
+  return backend == Fp8GemmBackend::kMma          ? "sm90_fp8_gemm_mma_splitk"
+         : backend == Fp8GemmBackend::kGemv       ? "sm90_fp8_gemv"
+         : backend == Fp8GemmBackend::kGemvSplitK ? "sm90_fp8_gemv_splitk"
+                                                  : "sm90_fp8_gemm_warp_rows";
 }
 
 void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
@@ -364,6 +434,14 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
   }
   VT_CHECK(backend != Fp8GemmBackend::kGemv || m == 1, "fp8_block_gemm: the gemv backend serves M = 1, not ", m);
   if (backend == Fp8GemmBackend::kAuto && !forced && m == 1) backend = Fp8GemmBackend::kGemv;
+  if (backend == Fp8GemmBackend::kGemvSplitK) {
+    VT_CHECK(m == 1, "fp8_block_gemm: the gemv_splitk backend serves M = 1, not ", m);
+    const dim3 blocks(unsigned((n + kSplitRowsPerBlock - 1) / kSplitRowsPerBlock)), threads(kWarpsPerBlock * 32);
+    VT_DISPATCH_ACT(act, T,
+                    launch("sm90_fp8_gemv_splitk", sm90_fp8_gemv_splitk<T>, blocks, threads, 0, stream,
+                           static_cast<T*>(y), q, a_scales, w, w_scales, n, k));
+    return;
+  }
   if (backend == Fp8GemmBackend::kGemv) {
     // Rounds of 512 x unroll bytes per row. `vt bench gemm` on the H200 (docs/perf): 4 beats 8
     // and 12 on six of the seven 27B shapes (fewer registers, more warps in flight);
