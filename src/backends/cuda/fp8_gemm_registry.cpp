@@ -41,6 +41,7 @@ Fp8GemmBackend kernel_backend(GemmBackend backend) {
   switch (backend) {
     case GemmBackend::kGemv: return Fp8GemmBackend::kGemv;
     case GemmBackend::kGemvSplitK: return Fp8GemmBackend::kGemvSplitK;
+    case GemmBackend::kGemvTma: return Fp8GemmBackend::kGemvTma;
     case GemmBackend::kWarpRows: return Fp8GemmBackend::kWarpRows;
     case GemmBackend::kMma: return Fp8GemmBackend::kMma;
     default: VT_FAIL("not a vt kernel backend");
@@ -51,6 +52,7 @@ const char* gemm_backend_name(GemmBackend backend) {
   switch (backend) {
     case GemmBackend::kGemv: return "gemv";
     case GemmBackend::kGemvSplitK: return "gemv_splitk";
+    case GemmBackend::kGemvTma: return "gemv_tma";
     case GemmBackend::kWarpRows: return "warp_rows";
     case GemmBackend::kMma: return "mma";
     case GemmBackend::kCublasLt: return "cublaslt";
@@ -74,7 +76,7 @@ Fp8GemmRegistry::Fp8GemmRegistry(int64_t max_m, int64_t max_k)
     : scales_t_(DType::kF32, {std::max<int64_t>(1, (max_k + 127) / 128 * max_m)}), max_m_(max_m), max_k_(max_k) {
   if (const char* name = std::getenv("VT_GEMM_BACKEND")) {
     forced_ = parse_gemm_backend(name);
-    VT_CHECK(forced_, "VT_GEMM_BACKEND='", name, "': expected gemv, gemv_splitk, warp_rows, mma or cublaslt");
+    VT_CHECK(forced_, "VT_GEMM_BACKEND='", name, "': expected gemv, gemv_splitk, gemv_tma, warp_rows, mma or cublaslt");
   }
 }
 
@@ -83,6 +85,7 @@ bool Fp8GemmRegistry::supports(GemmBackend backend, int64_t m, int64_t n, int64_
   switch (backend) {
     case GemmBackend::kGemv:
     case GemmBackend::kGemvSplitK: return m == 1;
+    case GemmBackend::kGemvTma: return m == 1 && k % 16 == 0;
     case GemmBackend::kWarpRows: return m <= 16;  // beyond, it re-reads the weights per 16 rows
     case GemmBackend::kMma: return true;
     case GemmBackend::kCublasLt:
@@ -106,7 +109,8 @@ void Fp8GemmRegistry::run(GemmBackend backend, void* y, int64_t ldy, const uint8
 GemmBackend Fp8GemmRegistry::choose(int64_t m, int64_t n, int64_t k) const {
   if (forced_) return *forced_;
   auto it = table_.find({n, k, gemm_bucket(m)});
-  const bool m1_only = it != table_.end() && (it->second == GemmBackend::kGemv || it->second == GemmBackend::kGemvSplitK);
+  const bool m1_only = it != table_.end() && (it->second == GemmBackend::kGemv || it->second == GemmBackend::kGemvSplitK ||
+                                              it->second == GemmBackend::kGemvTma);
   if (it != table_.end() && (!m1_only || m == 1) &&
       (it->second != GemmBackend::kWarpRows || m <= 16))
     return it->second;

@@ -18,10 +18,10 @@
 
 namespace vt::cuda {
 
-enum class GemmBackend { kGemv, kGemvSplitK, kWarpRows, kMma, kCublasLt };
-constexpr GemmBackend kAllGemmBackends[] = {GemmBackend::kGemv, GemmBackend::kGemvSplitK, GemmBackend::kWarpRows,
-                                            GemmBackend::kMma, GemmBackend::kCublasLt};
-// "gemv", "gemv_splitk", "warp_rows", "mma", "cublaslt"
+enum class GemmBackend { kGemv, kGemvSplitK, kGemvTma, kWarpRows, kMma, kCublasLt };
+constexpr GemmBackend kAllGemmBackends[] = {GemmBackend::kGemv,     GemmBackend::kGemvSplitK, GemmBackend::kGemvTma,
+                                            GemmBackend::kWarpRows, GemmBackend::kMma,        GemmBackend::kCublasLt};
+// "gemv", "gemv_splitk", "gemv_tma", "warp_rows", "mma", "cublaslt"
 const char* gemm_backend_name(GemmBackend backend);
 std::optional<GemmBackend> parse_gemm_backend(const std::string& name);
 Fp8GemmBackend kernel_backend(GemmBackend backend);  // vt's kernels (not kCublasLt)

@@ -228,6 +228,96 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemv_splitk(
   }
 }
 
+// M = 1 through the bulk-copy engine (TMA, cp.async.bulk): a block owns kTmaRows output columns
+// (two per warp); one thread streams their weight rows into shared memory, kTmaChunk bytes of
+// each row per stage, two stages in flight, completion tracked by an mbarrier per stage; the
+// warps compute from shared memory. The first two stages are requested before the PDL wait
+// (weights are constant). Bulk copies keep ~64 KB per block in flight with no registers tied up.
+constexpr int kTmaRows = 16;
+constexpr int64_t kTmaChunk = 2048;
+constexpr int kTmaStages = 2;
+constexpr size_t kTmaSharedBytes = size_t(kTmaStages) * kTmaRows * kTmaChunk;
+
+__device__ __forceinline__ uint32_t shared_address(const void* pointer) {
+  return uint32_t(__cvta_generic_to_shared(pointer));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemv_tma(
+    T* __restrict__ g_y, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
+    const uint8_t* __restrict__ g_w, const float* __restrict__ g_w_scales, int64_t n, int64_t k) {
+  extern __shared__ __align__(128) uint8_t s_weights[];  // [stage][row][chunk]
+  __shared__ __align__(8) uint64_t s_full[kTmaStages];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row0 = int64_t(blockIdx.x) * kTmaRows;
+  const int rows = int(n - row0 < kTmaRows ? n - row0 : kTmaRows);
+  const int64_t chunks = (k + kTmaChunk - 1) / kTmaChunk;
+  const auto issue = [&](int64_t chunk) {  // thread 0: request chunk `chunk` of every row
+    const int stage = int(chunk % kTmaStages);
+    const uint32_t bytes = uint32_t(k - chunk * kTmaChunk < kTmaChunk ? k - chunk * kTmaChunk : kTmaChunk);
+    const uint32_t barrier = shared_address(&s_full[stage]);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(barrier), "r"(bytes * rows) : "memory");
+    for (int r = 0; r < rows; ++r) {
+      const uint8_t* source = g_w + (row0 + r) * k + chunk * kTmaChunk;
+      const uint32_t destination = shared_address(s_weights + (size_t(stage) * kTmaRows + r) * kTmaChunk);
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(destination),
+          "l"(source), "r"(bytes), "r"(barrier)
+          : "memory");
+    }
+  };
+  if (threadIdx.x == 0) {
+    for (int stage = 0; stage < kTmaStages; ++stage)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&s_full[stage])) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int64_t chunk = 0; chunk < kTmaStages && chunk < chunks; ++chunk) issue(chunk);
+  }
+  device::pdl_enter();
+  __syncthreads();  // barriers initialised
+  const int64_t k_blocks = (k + kGroup - 1) / kGroup;
+  float acc[2] = {0.0f, 0.0f};
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int stage = int(chunk % kTmaStages);
+    const uint32_t parity = uint32_t((chunk / kTmaStages) & 1);
+    const uint32_t barrier = shared_address(&s_full[stage]);
+    uint32_t done = 0;
+    while (!done)
+      asm volatile(
+          "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(barrier), "r"(parity)
+          : "memory");
+    const int64_t base = chunk * kTmaChunk, bytes = k - base < kTmaChunk ? k - base : kTmaChunk;
+    for (int64_t offset = int64_t(lane) * kBytesPerLane; offset < bytes; offset += 32 * kBytesPerLane) {
+      const int64_t k0 = base + offset, block = k0 / kGroup;
+      float r_af[kBytesPerLane];
+      device::fp8x16_to_float(*reinterpret_cast<const uint4*>(g_a + k0), r_af);
+      const float a_scale = g_a_scales[block];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int r = 2 * warp + j;
+        if (r >= rows) break;
+        const uint4 packed =
+            *reinterpret_cast<const uint4*>(s_weights + (size_t(stage) * kTmaRows + r) * kTmaChunk + offset);
+        float r_wf[kBytesPerLane];
+        device::fp8x16_to_float(packed, r_wf);
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kBytesPerLane; ++e) dot += r_af[e] * r_wf[e];
+        acc[j] += dot * (a_scale * g_w_scales[((row0 + r) / kGroup) * k_blocks + block]);
+      }
+    }
+    __syncthreads();  // every warp is done with this stage
+    if (threadIdx.x == 0 && chunk + kTmaStages < chunks) issue(chunk + kTmaStages);
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const float total = device::warp_sum(acc[j]);
+    const int r = 2 * warp + j;
+    if (lane == 0 && r < rows) g_y[row0 + r] = device::from_float<T>(total);
+  }
+}
+
 // Tensor-core FP8 for small M (<= 16 rows per launch): one block per 8 output columns, its eight
 // warps splitting K by 128-blocks and meeting in a fixed-order shared-memory sum (deterministic).
 // Each lane loads 16 contiguous bytes of its weight row per 64-byte chunk and feeds them to two
@@ -405,6 +495,7 @@ const char* fp8_gemm_kernel_name(Fp8GemmBackend backend) {
   return backend == Fp8GemmBackend::kMma          ? "sm90_fp8_gemm_mma_splitk"
          : backend == Fp8GemmBackend::kGemv       ? "sm90_fp8_gemv"
          : backend == Fp8GemmBackend::kGemvSplitK ? "sm90_fp8_gemv_splitk"
+         : backend == Fp8GemmBackend::kGemvTma    ? "sm90_fp8_gemv_tma"
                                                   : "sm90_fp8_gemm_warp_rows";
 }
 
@@ -434,6 +525,22 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
   }
   VT_CHECK(backend != Fp8GemmBackend::kGemv || m == 1, "fp8_block_gemm: the gemv backend serves M = 1, not ", m);
   if (backend == Fp8GemmBackend::kAuto && !forced && m == 1) backend = Fp8GemmBackend::kGemv;
+  if (backend == Fp8GemmBackend::kGemvTma) {
+    VT_CHECK(m == 1, "fp8_block_gemm: the gemv_tma backend serves M = 1, not ", m);
+    static_assert(kTmaRows == 2 * kWarpsPerBlock, "two rows per warp");
+    const dim3 blocks(unsigned((n + kTmaRows - 1) / kTmaRows)), threads(kWarpsPerBlock * 32);
+    VT_DISPATCH_ACT(act, T, {
+      static bool attribute_set = false;  // once per instantiation: > 48 KB of dynamic shared memory
+      if (!attribute_set) {
+        VT_CUDA_CHECK(cudaFuncSetAttribute(sm90_fp8_gemv_tma<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(kTmaSharedBytes)));
+        attribute_set = true;
+      }
+      launch("sm90_fp8_gemv_tma", sm90_fp8_gemv_tma<T>, blocks, threads, kTmaSharedBytes, stream,
+             static_cast<T*>(y), q, a_scales, w, w_scales, n, k);
+    });
+    return;
+  }
   if (backend == Fp8GemmBackend::kGemvSplitK) {
     VT_CHECK(m == 1, "fp8_block_gemm: the gemv_splitk backend serves M = 1, not ", m);
     const dim3 blocks(unsigned((n + kSplitRowsPerBlock - 1) / kSplitRowsPerBlock)), threads(kWarpsPerBlock * 32);
