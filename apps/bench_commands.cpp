@@ -1,32 +1,41 @@
-// `vt bench decode`: decode speed on the GPU next to its floor (bytes one step must move over the
-// read bandwidth measured at start-up), per batch size, from a checkpoint or a synthetic model.
-// `vt profile decode`: where one decode step's GPU time went, per kernel, from CUPTI records of
-// the running process (CUDA-graph launches included).
+// `vt bench decode`: decode speed next to its floor (bytes one step must move over the memory
+// bandwidth measured at start-up) and, with --predict, the prediction written before the run.
+// `vt profile decode`: where one decode step went, per kernel (CUPTI records of the running
+// process, CUDA-graph launches included) or, on the CPU, per timed op; per op group; idle time.
+// Both run on the GPU (checkpoint or synthetic model) or the CPU reference (--device cpu).
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "apps/commands.h"
 #include "core/error.h"
+#include "engine/sampler.h"
+#include "models/registry.h"
+#include "profile/op_timer.h"
+#include "profile/prediction.h"
+#include "profile/step_report.h"
 #ifdef VT_WITH_CUDA
 #include <cuda_runtime.h>
 
 #include "backends/cuda/cuda_ops.h"
+#include "models/qwen3_5_config.h"
 #include "models/qwen3_5_cuda.h"
+#include "profile/backend_override.h"
 #include "profile/intent.h"
+#include "profile/kernel_gate.h"
 #include "profile/kernel_recorder.h"
 #endif
-#include <map>
 
 namespace {
 
 struct BenchArgs {
-  std::string model, synthetic, weights = "fp8", batches = "1", predict, lm_head = "bf16";
+  std::string model, synthetic, weights = "fp8", batches = "1", predict, device, trace, lm_head = "bf16";
   int64_t context = 1024, steps = 64;
   bool json = false, no_graph = false;
 };
@@ -47,10 +56,220 @@ std::vector<int64_t> parse_list(const std::string& text) {
   return values;
 }
 
+// "cpu" or "cuda": --device, else the GPU where vt was built with CUDA.
+std::string resolve_device(const BenchArgs& args) {
+  std::string device = args.device;
 #ifdef VT_WITH_CUDA
+  if (device.empty()) device = "cuda";
+#else
+  if (device.empty()) device = "cpu";
+  VT_CHECK(device != "cuda", "--device cuda: this vt was built without CUDA");
+#endif
+  VT_CHECK(device == "cpu" || device == "cuda", "--device '", device, "': expected cpu or cuda");
+  return device;
+}
+
+int32_t first_token(int64_t sequence, int64_t vocab) { return int32_t((sequence * 7919 + 17) % vocab); }
+
+void write_json_file(const std::string& path, const nlohmann::json& json) {
+  std::ofstream out(path);
+  VT_CHECK(out, path, ": cannot write");
+  out << json.dump() << "\n";
+  VT_CHECK(out.good(), path, ": write failed");
+}
+
+// Prints (or collects as JSON) the step report, writes the trace, and fails when the shares do
+// not add up: a profile whose parts do not make the whole is not reported as fine.
+void emit_profile(const BenchArgs& args, nlohmann::json header, const std::string& title,
+                  const vt::profile::StepReport& report, const std::vector<vt::profile::StepSpan>& spans) {
+  if (!args.trace.empty()) write_json_file(args.trace, vt::profile::chrome_trace(spans, title));
+  if (args.json) {
+    header.update(vt::profile::report_json(report));
+    std::cout << header.dump(2) << std::endl;
+  } else {
+    std::printf("%s\n%s", title.c_str(), vt::profile::report_text(report).c_str());
+    std::fflush(stdout);
+  }
+  VT_CHECK(report.shares_consistent(), "profile: the shares sum to ", 100.0 * report.share_sum,
+           "% of the step, not 100% within 2% (records outside the timed window)");
+}
+
+// The decode benchmark's table: batch, result, floor and (with --predict) the prediction, which
+// is read and printed before any step runs.
+class BenchTable {
+ public:
+  BenchTable(const BenchArgs& args, const std::vector<int64_t>& batches) : args_(args) {
+    if (args.predict.empty()) return;
+    predictions_ = vt::profile::read_predictions(args.predict);
+    for (int64_t batch : batches)
+      VT_CHECK(predictions_.count(batch), args.predict, ": no prediction for batch ", batch);
+  }
+
+  void begin(nlohmann::json header, const std::string& title) {
+    report_ = std::move(header);
+    report_["rows"] = nlohmann::json::array();
+    if (!predictions_.empty()) {
+      report_["predicted_ms"] = nlohmann::json::object();
+      for (const auto& [batch, ms] : predictions_) report_["predicted_ms"][std::to_string(batch)] = ms;
+    }
+    if (args_.json) return;
+    std::printf("%s\n", title.c_str());
+    if (!predictions_.empty()) {
+      std::printf("prediction (%s, read before the run):", args_.predict.c_str());
+      for (const auto& [batch, ms] : predictions_) std::printf(" batch %lld %.3f ms;", (long long)batch, ms);
+      std::printf("\n");
+    }
+    std::printf("\n| batch | ms/step | tok/s | floor ms | floor tok/s | of floor |%s\n|---|---|---|---|---|---|%s\n",
+                predictions_.empty() ? "" : " predicted ms | result / predicted |",
+                predictions_.empty() ? "" : "---|---|");
+    std::fflush(stdout);
+  }
+
+  void row(int64_t batch, double ms, double floor_ms) {
+    const double tokens_per_second = double(batch) * 1e3 / ms;
+    nlohmann::json row = {{"batch", batch}, {"ms_per_step", ms}, {"tokens_per_second", tokens_per_second},
+                          {"floor_ms", floor_ms}, {"floor_fraction", floor_ms / ms}};
+    const auto predicted = predictions_.find(batch);
+    if (predicted != predictions_.end())
+      row.update({{"predicted_ms", predicted->second}, {"vs_prediction", ms / predicted->second}});
+    report_["rows"].push_back(row);
+    if (args_.json) return;
+    std::printf("| %lld | %.3f | %.1f | %.3f | %.1f | %.0f%% |", (long long)batch, ms, tokens_per_second, floor_ms,
+                double(batch) * 1e3 / floor_ms, 100.0 * floor_ms / ms);
+    if (predicted != predictions_.end()) std::printf(" %.3f | %.2fx |", predicted->second, ms / predicted->second);
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+
+  void finish() {
+    if (args_.json) std::cout << report_.dump(2) << std::endl;
+  }
+
+ private:
+  const BenchArgs& args_;
+  std::map<int64_t, double> predictions_;
+  nlohmann::json report_;
+};
+
+// ---- CPU reference: `batch` sequences, each fed one token per step, greedy on the host. ----
+
+struct CpuDecode {
+  std::unique_ptr<vt::Model> model;
+  std::vector<std::unique_ptr<vt::SequenceState>> sequences;
+  std::vector<int32_t> tokens;
+  vt::Buffer logits;
+};
+
+// Loads --model and fills each sequence with --context prompt tokens (untimed).
+CpuDecode open_cpu_decode(const BenchArgs& args, int64_t batch, int64_t steps) {
+  VT_CHECK(args.synthetic.empty(), "--synthetic models run on the GPU only; give --model DIR with --device cpu");
+  VT_CHECK(!args.model.empty(), "give --model DIR");
+  VT_CHECK(args.context >= 1 && steps >= 1, "--context and --steps must be positive");
+  CpuDecode decode;
+  decode.model = vt::load_model(args.model, vt::LoadOptions{});
+  const int64_t vocab = decode.model->info().vocab_size, capacity = args.context + steps + 1;
+  VT_CHECK(capacity <= decode.model->info().max_positions, "--context ", args.context, " + --steps ", steps,
+           " exceed the model's ", decode.model->info().max_positions, " positions");
+  decode.logits = vt::Buffer(vt::DType::kF32, {1, vocab});
+  for (int64_t sequence = 0; sequence < batch; ++sequence) {
+    std::vector<int32_t> prompt(size_t(args.context));
+    for (int64_t i = 0; i < args.context; ++i) prompt[i] = first_token(sequence + i, vocab);
+    decode.sequences.push_back(decode.model->new_sequence(capacity));
+    decode.model->forward(prompt, *decode.sequences.back(), decode.logits, vt::ForwardOptions{});
+    decode.tokens.push_back(vt::argmax(decode.logits.f32(), vocab));
+  }
+  return decode;
+}
+
+void cpu_decode_step(CpuDecode& decode) {
+  const int64_t vocab = decode.model->info().vocab_size;
+  for (size_t sequence = 0; sequence < decode.sequences.size(); ++sequence) {
+    const int32_t token = decode.tokens[sequence];
+    decode.model->forward({&token, 1}, *decode.sequences[sequence], decode.logits, vt::ForwardOptions{});
+    vt::profile::ScopedOpTimer timer("argmax", vt::profile::OpGroup::kSampling, {vocab}, 4.0 * double(vocab),
+                                     double(vocab));
+    decode.tokens[sequence] = vt::argmax(decode.logits.f32(), vocab);
+  }
+}
+
+void run_profile_decode_cpu(const BenchArgs& args, int64_t batch) {
+  const double bandwidth = vt::profile::measure_memcpy_bandwidth();
+  CpuDecode decode = open_cpu_decode(args, batch, args.steps + 1);
+  cpu_decode_step(decode);  // warm-up
+  vt::profile::OpRecorder recorder;
+  recorder.start();
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step < args.steps; ++step) cpu_decode_step(decode);
+  const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  const auto spans = vt::profile::spans_from_ops(recorder.stop());
+  VT_CHECK(!spans.empty(), "the CPU recorder timed no ops: the profile would be empty");
+  const auto report = vt::profile::build_step_report(
+      spans, {args.steps, wall_us, bandwidth, "op", "outside ops (model code between ops)"});
+  char title[512];
+  std::snprintf(title, sizeof(title), "%s (cpu), batch %lld, context %lld, memcpy bandwidth %.0f GB/s",
+                args.model.c_str(), (long long)batch, (long long)args.context, bandwidth);
+  emit_profile(args,
+               {{"model", args.model}, {"device", "cpu"}, {"batch", batch}, {"context", args.context},
+                {"steps", args.steps}},
+               title, report, spans);
+}
+
+void run_bench_decode_cpu(const BenchArgs& args, const std::vector<int64_t>& batches) {
+  BenchTable table(args, batches);
+  const double bandwidth = vt::profile::measure_memcpy_bandwidth();
+  char title[512];
+  std::snprintf(title, sizeof(title), "%s (cpu), context %lld, memcpy bandwidth %.0f GB/s", args.model.c_str(),
+                (long long)args.context, bandwidth);
+  table.begin({{"model", args.model}, {"device", "cpu"}, {"context", args.context}, {"bandwidth_gbps", bandwidth}},
+              title);
+  for (int64_t batch : batches) {
+    CpuDecode decode = open_cpu_decode(args, batch, args.steps + 2);
+    // The floor's bytes: what the ops of one (warm-up) step say they move.
+    vt::profile::OpRecorder recorder;
+    recorder.start();
+    cpu_decode_step(decode);
+    double bytes = 0;
+    for (const auto& op : recorder.stop()) bytes += op.bytes;
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t step = 0; step < args.steps; ++step) cpu_decode_step(decode);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() /
+                      double(args.steps);
+    table.row(batch, ms, bytes / (bandwidth * 1e9) * 1e3);
+  }
+  table.finish();
+}
+
+#ifdef VT_WITH_CUDA
+// The GEMM shapes a decode step of `config` runs at each batch size (for override checks).
+std::vector<vt::profile::GemmShape> decode_gemm_shapes(const vt::Qwen35Config& c, const std::vector<int64_t>& batches) {
+  const int64_t hidden = c.hidden_size, hv = c.linear_num_value_heads;
+  std::vector<vt::profile::GemmShape> shapes;
+  for (int64_t m : batches) {
+    shapes.push_back({m, c.conv_dim() + c.linear_value_dim(), hidden, "gdn.in_proj"});
+    shapes.push_back({m, 2 * hv, hidden, "gdn.in_proj_ba"});
+    shapes.push_back({m, hidden, c.linear_value_dim(), "gdn.out_proj"});
+    shapes.push_back({m, c.num_heads * c.head_dim * 2 + 2 * c.num_kv_heads * c.head_dim, hidden, "attention.qkv"});
+    shapes.push_back({m, hidden, c.num_heads * c.head_dim, "attention.o_proj"});
+    if (c.intermediate_size) {
+      shapes.push_back({m, 2 * c.intermediate_size, hidden, "mlp.gate_up"});
+      shapes.push_back({m, hidden, c.intermediate_size, "mlp.down"});
+    }
+    if (c.shared_expert_intermediate_size) {
+      shapes.push_back({m, 2 * c.shared_expert_intermediate_size, hidden, "shared_expert.gate_up"});
+      shapes.push_back({m, hidden, c.shared_expert_intermediate_size, "shared_expert.down"});
+    }
+    shapes.push_back({m, c.vocab_size, hidden, "lm_head"});
+  }
+  return shapes;
+}
+
 // The model a benchmark runs: a checkpoint folder or a synthetic model, BF16 activations, with
-// random KV cache and GDN state (the contents do not change the work done).
-std::unique_ptr<vt::Qwen35CudaModel> open_cuda_model(const BenchArgs& args, int64_t max_batch, std::string* name) {
+// random KV cache and GDN state (the contents do not change the work done). Backend overrides in
+// the environment are checked against its GEMM shapes before anything is built.
+std::unique_ptr<vt::Qwen35CudaModel> open_cuda_model(const BenchArgs& args, const std::vector<int64_t>& batches,
+                                                     std::string* name) {
+  VT_CHECK(args.model.empty() != args.synthetic.empty(), "give exactly one of --model or --synthetic");
+  const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   vt::CudaModelOptions options;
   options.activations = vt::DType::kBF16;
   options.max_sequences = max_batch;
@@ -58,13 +277,15 @@ std::unique_ptr<vt::Qwen35CudaModel> open_cuda_model(const BenchArgs& args, int6
   options.max_step_tokens = max_batch;
   VT_CHECK(args.lm_head == "bf16" || args.lm_head == "fp8", "--lm-head: expected bf16 or fp8, got '", args.lm_head, "'");
   options.fp8_lm_head = args.lm_head == "fp8";
+  const vt::Qwen35Config config =
+      args.synthetic.empty() ? vt::parse_qwen35_config(args.model + "/config.json") : vt::synthetic_config(args.synthetic);
+  vt::profile::check_backend_overrides(decode_gemm_shapes(config, batches));
   std::unique_ptr<vt::Qwen35CudaModel> model;
   if (!args.synthetic.empty()) {
-    vt::Qwen35Config config = vt::synthetic_config(args.synthetic);
     VT_CHECK(args.weights == "fp8" || args.weights == "bf16", "--weights fp8|bf16");
     auto weights = vt::synthetic_cuda_weights(config, args.weights == "fp8", 1234);
     *name = args.synthetic + " (synthetic, " + args.weights + ")";
-    model = std::make_unique<vt::Qwen35CudaModel>(std::move(config), std::move(weights), options, *name);
+    model = std::make_unique<vt::Qwen35CudaModel>(config, std::move(weights), options, *name);
   } else {
     model = vt::load_qwen35_cuda(args.model, options);
     *name = args.model;
@@ -73,58 +294,33 @@ std::unique_ptr<vt::Qwen35CudaModel> open_cuda_model(const BenchArgs& args, int6
   return model;
 }
 
-// Kernel name without parameters, namespaces or template arguments ("sm90_fp8_gemm_warp_rows").
-std::string short_kernel_name(const std::string& name) {
-  std::string text = name;
-  for (size_t at; (at = text.find("(anonymous namespace)::")) != std::string::npos;) text.erase(at, 23);
-  text = text.substr(0, text.find('('));
-  if (text.rfind("void ", 0) == 0) text = text.substr(5);
-  const size_t angle = text.find('<');
-  if (angle != std::string::npos) text = text.substr(0, angle);
-  const size_t colon = text.rfind("::");
-  return colon == std::string::npos ? text : text.substr(colon + 2);
-}
-
 // The kernel-ran gate: one step's launches are recorded as intents (an ungraphed step runs the
-// same launch sequence the graph captured), then `steps` graphed steps run under CUPTI. Every
-// kernel vt meant to launch must have run exactly intended x steps times; otherwise this throws
-// naming the kernel, the count expected and what ran.
-void check_kernels_ran(vt::Qwen35CudaModel& model, std::vector<int32_t> tokens, const std::vector<int32_t>& positions,
-                       bool use_graph) {
+// same launch sequence the graph captured), then graphed steps run under CUPTI. Every kernel vt
+// meant to launch must have run exactly intended x steps times; otherwise this throws naming the
+// op, the backend and what ran instead. Returns the step's intents.
+std::vector<vt::profile::Intent> check_kernels_ran(vt::Qwen35CudaModel& model, std::vector<int32_t> tokens,
+                                                   const std::vector<int32_t>& positions, bool use_graph) {
   std::vector<int32_t> next;
   vt::profile::begin_intents();
   model.decode_step(tokens, positions, &next, false);
-  const auto intents = vt::profile::end_intents();
-  VT_CHECK(!intents.empty(), "kernel-ran gate: the step recorded no intents");
+  auto intents = vt::profile::end_intent_records();
   constexpr int kSteps = 3;
   vt::profile::KernelRecorder recorder;
   recorder.start();
   for (int step = 0; step < kSteps; ++step) model.decode_step(tokens, positions, &next, use_graph);
-  const auto records = recorder.stop();
-  std::map<std::string, int64_t> ran;
-  for (const auto& record : records) ++ran[short_kernel_name(record.name)];
-  for (const auto& [kernel, count] : intents) {
-    const int64_t seen = ran.count(kernel) ? ran.at(kernel) : 0;
-    if (seen == count * kSteps) continue;
-    std::string what_ran;
-    for (const auto& [name, n] : ran) what_ran += " " + name + " x" + std::to_string(n) + ";";
-    VT_FAIL("kernel-ran gate: ", kernel, " was launched ", count, " times per step but ran ", seen, " times in ",
-            kSteps, " steps. What ran:", what_ran);
-  }
+  vt::profile::check_kernels_ran(intents, recorder.stop(), kSteps);
+  return intents;
 }
 
-void run_profile_decode(const BenchArgs& args) {
-  VT_CHECK(vt::cuda::device_count() > 0, "vt profile decode needs a CUDA GPU");
-  VT_CHECK(args.model.empty() != args.synthetic.empty(), "give exactly one of --model or --synthetic");
-  const std::vector<int64_t> batches = parse_list(args.batches);
-  VT_CHECK(batches.size() == 1, "vt profile decode takes one --batch");
-  const int64_t batch = batches[0];
+void run_profile_decode_cuda(const BenchArgs& args, int64_t batch) {
+  VT_CHECK(vt::cuda::device_count() > 0, "vt profile decode needs a CUDA GPU (or --device cpu)");
+  const double bandwidth = vt::cuda::measure_read_bandwidth(size_t(4) << 30);  // GB/s
   std::string name;
-  auto model = open_cuda_model(args, batch, &name);
+  auto model = open_cuda_model(args, {batch}, &name);
   std::vector<int32_t> tokens(batch), positions(batch, int32_t(args.context)), next;
-  for (int64_t i = 0; i < batch; ++i) tokens[i] = int32_t((i * 7919 + 17) % model->config().vocab_size);
+  for (int64_t i = 0; i < batch; ++i) tokens[i] = first_token(i, model->config().vocab_size);
   for (int warm = 0; warm < 3; ++warm) model->decode_step(tokens, positions, &next, !args.no_graph);
-  check_kernels_ran(*model, tokens, positions, !args.no_graph);
+  const auto intents = check_kernels_ran(*model, tokens, positions, !args.no_graph);
 
   vt::profile::KernelRecorder recorder;
   recorder.start();
@@ -136,73 +332,32 @@ void run_profile_decode(const BenchArgs& args) {
   const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   const auto records = recorder.stop();
   VT_CHECK(!records.empty(), "CUPTI recorded no kernels: the profile would be empty");
-
-  struct Group {
-    int64_t calls = 0;
-    double total_us = 0;
-    std::string grid;
-  };
-  std::map<std::string, Group> groups;
-  double kernel_us = 0;
-  int64_t from_graph = 0;
-  for (const auto& record : records) {
-    const std::string grid = std::to_string(record.grid[0]) + "x" + std::to_string(record.grid[1]) + "x" +
-                             std::to_string(record.grid[2]);
-    Group& group = groups[short_kernel_name(record.name) + " [" + grid + "]"];
-    const double us = double(record.end_ns - record.start_ns) * 1e-3;
-    group.calls += 1;
-    group.total_us += us;
-    kernel_us += us;
-    from_graph += record.graph_node != 0;
-  }
-  std::vector<std::pair<std::string, Group>> sorted(groups.begin(), groups.end());
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.total_us > b.second.total_us; });
-  const double steps = double(args.steps), step_us = wall_us / steps;
-  nlohmann::json report = {{"model", name}, {"batch", batch}, {"context", args.context}, {"steps", args.steps},
-                           {"step_us", step_us}, {"kernel_us_per_step", kernel_us / steps},
-                           {"kernels_per_step", double(records.size()) / steps},
-                           {"graph_launched_fraction", double(from_graph) / double(records.size())},
-                           {"idle_fraction", std::max(0.0, 1.0 - kernel_us / wall_us)}, {"kernels", nlohmann::json::array()}};
-  for (const auto& [key, group] : sorted)
-    report["kernels"].push_back({{"kernel", key}, {"calls_per_step", double(group.calls) / steps},
-                                 {"us_per_step", group.total_us / steps}, {"share", group.total_us / wall_us}});
-  if (args.json) {
-    std::cout << report.dump(2) << std::endl;
-    return;
-  }
-  std::printf("%s, batch %lld, context %lld: %.1f us/step wall, %.1f us/step in %0.f kernels (%.0f%% from graphs), "
-              "GPU idle %.1f%%\n\n| kernel [grid] | calls/step | us/step | share of step |\n|---|---|---|---|\n",
-              name.c_str(), (long long)batch, (long long)args.context, step_us, kernel_us / steps,
-              double(records.size()) / steps, 100.0 * double(from_graph) / double(records.size()),
-              100.0 * std::max(0.0, 1.0 - kernel_us / wall_us));
-  for (const auto& [key, group] : sorted)
-    std::printf("| %s | %.1f | %.1f | %.1f%% |\n", key.c_str(), double(group.calls) / steps, group.total_us / steps,
-                100.0 * group.total_us / wall_us);
+  const auto spans = vt::profile::spans_from_kernels(records, intents);
+  const auto report = vt::profile::build_step_report(spans, {args.steps, wall_us, bandwidth});
+  char title[256];
+  std::snprintf(title, sizeof(title), "%s, batch %lld, context %lld, read bandwidth %.0f GB/s", name.c_str(),
+                (long long)batch, (long long)args.context, bandwidth);
+  emit_profile(args,
+               {{"model", name}, {"device", "cuda"}, {"batch", batch}, {"context", args.context}, {"steps", args.steps}},
+               title, report, spans);
 }
 
-void run_bench_decode(const BenchArgs& args) {
-  VT_CHECK(vt::cuda::device_count() > 0, "vt bench decode needs a CUDA GPU");
-  VT_CHECK(args.model.empty() != args.synthetic.empty(), "give exactly one of --model or --synthetic");
-  const std::vector<int64_t> batches = parse_list(args.batches);
-  const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
+void run_bench_decode_cuda(const BenchArgs& args, const std::vector<int64_t>& batches) {
+  VT_CHECK(vt::cuda::device_count() > 0, "vt bench decode needs a CUDA GPU (or --device cpu)");
   VT_CHECK(args.context >= 1 && args.steps >= 1, "--context and --steps must be positive");
-
+  BenchTable table(args, batches);
   const double bandwidth = vt::cuda::measure_read_bandwidth(size_t(4) << 30);  // GB/s
   std::string name;
-  auto model = open_cuda_model(args, max_batch, &name);
-  if (!args.predict.empty()) {
-    std::ifstream in(args.predict);
-    VT_CHECK(in, args.predict, ": cannot open prediction file");
-  }
-
-  nlohmann::json report = {{"model", name}, {"context", args.context}, {"bandwidth_gbps", bandwidth},
-                           {"weight_bytes", model->weights().bytes()}, {"graphs", !args.no_graph}, {"rows", nlohmann::json::array()}};
-  if (!args.json)
-    std::printf("%s, context %lld, read bandwidth %.0f GB/s, weights %.2f GB\n\n| batch | ms/step | tok/s | floor ms | floor tok/s | of floor |\n|---|---|---|---|---|---|\n",
-                name.c_str(), (long long)args.context, bandwidth, model->weights().bytes() / 1e9);
+  auto model = open_cuda_model(args, batches, &name);
+  char title[256];
+  std::snprintf(title, sizeof(title), "%s, context %lld, read bandwidth %.0f GB/s, weights %.2f GB", name.c_str(),
+                (long long)args.context, bandwidth, model->weights().bytes() / 1e9);
+  table.begin({{"model", name}, {"device", "cuda"}, {"context", args.context}, {"bandwidth_gbps", bandwidth},
+               {"weight_bytes", model->weights().bytes()}, {"graphs", !args.no_graph}},
+              title);
   for (int64_t batch : batches) {
     std::vector<int32_t> tokens(batch), positions(batch, int32_t(args.context)), next;
-    for (int64_t i = 0; i < batch; ++i) tokens[i] = int32_t((i * 7919 + 17) % model->config().vocab_size);
+    for (int64_t i = 0; i < batch; ++i) tokens[i] = first_token(i, model->config().vocab_size);
     // Warm-up (graph capture), then timed steps feeding each step's argmax back.
     for (int warm = 0; warm < 3; ++warm) model->decode_step(tokens, positions, &next, !args.no_graph);
     const auto start = std::chrono::steady_clock::now();
@@ -214,17 +369,31 @@ void run_bench_decode(const BenchArgs& args) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double ms = seconds * 1e3 / double(args.steps);
     const double floor_ms = model->decode_bytes(batch, args.context) / (bandwidth * 1e9) * 1e3;
-    const double tokens_per_second = double(batch) * 1e3 / ms;
     check_kernels_ran(*model, tokens, positions, !args.no_graph);
-    report["rows"].push_back({{"batch", batch}, {"ms_per_step", ms}, {"tokens_per_second", tokens_per_second},
-                              {"floor_ms", floor_ms}, {"floor_fraction", floor_ms / ms}});
-    if (!args.json)
-      std::printf("| %lld | %.3f | %.1f | %.3f | %.1f | %.0f%% |\n", (long long)batch, ms, tokens_per_second, floor_ms,
-                  double(batch) * 1e3 / floor_ms, 100.0 * floor_ms / ms);
+    table.row(batch, ms, floor_ms);
   }
-  if (args.json) std::cout << report.dump(2) << std::endl;
+  table.finish();
 }
 #endif
+
+void run_profile_decode(const BenchArgs& args) {
+  const std::vector<int64_t> batches = parse_list(args.batches);
+  VT_CHECK(batches.size() == 1, "vt profile decode takes one --batch");
+  VT_CHECK(args.steps >= 1, "--steps must be positive");
+  if (resolve_device(args) == "cpu") return run_profile_decode_cpu(args, batches[0]);
+#ifdef VT_WITH_CUDA
+  run_profile_decode_cuda(args, batches[0]);
+#endif
+}
+
+void run_bench_decode(const BenchArgs& args) {
+  const std::vector<int64_t> batches = parse_list(args.batches);
+  VT_CHECK(args.context >= 1 && args.steps >= 1, "--context and --steps must be positive");
+  if (resolve_device(args) == "cpu") return run_bench_decode_cpu(args, batches);
+#ifdef VT_WITH_CUDA
+  run_bench_decode_cuda(args, batches);
+#endif
+}
 
 }  // namespace
 
@@ -233,11 +402,12 @@ namespace {
 
 void add_decode_options(CLI::App* decode, BenchArgs& args, const char* batch_help, const char* steps_help) {
   decode->add_option("--model", args.model, "HF model folder");
-  decode->add_option("--synthetic", args.synthetic, "qwen3.5-27b | qwen3.5-35b-a3b | qwen3-next-80b");
+  decode->add_option("--synthetic", args.synthetic, "qwen3.5-27b | qwen3.5-35b-a3b | qwen3-next-80b (GPU)");
   decode->add_option("--weights", args.weights, "synthetic weights: fp8 (128x128 blocks) or bf16");
   decode->add_option("--batch", args.batches, batch_help);
   decode->add_option("--context", args.context, "tokens already in each sequence's cache");
   decode->add_option("--steps", args.steps, steps_help);
+  decode->add_option("--device", args.device, "cuda (default where built with CUDA) or cpu (the reference)");
   decode->add_option("--lm-head", args.lm_head, "output layer: bf16 (as stored) or fp8 (128x128 blocks, quantised at load)");
   decode->add_flag("--no-graph", args.no_graph, "launch kernels one by one instead of a CUDA graph");
   decode->add_flag("--json", args.json, "print a JSON report");
@@ -246,34 +416,25 @@ void add_decode_options(CLI::App* decode, BenchArgs& args, const char* batch_hel
 }  // namespace
 
 void add_bench_commands(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "Benchmarks on the GPU");
+  auto* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
   auto args = std::make_shared<BenchArgs>();
   auto* decode = bench->add_subcommand("decode", "Decode ms/step and tokens/s next to the bandwidth floor");
   add_decode_options(decode, *args, "comma-separated batch sizes, e.g. 1,16,64", "timed decode steps per batch size");
-  decode->callback([args] {
-#ifdef VT_WITH_CUDA
-    run_bench_decode(*args);
-#else
-    VT_FAIL("vt bench decode: this vt was built without CUDA");
-#endif
-  });
+  decode->add_option("--predict", args->predict,
+                     "predicted ms/step per batch, written before the run: JSON {\"1\": 12.5} or lines 'batch ms'");
+  decode->callback([args] { run_bench_decode(*args); });
 }
 
 void add_profile_commands(CLI::App& app) {
-  auto* profile = app.add_subcommand("profile", "Where the GPU time went, from the running process");
+  auto* profile = app.add_subcommand("profile", "Where the time went, from the running process");
   profile->require_subcommand(1);
   auto args = std::make_shared<BenchArgs>();
   args->steps = 60;
-  auto* decode = profile->add_subcommand("decode", "Per-kernel time of decode steps (CUPTI records)");
+  auto* decode = profile->add_subcommand("decode", "Per-kernel (CUPTI) or per-op (CPU) time of decode steps");
   add_decode_options(decode, *args, "batch size", "recorded decode steps");
-  decode->callback([args] {
-#ifdef VT_WITH_CUDA
-    run_profile_decode(*args);
-#else
-    VT_FAIL("vt profile decode: this vt was built without CUDA");
-#endif
-  });
+  decode->add_option("--trace", args->trace, "write a Chrome trace (chrome://tracing, Perfetto) to this file");
+  decode->callback([args] { run_profile_decode(*args); });
 }
 
 }  // namespace vt::apps

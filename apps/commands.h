@@ -9,6 +9,7 @@ namespace vt::apps {
 void add_model_commands(CLI::App& app);  // generate, inspect
 void add_chat_template_commands(CLI::App& app);  // chat-template
 void add_bench_commands(CLI::App& app);  // bench decode
+void add_serve_bench_commands(CLI::App& app);  // bench serve (after add_bench_commands)
 void add_gemm_bench_commands(CLI::App& app);  // bench gemm (after add_bench_commands)
 void add_profile_commands(CLI::App& app);  // profile decode
 void add_tokenizer_commands(CLI::App& app);  // tokenize, detokenize

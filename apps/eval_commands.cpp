@@ -2,17 +2,26 @@
 //   vt eval perplexity --model FILE.gguf|DIR --file TEXT [--context 512] [--max-tokens N] [--json]
 // The text is tokenized with the model's own tokenizer (no BOS added); windows of --context
 // tokens are scored independently (src/engine/perplexity.h).
+// `vt eval drift`: what the FP8 output layer changes. The same prompts run greedily with the
+// output layer as stored and quantised to FP8 128x128 blocks (W8A8, as `--lm-head fp8` on the
+// GPU); per prompt: identical, or the first position where they part; and perplexity of a fixed
+// text under both.
+//   vt eval drift --model M --prompts FILE [--max-new-tokens 32] [--text FILE] [--json]
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "apps/commands.h"
 #include "apps/model_text.h"
 #include "core/error.h"
+#include "engine/generate.h"
 #include "engine/perplexity.h"
 
 namespace {
@@ -51,6 +60,131 @@ void run_perplexity(const PerplexityArgs& args) {
               (long long)args.context, result.seconds);
 }
 
+struct DriftArgs {
+  std::string model, prompts, text;
+  int64_t max_new_tokens = 32, context = 512, max_text_tokens = 4096;
+  bool json = false, raw = false;
+};
+
+std::vector<std::string> read_prompts(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  VT_CHECK(in, path, ": cannot open");
+  std::vector<std::string> prompts;
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) prompts.push_back(line);
+  VT_CHECK(!prompts.empty(), path, ": no prompts (one per line)");
+  return prompts;
+}
+
+void run_drift(const DriftArgs& args) {
+  auto text = vt::apps::load_model_text(args.model);
+  const auto prompts = read_prompts(args.prompts);
+  std::vector<std::vector<int32_t>> prompt_ids;
+  // Each prompt as one user turn through the model's chat template (instruct models), unless
+  // --raw or the model has none.
+  const bool chat = !args.raw && !text.chat_templates.templates.empty();
+  for (const auto& prompt : prompts) {
+    if (!chat) {
+      prompt_ids.push_back(text.tokenizer->encode(prompt, vt::EncodeOptions{}));
+      continue;
+    }
+    vt::jinja::ChatRequest request;
+    request.messages.push_back({{"role", "user"}, {"content", prompt}});
+    request.add_generation_prompt = true;
+    const vt::jinja::Template chat_template(vt::jinja::select_chat_template(text.chat_templates, "", false));
+    vt::EncodeOptions encode;
+    encode.add_special_tokens = false;  // the template has them
+    prompt_ids.push_back(text.tokenizer->encode(
+        vt::jinja::apply_chat_template(chat_template, text.chat_templates.special_tokens, request), encode));
+  }
+  std::vector<int32_t> text_ids;
+  if (!args.text.empty()) {
+    std::ifstream in(args.text, std::ios::binary);
+    VT_CHECK(in, args.text, ": cannot open");
+    std::ostringstream buffer;
+    buffer << in.rdbuf();
+    vt::EncodeOptions encode;
+    encode.add_special_tokens = false;
+    text_ids = text.tokenizer->encode(buffer.str(), encode);
+    if (int64_t(text_ids.size()) > args.max_text_tokens) text_ids.resize(size_t(args.max_text_tokens));
+  }
+  auto model = vt::apps::load_model_with_progress(args.model);
+  struct Run {
+    std::vector<std::vector<int32_t>> outputs;
+    double perplexity = 0;
+  };
+  const auto run = [&](const char* label) {
+    Run result;
+    vt::GenerateOptions options;
+    options.max_new_tokens = args.max_new_tokens;
+    options.stop_token_ids = text.stop_ids;
+    for (size_t i = 0; i < prompt_ids.size(); ++i) {
+      result.outputs.push_back(vt::generate(*model, prompt_ids[i], options).output_ids);
+      if (!args.json) std::fprintf(stderr, "\r%s: prompt %zu / %zu", label, i + 1, prompt_ids.size());
+    }
+    if (!text_ids.empty()) result.perplexity = vt::perplexity(*model, text_ids, args.context).perplexity;
+    if (!args.json) std::fprintf(stderr, "\n");
+    return result;
+  };
+  const Run stored = run("output layer as stored");
+  model->quantize_lm_head_fp8();
+  const Run fp8 = run("FP8 output layer");
+
+  nlohmann::json rows = nlohmann::json::array();
+  int64_t identical = 0, compared_total = 0, matched_total = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto& a = stored.outputs[i];
+    const auto& b = fp8.outputs[i];
+    size_t same = 0;
+    while (same < a.size() && same < b.size() && a[same] == b[same]) ++same;
+    const bool equal = a == b;
+    identical += equal;
+    compared_total += int64_t(std::max(a.size(), b.size()));
+    matched_total += int64_t(same);
+    nlohmann::json row = {{"prompt", i}, {"prompt_tokens", prompt_ids[i].size()}, {"tokens_stored", a.size()},
+                          {"tokens_fp8", b.size()}, {"identical", equal}};
+    row["first_divergence"] = equal ? nlohmann::json(nullptr) : nlohmann::json(same);
+    if (!equal && same < a.size() && same < b.size()) {
+      row["token_stored"] = text.tokenizer->decode({a[same]});
+      row["token_fp8"] = text.tokenizer->decode({b[same]});
+    }
+    rows.push_back(row);
+  }
+  nlohmann::json report = {{"model", args.model},
+                           {"prompts", prompts.size()},
+                           {"chat_template", chat},
+                           {"max_new_tokens", args.max_new_tokens},
+                           {"identical", identical},
+                           {"matched_prefix_tokens", matched_total},
+                           {"compared_tokens", compared_total},
+                           {"rows", rows}};
+  if (!text_ids.empty()) {
+    report["text_tokens"] = text_ids.size();
+    report["perplexity_stored"] = stored.perplexity;
+    report["perplexity_fp8"] = fp8.perplexity;
+    report["perplexity_relative_change"] = fp8.perplexity / stored.perplexity - 1.0;
+  }
+  if (args.json) {
+    std::cout << report.dump(1) << std::endl;
+    return;
+  }
+  std::printf("| prompt | tokens (stored / fp8) | result |\n|---|---|---|\n");
+  for (const auto& row : rows) {
+    std::string result = row["identical"].get<bool>() ? "identical" : "parts at token " + row["first_divergence"].dump();
+    if (row.contains("token_stored"))
+      result += " (" + row["token_stored"].dump() + " vs " + row["token_fp8"].dump() + ")";
+    std::printf("| %lld | %lld / %lld | %s |\n", (long long)row["prompt"].get<int64_t>(),
+                (long long)row["tokens_stored"].get<int64_t>(), (long long)row["tokens_fp8"].get<int64_t>(),
+                result.c_str());
+  }
+  std::printf("\n%lld of %zu prompts identical; %lld of %lld generated tokens before the first difference\n",
+              (long long)identical, prompts.size(), (long long)matched_total, (long long)compared_total);
+  if (!text_ids.empty())
+    std::printf("perplexity over %zu tokens: %.4f as stored, %.4f with the FP8 output layer (%+.3f%%)\n",
+                text_ids.size(), stored.perplexity, fp8.perplexity, 100.0 * (fp8.perplexity / stored.perplexity - 1.0));
+}
+
 }  // namespace
 
 namespace vt::apps {
@@ -66,6 +200,20 @@ void add_eval_commands(CLI::App& app) {
   perplexity->add_option("--max-tokens", args->max_tokens, "score only the first N tokens")->check(CLI::NonNegativeNumber);
   perplexity->add_flag("--json", args->json, "print one JSON object");
   perplexity->callback([args] { run_perplexity(*args); });
+
+  auto drift_args = std::make_shared<DriftArgs>();
+  auto* drift = eval->add_subcommand("drift", "Greedy outputs and perplexity with the output layer as stored vs FP8");
+  drift->add_option("--model", drift_args->model, "GGUF file or HF model folder")->required();
+  drift->add_option("--prompts", drift_args->prompts, "text file, one prompt per line")->required();
+  drift->add_option("--max-new-tokens", drift_args->max_new_tokens, "greedy tokens per prompt (default 32)")
+      ->check(CLI::Range(1, 4096));
+  drift->add_option("--text", drift_args->text, "text file whose perplexity is compared");
+  drift->add_option("--context", drift_args->context, "perplexity window (default 512)")->check(CLI::Range(2, 1 << 20));
+  drift->add_option("--max-text-tokens", drift_args->max_text_tokens, "score at most N tokens of --text (default 4096)")
+      ->check(CLI::PositiveNumber);
+  drift->add_flag("--raw", drift_args->raw, "encode prompts as plain text, not through the chat template");
+  drift->add_flag("--json", drift_args->json, "print one JSON object");
+  drift->callback([drift_args] { run_drift(*drift_args); });
 }
 
 }  // namespace vt::apps

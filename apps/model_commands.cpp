@@ -2,6 +2,7 @@
 // contracts; keep them stable:
 //   vt generate --model DIR|FILE.gguf (--prompt-ids 1,2,3 | --prompt TEXT) --max-new-tokens N
 //              [--temperature 0] [--json] [--logits-out FILE] [--device cpu|cuda]
+//              [--speculative ngram|draft [--draft-model DIR|FILE.gguf] [--num-draft K]]
 //   vt inspect --model DIR|FILE.gguf
 // With --prompt the text is tokenized with the model's tokenizer and the output streamed as text.
 #include <CLI/CLI.hpp>
@@ -20,6 +21,9 @@
 #include "io/gguf.h"
 #include "io/weight_store.h"
 #include "models/registry.h"
+#include "spec/draft_model_drafter.h"
+#include "spec/ngram_drafter.h"
+#include "spec/speculative.h"
 #include "tokenizer/streaming_detokenizer.h"
 #ifdef VT_WITH_CUDA
 #include "models/qwen3_5_cuda.h"
@@ -52,7 +56,28 @@ struct GenerateArgs {
   int64_t max_new_tokens = 16;
   vt::SamplingParams sampling;
   bool json = false;
+  std::string speculative, draft_model;  // speculative: "", "ngram" or "draft"
+  int64_t num_draft = 4;
+  bool adaptive_draft = false;
 };
+
+nlohmann::json speculative_json(const vt::SpeculativeStats& stats, const std::string& drafter) {
+  std::vector<double> acceptance_by_position;
+  for (size_t i = 0; i < stats.drafted_at.size(); ++i)
+    acceptance_by_position.push_back(stats.drafted_at[i] ? double(stats.accepted_at[i]) / double(stats.drafted_at[i]) : 0.0);
+  return {{"drafter", drafter},
+          {"num_draft", stats.num_draft},
+          {"steps", stats.steps},
+          {"steps_without_draft", stats.steps_without_draft},
+          {"drafted", stats.drafted},
+          {"accepted", stats.accepted},
+          {"acceptance_rate", stats.acceptance_rate()},
+          {"tokens_per_step", stats.tokens_per_step()},
+          {"accepted_histogram", stats.accepted_histogram},
+          {"drafted_by_position", stats.drafted_at},
+          {"accepted_by_position", stats.accepted_at},
+          {"acceptance_by_position", acceptance_by_position}};
+}
 
 std::unique_ptr<vt::Model> open_model(const GenerateArgs& args, int64_t context) {
   if (args.device == "cuda") {
@@ -98,7 +123,7 @@ void run_generate(const GenerateArgs& args) {
     detokenizer.emplace(*text->tokenizer, /*skip_special_tokens=*/true);
     if (!args.json) std::fwrite(args.prompt.data(), 1, args.prompt.size(), stdout);
   }
-  auto result = vt::generate(*model, prompt, options, [&](int32_t id) {
+  auto on_token = [&](int32_t id) {
     if (detokenizer) {
       const std::string piece = detokenizer->push(id);
       output_text += piece;
@@ -106,7 +131,30 @@ void run_generate(const GenerateArgs& args) {
     } else if (!args.json) {
       std::printf("%d ", id), std::fflush(stdout);
     }
-  });
+  };
+  // Speculative decoding: a drafter proposes, the model verifies --num-draft tokens per step.
+  VT_CHECK((args.speculative == "draft") == !args.draft_model.empty(),
+           "--draft-model goes with --speculative draft, and it needs one");
+  std::unique_ptr<vt::Model> draft_model;
+  std::unique_ptr<vt::Drafter> drafter;
+  if (args.speculative == "ngram") drafter = std::make_unique<vt::NgramDrafter>();
+  if (args.speculative == "draft") {
+    draft_model = vt::load_model(args.draft_model, {});
+    VT_CHECK(draft_model->info().vocab_size == model->info().vocab_size, "--draft-model: vocabulary of ",
+             draft_model->info().vocab_size, " tokens, the model has ", model->info().vocab_size);
+    vt::SamplingParams draft_sampling = args.sampling;
+    draft_sampling.seed = args.sampling.seed + 1;
+    drafter = std::make_unique<vt::DraftModelDrafter>(*draft_model, draft_sampling);
+  }
+  vt::SpeculativeResult result;
+  if (drafter) {
+    vt::SpeculativeOptions speculative;
+    speculative.num_draft = args.num_draft;
+    speculative.adaptive = args.adaptive_draft;
+    result = vt::generate_speculative(*model, *drafter, prompt, options, speculative, on_token);
+  } else {
+    static_cast<vt::GenerateResult&>(result) = vt::generate(*model, prompt, options, on_token);
+  }
   if (detokenizer) {
     const std::string rest = detokenizer->finish();
     output_text += rest;
@@ -128,10 +176,15 @@ void run_generate(const GenerateArgs& args) {
                              {"prefill_seconds", result.prefill_seconds},
                              {"decode_tokens_per_second", decode_rate}};
     if (text) output["text"] = output_text;
+    if (drafter) output["speculative"] = speculative_json(result.stats, drafter->name());
     std::cout << output.dump() << std::endl;
   } else {
     std::printf("\n[%zu prompt tokens, prefill %.3f s, decode %.1f tok/s]\n", prompt.size(),
                 result.prefill_seconds, decode_rate);
+    if (drafter)
+      std::printf("[speculative %s, k %lld: %.2f tokens/step over %lld steps, %lld of %lld drafts accepted]\n",
+                  drafter->name().c_str(), (long long)args.num_draft, result.stats.tokens_per_step(),
+                  (long long)result.stats.steps, (long long)result.stats.accepted, (long long)result.stats.drafted);
   }
 }
 
@@ -179,6 +232,11 @@ void add_model_commands(CLI::App& app) {
   generate->add_option("--fp8-activations", args->fp8_activations,
                        "FP8 checkpoints: 'quantized' (W8A8 as on the GPU) or 'float' (weight-only)")
       ->check(CLI::IsMember({"quantized", "float"}));
+  generate->add_option("--speculative", args->speculative, "speculative decoding: ngram (prompt lookup) or draft")
+      ->check(CLI::IsMember({"ngram", "draft"}));
+  generate->add_option("--draft-model", args->draft_model, "draft model (HF folder or GGUF) for --speculative draft");
+  generate->add_option("--num-draft", args->num_draft, "drafted tokens verified per step (k)")->check(CLI::Range(1, 64));
+  generate->add_flag("--adaptive-draft", args->adaptive_draft, "adapt k in [1, --num-draft] to the acceptance");
   generate->callback([args] { run_generate(*args); });
 
   auto model_dir = std::make_shared<std::string>();

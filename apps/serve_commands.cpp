@@ -1,13 +1,18 @@
 // `vt serve`: the OpenAI-compatible HTTP server on one model.
-//   vt serve --model FILE.gguf|DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+//   vt serve --model FILE.gguf|DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--device cpu|cuda]
+//   vt serve --synthetic qwen3.5-27b --tokenizer DIR [--weights fp8|bf16]   (CUDA: real shapes, random weights)
 // Prints "vt serve: listening on http://HOST:PORT" on stderr once it accepts connections
-// (--port 0 picks a free port); SIGINT or SIGTERM stops it.
+// (--port 0 picks a free port). SIGINT or SIGTERM drains: new requests get 503, those in flight
+// finish (up to --drain-timeout seconds, then they are cancelled), and it exits 0; a second
+// signal cuts the drain short.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <thread>
 
 #include "apps/commands.h"
@@ -15,41 +20,87 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "server/server.h"
+#ifdef VT_WITH_CUDA
+#include "models/qwen3_5_cuda.h"
+#endif
 
 namespace {
 
 struct ServeArgs {
-  std::string model, served_model_name;
+  std::string model, served_model_name, device = "cpu", synthetic, tokenizer, weights = "fp8";
+  int64_t max_context = 4096;
   vt::server::ServerOptions server;
   vt::EngineOptions engine;
   int64_t cache_tokens = 65536;
+  double drain_timeout_seconds = 30;
+  std::string reservation = "on-demand";
 };
 
-// Set by SIGINT/SIGTERM on whichever thread takes the signal; a watcher thread stops the server.
-volatile std::sig_atomic_t stop_signal = 0;
-void on_stop_signal(int signal_number) { stop_signal = signal_number; }
+// Set by SIGINT/SIGTERM on whichever thread takes the signal; a watcher thread drains and stops
+// the server.
+volatile std::sig_atomic_t stop_signal = 0, stop_signals = 0;
+void on_stop_signal(int signal_number) {
+  stop_signal = signal_number;
+  stop_signals = stop_signals + 1;
+}
 
 void run_serve(ServeArgs args) {
   ::signal(SIGINT, on_stop_signal);
   ::signal(SIGTERM, on_stop_signal);
   ::signal(SIGPIPE, SIG_IGN);  // a client that hangs up is a failed write, not a dead server
 
-  auto text = vt::apps::load_model_text(args.model);
-  auto model = vt::apps::load_model_with_progress(args.model);
+  VT_CHECK(args.model.empty() != args.synthetic.empty(), "serve: give --model or --synthetic (one of them)");
+  VT_CHECK(args.synthetic.empty() || !args.tokenizer.empty(), "serve: --synthetic needs --tokenizer DIR");
+  auto text = vt::apps::load_model_text(args.tokenizer.empty() ? args.model : args.tokenizer);
+  std::unique_ptr<vt::Model> model;
+  if (args.device == "cuda" || !args.synthetic.empty()) {
+#ifdef VT_WITH_CUDA
+    // One CUDA slot per running request; a step holds the engine's token budget (prompt chunks
+    // plus decode tokens), batched into one forward.
+    vt::CudaModelOptions options;
+    options.max_sequences = args.engine.max_running;
+    options.max_context = args.max_context;
+    options.max_step_tokens = std::max(args.engine.step_token_budget, args.engine.max_running);
+    options.max_logit_rows = args.engine.max_running;
+    if (args.synthetic.empty()) {
+      model = vt::load_qwen35_cuda(args.model, options);
+    } else {
+      vt::Qwen35Config config = vt::synthetic_config(args.synthetic);
+      VT_CHECK(args.weights == "fp8" || args.weights == "bf16", "serve: --weights fp8|bf16");
+      model = std::make_unique<vt::Qwen35CudaModel>(config, vt::synthetic_cuda_weights(config, args.weights == "fp8", 1),
+                                                    options, args.synthetic + " (synthetic, " + args.weights + ")");
+    }
+#else
+    VT_FAIL("serve: --device cuda / --synthetic need a CUDA build of vt");
+#endif
+  } else {
+    VT_CHECK(args.device == "cpu", "serve: --device cpu|cuda, got '", args.device, "'");
+    model = vt::apps::load_model_with_progress(args.model);
+  }
   VT_CHECK(args.cache_tokens >= args.engine.block_size, "serve: --cache-tokens must be at least one block (",
            args.engine.block_size, ")");
   args.engine.cache_blocks = args.cache_tokens / args.engine.block_size;
+  args.engine.reservation = args.reservation == "full" ? vt::EngineOptions::Reservation::kFull
+                                                       : vt::EngineOptions::Reservation::kOnDemand;
+  args.engine.admission_watermark_blocks = -1;  // 1% of the pool kept for running requests to grow
   vt::Engine engine(*model, text.tokenizer.get(), args.engine);
 
-  args.server.model_name = args.served_model_name.empty() ? std::filesystem::path(args.model).stem().string()
-                                                          : args.served_model_name;
+  args.server.model_name = !args.served_model_name.empty() ? args.served_model_name
+                            : !args.synthetic.empty()        ? args.synthetic
+                                                             : std::filesystem::path(args.model).stem().string();
   vt::server::ModelTextView view{text.tokenizer.get(), &text.chat_templates, text.stop_ids};
   vt::server::Server server(engine, view, args.server);
   const int port = server.bind();
   std::atomic<bool> finished{false};
   std::thread watcher([&] {
     while (!stop_signal && !finished) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (stop_signal) std::fprintf(stderr, "vt serve: signal %d, stopping\n", int(stop_signal));
+    if (stop_signal) {
+      std::fprintf(stderr, "vt serve: signal %d, draining (up to %g s)\n", int(stop_signal), args.drain_timeout_seconds);
+      const bool drained = server.drain(std::chrono::milliseconds(int64_t(args.drain_timeout_seconds * 1000)),
+                                        [] { return stop_signals > 1; });
+      std::fprintf(stderr, "vt serve: %s, stopping\n",
+                   drained ? "all requests finished" : "requests still in flight were cancelled");
+    }
     server.stop();
   });
   std::fprintf(stderr, "vt serve: %s (%lld tokens of context) listening on http://%s:%d\n",
@@ -68,7 +119,13 @@ namespace vt::apps {
 void add_serve_commands(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)");
-  serve->add_option("--model", args->model, "GGUF file or HF model folder")->required();
+  serve->add_option("--model", args->model, "GGUF file or HF model folder");
+  serve->add_option("--device", args->device, "cpu (the reference, default) or cuda (Qwen3.5 family)");
+  serve->add_option("--synthetic", args->synthetic, "CUDA: qwen3.5-27b | qwen3.5-35b-a3b | qwen3-next-80b, random weights");
+  serve->add_option("--weights", args->weights, "--synthetic weights: fp8 (128x128 blocks, default) or bf16");
+  serve->add_option("--tokenizer", args->tokenizer, "folder with tokenizer.json (default: the model's own)");
+  serve->add_option("--max-context", args->max_context, "CUDA: tokens per sequence (default 4096)")
+      ->check(CLI::Range(16, 1 << 20));
   serve->add_option("--host", args->server.host, "address to bind (default 127.0.0.1: this machine only)");
   serve->add_option("--port", args->server.port, "port (0: any free port)")->check(CLI::Range(0, 65535));
   serve->add_option("--api-key", args->server.api_key, "require 'Authorization: Bearer KEY' (not on /health)");
@@ -80,6 +137,19 @@ void add_serve_commands(CLI::App& app) {
   serve->add_option("--max-body-bytes", args->server.max_body_bytes, "largest request body (default 1 MiB)")
       ->check(CLI::PositiveNumber);
   serve->add_option("--threads-http", args->server.threads, "HTTP worker threads (default 128)")->check(CLI::Range(2, 4096));
+  serve->add_option("--allowed-origins", args->server.allowed_origins,
+                    "CORS: origins allowed to call the API from a browser, comma-separated ('*': any; default none)")
+      ->delimiter(',');
+  serve->add_option("--max-concurrent-requests", args->server.max_concurrent_requests,
+                    "completions in flight at once; more get 429 (default 0: no cap)")
+      ->check(CLI::NonNegativeNumber);
+  serve->add_option("--drain-timeout", args->drain_timeout_seconds,
+                    "on SIGTERM/SIGINT, seconds to let requests in flight finish (default 30)")
+      ->check(CLI::NonNegativeNumber);
+  serve->add_option("--kv-reservation", args->reservation,
+                    "on-demand: blocks as requests grow, preempting (recompute) when they run out; "
+                    "full: prompt + max_tokens reserved at admission (default on-demand)")
+      ->check(CLI::IsMember({"on-demand", "full"}));
   serve->callback([args] { run_serve(*args); });
 }
 

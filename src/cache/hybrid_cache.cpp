@@ -54,6 +54,18 @@ bool HybridCache::admit(int64_t sequence_id, int64_t prompt_tokens, int64_t max_
   return true;
 }
 
+bool HybridCache::reserve(int64_t sequence_id, int64_t tokens) {
+  auto it = sequences_.find(sequence_id);
+  VT_CHECK(it != sequences_.end(), "reserve for unknown sequence ", sequence_id);
+  std::vector<int32_t>& held = it->second.blocks;
+  const int64_t missing = blocks_for(tokens) - int64_t(held.size());
+  if (missing <= 0) return true;
+  auto blocks = blocks_.allocate(missing);
+  if (!blocks) return false;
+  held.insert(held.end(), blocks->begin(), blocks->end());
+  return true;
+}
+
 void HybridCache::release(int64_t sequence_id) {
   auto it = sequences_.find(sequence_id);
   VT_CHECK(it != sequences_.end(), "release of unknown sequence ", sequence_id);

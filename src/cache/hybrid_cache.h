@@ -37,6 +37,9 @@ class HybridCache {
   // Reserves blocks for prompt_tokens + max_new_tokens and one state slot. False (nothing
   // taken) when either does not fit; the caller queues or rejects the request.
   bool admit(int64_t sequence_id, int64_t prompt_tokens, int64_t max_new_tokens);
+  // Grows the sequence's blocks to hold `tokens` tokens (never shrinks). False (nothing taken)
+  // when too few blocks are free; the caller preempts someone or waits.
+  bool reserve(int64_t sequence_id, int64_t tokens);
   // Frees everything the sequence holds (finished, cancelled or preempted).
   void release(int64_t sequence_id);
   bool contains(int64_t sequence_id) const { return sequences_.count(sequence_id) != 0; }
@@ -46,6 +49,8 @@ class HybridCache {
   int64_t block_size() const { return block_size_; }
   // Blocks needed for `tokens` tokens.
   int64_t blocks_for(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
+  int64_t free_blocks() const { return blocks_.free_count(); }
+  int64_t free_slots() const { return int64_t(free_slots_.size()); }
   CacheUsage usage() const;
 
  private:

@@ -1,7 +1,9 @@
 // The serving engine: continuous batching on a background thread. Requests are admitted through
-// the HybridCache (prompt + max_tokens reserved up front), prefilled in fixed-size chunks under a
-// per-step token budget, then decoded one token per step; each new token reaches the request's
-// callback (streaming). submit() and cancel() are thread-safe.
+// the HybridCache, prefilled in fixed-size chunks under a per-step token budget, then decoded one
+// token per step; each new token reaches the request's callback (streaming). With on-demand
+// reservation a request holds KV blocks only for the tokens it has, and when the pool runs dry the
+// youngest running request is preempted (recompute: it re-queues and re-feeds its tokens later).
+// submit() and cancel() are thread-safe.
 #pragma once
 
 #include <condition_variable>
@@ -17,6 +19,7 @@
 
 #include "cache/hybrid_cache.h"
 #include "core/tensor.h"
+#include "engine/logprobs.h"
 #include "engine/sampler.h"
 #include "engine/stop_strings.h"
 #include "model/model.h"
@@ -33,6 +36,14 @@ struct EngineOptions {
   // Prompts are fed in chunks of this many tokens at fixed offsets, so a request's arithmetic
   // (hence its greedy output) does not depend on what else is running.
   int64_t prefill_chunk = 256;
+  // kFull: blocks for prompt + max_tokens at admission, so a running request never waits for
+  // memory (nor is preempted). kOnDemand: blocks for the tokens a request has, one more block when
+  // it grows into it; preemption by recompute when none is free.
+  enum class Reservation { kFull, kOnDemand };
+  Reservation reservation = Reservation::kOnDemand;
+  // kOnDemand: a request is admitted only if this many blocks stay free after it (room for the
+  // running requests to grow); ignored when nothing runs, so a request that fits always starts.
+  int64_t admission_watermark_blocks = 0;  // < 0: 1% of the pool
 };
 
 struct RequestParams {
@@ -40,7 +51,14 @@ struct RequestParams {
   int64_t max_tokens = 16;
   std::vector<int32_t> stop_token_ids;  // end the request; the token's text is not emitted
   std::vector<std::string> stop_strings;  // end the request; the text stops before the match
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits before logprobs and sampling
+  // -1: none. Else each token event carries the chosen token's logprob and this many (<= 20) top
+  // alternatives: the log-softmax of the model's logits plus logit_bias (before temperature,
+  // top-k and top-p).
+  int64_t logprobs = -1;
 };
+
+constexpr int64_t kMaxTopLogprobs = 20;
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled };
 const char* finish_reason_name(FinishReason reason);  // "stop", "length", "cancelled"
@@ -54,6 +72,9 @@ struct TokenEvent {
   FinishReason finish_reason = FinishReason::kNone;
   int64_t prompt_tokens = 0, completion_tokens = 0;  // counts so far
   std::string error;  // set when the engine failed the request (finished = true)
+  // With RequestParams::logprobs >= 0 and a token: its logprob and the top alternatives.
+  float logprob = 0;
+  std::vector<TokenLogprob> top_logprobs;
 };
 using TokenCallback = std::function<void(const TokenEvent&)>;
 
@@ -62,6 +83,8 @@ struct EngineStats {
   CacheUsage cache;
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0, requests_finished = 0, requests_cancelled = 0;
   int64_t steps = 0;
+  int64_t preemptions = 0;        // running requests sent back to the queue for want of KV blocks
+  int64_t recomputed_tokens = 0;  // tokens fed again after a preemption
 };
 
 class Engine {
@@ -90,15 +113,18 @@ class Engine {
   void loop();
   void admit_waiting();             // with mutex_ held
   void drop_cancelled(std::vector<TokenEvent>& events, std::vector<TokenCallback>& callbacks);
+  void schedule(std::vector<Sequence*>& scheduled);  // with mutex_ held; may preempt
+  void preempt_youngest();                           // with mutex_ held
   void run_step(std::vector<Sequence*>& scheduled);
-  void advance(Sequence& sequence, const float* logits);  // samples and emits one token
+  void advance(Sequence& sequence, float* logits);  // biases, samples and emits one token
 
   Model& model_;
   const Tokenizer* tokenizer_;
   EngineOptions options_;
   int64_t vocab_size_;
   HybridCache cache_;
-  Buffer logits_;  // F32 [1, vocab]
+  Buffer logits_;  // F32 [max_running, vocab]: one row per sequence of a batched forward
+  int64_t watermark_blocks_ = 0;
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

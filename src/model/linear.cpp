@@ -1,5 +1,7 @@
 #include "model/linear.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/cpu_ops.h"
@@ -49,25 +51,49 @@ Linear Linear::load(WeightStore& store, const std::vector<LinearPart>& parts, in
   linear.format_ = fp8_parts ? WeightFormat::kFp8Block : WeightFormat::kDense;
   linear.quantize_activations_ =
       fp8_parts && options.fp8_activations == Fp8Activations::kQuantized;
+  linear.group_ = profile::gemm_group_of_weight(parts.front().name);
   return linear;
 }
 
-Linear Linear::from_f32(Buffer weight, WeightFormat format, bool quantize_activations) {
+Linear Linear::from_f32(Buffer weight, WeightFormat format, bool quantize_activations,
+                        profile::OpGroup group) {
   Linear linear;
   linear.weight_ = std::move(weight);
   linear.format_ = format;
   linear.quantize_activations_ = quantize_activations;
+  linear.group_ = group;
   return linear;
 }
 
 void Linear::forward(const TensorView& y, const TensorView& x) const {
   if (!quantize_activations_) {
-    ops::matmul_nt(y, x, weight_);
+    ops::matmul_nt(y, x, weight_, false, group_);
     return;
   }
   Buffer quantized(DType::kF32, x.shape);
   ops::fp8_quant_dequant(quantized, x, 128);
-  ops::matmul_nt(y, quantized, weight_);
+  ops::matmul_nt(y, quantized, weight_, false, group_);
+}
+
+Linear Linear::to_fp8_blocks() const {
+  constexpr int64_t kBlock = 128;
+  const int64_t rows = out_features(), cols = in_features();
+  Buffer quantized(DType::kF32, {rows, cols});
+  const float* w = weight_.view().f32();
+  float* q = quantized.view().f32();
+  for (int64_t r0 = 0; r0 < rows; r0 += kBlock)
+    for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+      const int64_t r1 = std::min(rows, r0 + kBlock), c1 = std::min(cols, c0 + kBlock);
+      float absmax = 0.0f;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) absmax = std::max(absmax, std::fabs(w[r * cols + c]));
+      const float scale = std::max(absmax, 1e-12f) / kF8E4M3Max;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c)
+          q[r * cols + c] =
+              f8e4m3_to_f32(f32_to_f8e4m3(std::clamp(w[r * cols + c] / scale, -kF8E4M3Max, kF8E4M3Max))) * scale;
+    }
+  return from_f32(std::move(quantized), WeightFormat::kFp8Block, true, group_);
 }
 
 }  // namespace vt

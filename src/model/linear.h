@@ -8,6 +8,7 @@
 
 #include "core/tensor.h"
 #include "io/weight_store.h"
+#include "profile/intent.h"
 
 namespace vt {
 
@@ -37,8 +38,14 @@ class Linear {
   // Takes "<part>.weight" (and "<part>.weight_scale_inv" when stored as FP8) for each part.
   static Linear load(WeightStore& store, const std::vector<LinearPart>& parts, int64_t in_features,
                      const LinearLoadOptions& options);
-  // A Linear over an f32 matrix [out, in] already in memory (expert slices, permuted weights).
-  static Linear from_f32(Buffer weight, WeightFormat format, bool quantize_activations);
+  // A Linear over an f32 matrix [out, in] already in memory (expert slices, permuted weights);
+  // `group` says what it serves in profiles (load() takes it from the checkpoint name).
+  static Linear from_f32(Buffer weight, WeightFormat format, bool quantize_activations,
+                         profile::OpGroup group = profile::OpGroup::kGemmOther);
+
+  // The same matrix quantised to e4m3 in 128x128 blocks (scale = absmax / 448 per block, as
+  // checkpoints and the CUDA loader do) and dequantised to f32, run W8A8.
+  Linear to_fp8_blocks() const;
 
   // y [M, out] = x [M, in] @ W^T (x quantised per token in 1x128 groups first for W8A8).
   void forward(const TensorView& y, const TensorView& x) const;
@@ -47,6 +54,7 @@ class Linear {
   int64_t out_features() const { return weight_.shape()[0]; }
   WeightFormat format() const { return format_; }
   bool quantizes_activations() const { return quantize_activations_; }
+  profile::OpGroup group() const { return group_; }
   const Buffer& weight() const { return weight_; }
   Buffer& mutable_weight() { return weight_; }
 
@@ -54,6 +62,7 @@ class Linear {
   Buffer weight_;  // f32 [out, in], dequantised on load (the CPU reference computes in fp32)
   WeightFormat format_ = WeightFormat::kDense;
   bool quantize_activations_ = false;
+  profile::OpGroup group_ = profile::OpGroup::kGemmOther;
 };
 
 // Reads a float tensor of the checkpoint into a new f32 buffer of the given shape.

@@ -17,9 +17,11 @@ class SequenceState {
   virtual ~SequenceState() = default;
   int64_t length() const { return length_; }      // tokens processed so far
   int64_t capacity() const { return capacity_; }  // most tokens it can hold
+  // The shortest length Model::rollback can set (models that support rollback keep it).
+  int64_t rollback_floor() const { return rollback_floor_; }
 
  protected:
-  int64_t length_ = 0, capacity_ = 0;
+  int64_t length_ = 0, capacity_ = 0, rollback_floor_ = 0;
   friend class Qwen35Model;
 };
 
@@ -32,6 +34,16 @@ enum class DeltaRuleChoice { kAuto, kRecurrent, kChunked };
 struct ForwardOptions {
   bool all_logits = false;  // logits for every token, else only the last one
   DeltaRuleChoice delta_rule = DeltaRuleChoice::kAuto;  // auto: recurrent for 1 token
+  // Speculative verification: these tokens join the sequence's rollback window (opened at its
+  // current length when none is open), so Model::rollback can later set the sequence to any
+  // length inside it. A forward without it closes the window first (as commit() does).
+  bool keep_rollback = false;
+};
+
+// One sequence's part of a batched forward: its next tokens (a prompt chunk, or one decode token).
+struct BatchItem {
+  std::span<const int32_t> tokens;
+  SequenceState* state = nullptr;
 };
 
 // Called while weights load: bytes read (or dequantised) so far out of the total.
@@ -51,8 +63,40 @@ class Model {
   // Runs `tokens` after what `state` holds; logits [T or 1, vocab] (f32).
   virtual void forward(std::span<const int32_t> tokens, SequenceState& state, const TensorView& logits,
                        const ForwardOptions& options) = 0;
+  // Runs several sequences' tokens in one step; logits [items, vocab] host f32 get each item's
+  // last-token logits. The default runs the items one by one (the CPU reference: each row's
+  // arithmetic does not depend on the batch); the CUDA model runs them as one batched step.
+  virtual void forward_batch(std::span<const BatchItem> items, const TensorView& logits) {
+    const int64_t vocab = info().vocab_size;
+    VT_CHECK(logits.dtype == DType::kF32 && logits.shape == Shape({int64_t(items.size()), vocab}),
+             "forward_batch: logits must be f32 [", items.size(), ", ", vocab, "], got ", logits.shape.str());
+    for (size_t i = 0; i < items.size(); ++i)
+      forward(items[i].tokens, *items[i].state, logits.rows(int64_t(i), int64_t(i) + 1), {});
+  }
+
   // A human-readable description (layers, tensors, bytes) for `vt inspect`.
   virtual std::string describe() const = 0;
+
+  // Rollback for speculative decoding: run the last token plus k drafts in one forward with
+  // ForwardOptions::keep_rollback, then rollback() to the accepted prefix and commit(). Backends
+  // that cannot do it say so here and throw from rollback/commit.
+  virtual bool supports_rollback() const { return false; }
+  // Sets `state` to `length` tokens, rollback_floor() <= length <= length(), as if only those
+  // had been run. The window stays open (a later rollback may go back to the same floor).
+  virtual void rollback(SequenceState& state, int64_t length) {
+    (void)state, (void)length;
+    VT_FAIL("rollback: not supported by this backend (", info().architecture, ")");
+  }
+  // Closes the rollback window: what it kept is dropped and the floor rises to the current
+  // length (a pure-KV model may keep a lower floor: truncating its cache is always possible).
+  virtual void commit(SequenceState& state) {
+    (void)state;
+    VT_FAIL("commit: not supported by this backend (", info().architecture, ")");
+  }
+
+  // Replaces the output layer by its FP8 128x128 block quantisation, run W8A8 (activations in
+  // 1x128 groups) as the GPU's `--lm-head fp8` does; `vt eval drift` measures what that changes.
+  virtual void quantize_lm_head_fp8() { VT_FAIL("FP8 lm_head: not supported by this model (", info().architecture, ")"); }
 
   void set_tap(TapSink sink) { tap_ = std::move(sink); }
 
@@ -68,6 +112,12 @@ class Model {
     VT_CHECK(logits.dtype == DType::kF32 && logits.shape == Shape({logit_rows, vocab_size}), "forward: logits must be f32 [",
              logit_rows, ", ", vocab_size, "], got ", logits.shape.str());
     return logit_rows;
+  }
+
+  // Checks a rollback target against the window [rollback_floor, length].
+  static void check_rollback(const SequenceState& state, int64_t length) {
+    VT_CHECK(length >= state.rollback_floor() && length <= state.length(), "rollback: length ", length,
+             " is outside the rollback window [", state.rollback_floor(), ", ", state.length(), "]");
   }
 
   void tap(const char* name, int layer, const TensorView& tensor) const {

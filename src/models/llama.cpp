@@ -151,6 +151,7 @@ class LlamaModel::State final : public SequenceState {
   std::vector<Buffer> k_cache, v_cache;  // per layer [capacity, Hkv, D]
   int64_t start() const { return length_; }
   void advance(int64_t tokens) { length_ += tokens; }
+  void set_length(int64_t length) { length_ = length; }
 };
 
 LlamaModel::LlamaModel(const std::string& gguf_path, const LoadProgress& progress)
@@ -198,6 +199,12 @@ void LlamaModel::forward(std::span<const int32_t> tokens, SequenceState& base_st
   ops::rms_norm(final_normed, last, weights_.final_norm, config_.rms_norm_eps, 0.0f);
   weights_.lm_head.forward(logits, final_normed);
   state.advance(num_tokens);
+}
+
+void LlamaModel::rollback(SequenceState& base_state, int64_t length) {
+  State& state = dynamic_cast<State&>(base_state);
+  check_rollback(state, length);
+  state.set_length(length);  // later rows of the KV cache are overwritten by the next forward
 }
 
 // Attention: q|k|v projection, RoPE on q and k (NeoX halves over the whole head), causal GQA.
@@ -252,6 +259,16 @@ std::string LlamaModel::describe() const {
        << "\n"
        << "mlp: intermediate " << c.intermediate_size << "\n";
   return text.str();
+}
+
+void LlamaModel::quantize_lm_head_fp8() {
+  VT_CHECK(weights_.lm_head.format() == WeightFormat::kDense, "the LM head is already FP8");
+  Linear quantized = weights_.lm_head.to_fp8_blocks();
+  if (config_.tie_word_embeddings) {  // the embedding keeps the original matrix
+    weights_.embedding_table = std::move(weights_.lm_head.mutable_weight());
+    weights_.embed_tokens = weights_.embedding_table.view();
+  }
+  weights_.lm_head = std::move(quantized);
 }
 
 }  // namespace vt

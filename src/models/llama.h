@@ -57,6 +57,11 @@ class LlamaModel final : public Model {
   void forward(std::span<const int32_t> tokens, SequenceState& state, const TensorView& logits,
                const ForwardOptions& options) override;
   std::string describe() const override;
+  // Pure KV cache: any shorter length is a valid state (the floor stays 0), nothing to keep.
+  bool supports_rollback() const override { return true; }
+  void rollback(SequenceState& state, int64_t length) override;
+  void commit(SequenceState&) override {}
+  void quantize_lm_head_fp8() override;
   const LlamaConfig& config() const { return config_; }
   const GgufFile& file() const { return file_; }
 

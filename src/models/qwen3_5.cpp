@@ -15,6 +15,17 @@
 namespace vt {
 
 // KV cache per attention layer and conv + recurrent state per GDN layer, for one sequence.
+//
+// Rollback (speculative verification) is a checkpoint plus replay. When a window opens, each GDN
+// layer copies its conv and recurrent state aside; every token run inside the window appends its
+// GDN-core inputs (the projected conv input and b|a, conv_dim + 2*Hv floats) to a log. Rolling
+// back to a prefix restores the checkpoint and replays the core (conv, norms, delta rule; no
+// GEMMs) over the kept tokens; attention layers only shorten the KV length. Chosen over keeping
+// the state after each of the k+1 positions because that costs (k+1) state copies of memory and
+// write traffic on every verify step (27B: 144 MiB per copy, 1.3 GiB at k = 8), while this costs
+// one copy when the window opens and a replay only when a draft is rejected; the replay reads
+// the checkpoint once, as a decode step reads the state. Replaying with the token-by-token rule
+// gives bit for bit the state of the verify forward when it ran the token-by-token rule too.
 class Qwen35Model::State final : public SequenceState {
  public:
   State(const Qwen35Config& config, int64_t capacity) {
@@ -36,10 +47,39 @@ class Qwen35Model::State final : public SequenceState {
     Buffer k_cache, v_cache;  // [capacity, Hkv, D]
     Buffer conv;              // [conv_dim, K-1]
     Buffer recurrent;         // [Hv, dk, dv] fp32
+    // Rollback window (GDN layers): the states where it opened, and per token since then the
+    // core's inputs, [tokens, conv_dim] and [tokens, 2*Hv] row-major.
+    Buffer checkpoint_conv, checkpoint_recurrent;
+    std::vector<float> replay_mixed, replay_ba;
   };
   std::vector<Slot> slots;
+  bool window_open = false;
   int64_t start() const { return length_; }
-  void advance(int64_t tokens) { length_ += tokens; }
+  void advance(int64_t tokens) {
+    length_ += tokens;
+    if (!window_open) rollback_floor_ = length_;
+  }
+  void open_window() {
+    for (Slot& slot : slots) {
+      if (slot.conv.empty()) continue;
+      if (slot.checkpoint_conv.empty()) {
+        slot.checkpoint_conv = Buffer(DType::kF32, slot.conv.shape());
+        slot.checkpoint_recurrent = Buffer(DType::kF32, slot.recurrent.shape());
+      }
+      std::memcpy(slot.checkpoint_conv.f32(), slot.conv.f32(), slot.conv.view().bytes());
+      std::memcpy(slot.checkpoint_recurrent.f32(), slot.recurrent.f32(), slot.recurrent.view().bytes());
+      slot.replay_mixed.clear();
+      slot.replay_ba.clear();
+    }
+    window_open = true;
+    rollback_floor_ = length_;
+  }
+  void close_window() {
+    for (Slot& slot : slots) slot.replay_mixed.clear(), slot.replay_ba.clear();
+    window_open = false;
+    rollback_floor_ = length_;
+  }
+  void set_length(int64_t length) { length_ = length; }
 };
 
 namespace {
@@ -66,6 +106,13 @@ Qwen35Model::Qwen35Model(const std::string& dir, const Qwen35LoadOptions& option
   info_.max_positions = config_.max_position_embeddings;
 }
 
+Qwen35Model::Qwen35Model(Qwen35Config rank_config, Qwen35Weights weights, AllReduceHook all_reduce)
+    : config_(std::move(rank_config)), weights_(std::move(weights)), all_reduce_(std::move(all_reduce)) {
+  info_.architecture = config_.architecture;
+  info_.vocab_size = config_.vocab_size;
+  info_.max_positions = config_.max_position_embeddings;
+}
+
 std::unique_ptr<SequenceState> Qwen35Model::new_sequence(int64_t capacity) const {
   VT_CHECK(capacity > 0 && capacity <= config_.max_position_embeddings, "sequence capacity ", capacity,
            " must be in [1, ", config_.max_position_embeddings, "]");
@@ -77,6 +124,8 @@ void Qwen35Model::forward(std::span<const int32_t> tokens, SequenceState& base_s
   State& state = dynamic_cast<State&>(base_state);
   const int64_t num_tokens = int64_t(tokens.size()), hidden = config_.hidden_size;
   const int64_t logit_rows = check_forward(state, num_tokens, logits, config_.vocab_size, options.all_logits);
+  if (options.keep_rollback && !state.window_open) state.open_window();
+  if (!options.keep_rollback && state.window_open) state.close_window();
 
   TensorView ids{const_cast<int32_t*>(tokens.data()), DType::kI32, Device::kCpu, {num_tokens}};
   Buffer x(DType::kF32, {num_tokens, hidden}), normed(DType::kF32, {num_tokens, hidden});
@@ -89,12 +138,14 @@ void Qwen35Model::forward(std::span<const int32_t> tokens, SequenceState& base_s
     ops::rms_norm(normed, x, w.input_norm, config_.rms_norm_eps, 1.0f);
     if (w.kind == LayerKind::kLinearAttention) gated_delta_net(branch, normed, layer, state, options.delta_rule);
     else attention(branch, normed, layer, state);
+    if (all_reduce_) all_reduce_(branch);
     tap("mixer_out", layer, branch);
     ops::add_in_place(x, branch);
 
     ops::rms_norm(normed, x, w.post_attention_norm, config_.rms_norm_eps, 1.0f);
     if (w.is_moe) moe(branch, normed, w.moe);
     else mlp(branch, normed, w.mlp);
+    if (all_reduce_) all_reduce_(branch);
     tap("ffn_out", layer, branch);
     ops::add_in_place(x, branch);
     tap("layer_out", layer, x);
@@ -112,8 +163,7 @@ void Qwen35Model::gated_delta_net(const TensorView& out, const TensorView& x, in
                                   DeltaRuleChoice choice) {
   const GatedDeltaNetWeights& w = weights_.layers[layer].gdn;
   State::Slot& slot = state.slots[layer];
-  const int64_t T = x.dim(0), hk = config_.linear_num_key_heads, hv = config_.linear_num_value_heads;
-  const int64_t dk = config_.linear_key_head_dim, dv = config_.linear_value_head_dim;
+  const int64_t T = x.dim(0), hv = config_.linear_num_value_heads, dv = config_.linear_value_head_dim;
   const int64_t conv_dim = config_.conv_dim();
 
   Buffer projected(DType::kF32, {T, conv_dim + hv * dv});  // [qkv | z]
@@ -124,8 +174,30 @@ void Qwen35Model::gated_delta_net(const TensorView& out, const TensorView& x, in
   Buffer mixed(DType::kF32, {T, conv_dim}), z(DType::kF32, {T, hv, dv});
   copy_columns(mixed, projected, 0);
   copy_columns(z, projected, conv_dim);
+  if (state.window_open) {
+    slot.replay_mixed.insert(slot.replay_mixed.end(), mixed.f32(), mixed.f32() + mixed.numel());
+    slot.replay_ba.insert(slot.replay_ba.end(), ba.f32(), ba.f32() + ba.numel());
+  }
+
+  Buffer core(DType::kF32, {T, hv, dv});
+  const bool recurrent = choice == DeltaRuleChoice::kRecurrent || (choice == DeltaRuleChoice::kAuto && T == 1);
+  gdn_core(core, mixed, ba, layer, slot.conv, slot.recurrent, recurrent);
+  tap("gdn_core", layer, core);
+
+  Buffer normed(DType::kF32, {T, hv * dv});
+  ops::gated_rms_norm(normed, core, z, w.norm, config_.rms_norm_eps);
+  w.out_proj.forward(out, normed);
+}
+
+void Qwen35Model::gdn_core(const TensorView& core, const TensorView& mixed, const TensorView& ba, int layer,
+                           const TensorView& conv_state, const TensorView& recurrent_state, bool recurrent) {
+  const GatedDeltaNetWeights& w = weights_.layers[layer].gdn;
+  const int64_t T = mixed.dim(0), hk = config_.linear_num_key_heads, hv = config_.linear_num_value_heads;
+  const int64_t dk = config_.linear_key_head_dim, dv = config_.linear_value_head_dim;
+  const int64_t conv_dim = config_.conv_dim();
+
   Buffer conv_out(DType::kF32, {T, conv_dim});
-  ops::causal_conv1d_silu(conv_out, mixed, slot.conv,
+  ops::causal_conv1d_silu(conv_out, mixed, conv_state,
                           w.conv_weight.view().reshape({conv_dim, config_.linear_conv_kernel}));
 
   Buffer q(DType::kF32, {T, hk, dk}), k(DType::kF32, {T, hk, dk}), v(DType::kF32, {T, hv, dv});
@@ -146,16 +218,33 @@ void Qwen35Model::gated_delta_net(const TensorView& out, const TensorView& x, in
       g.f32()[t * hv + h] = -std::exp(w.a_log.f32()[h]) * softplus(a + w.dt_bias.f32()[h]);
     }
 
-  Buffer core(DType::kF32, {T, hv, dv});
-  const bool recurrent = choice == DeltaRuleChoice::kRecurrent || (choice == DeltaRuleChoice::kAuto && T == 1);
-  ops::gated_delta_rule(core, q, k, v, g, beta, slot.recurrent,
+  ops::gated_delta_rule(core, q, k, v, g, beta, recurrent_state,
                         recurrent ? ops::DeltaRuleMode::kRecurrent : ops::DeltaRuleMode::kChunked);
-  tap("gdn_core", layer, core);
-
-  Buffer normed(DType::kF32, {T, hv * dv});
-  ops::gated_rms_norm(normed, core, z, w.norm, config_.rms_norm_eps);
-  w.out_proj.forward(out, normed);
 }
+
+void Qwen35Model::rollback(SequenceState& base_state, int64_t length) {
+  State& state = dynamic_cast<State&>(base_state);
+  check_rollback(state, length);
+  if (length == state.length()) return;
+  const int64_t keep = length - state.rollback_floor(), conv_dim = config_.conv_dim();
+  const int64_t hv = config_.linear_num_value_heads;
+  for (int layer = 0; layer < int(config_.num_layers); ++layer) {
+    State::Slot& slot = state.slots[layer];
+    if (config_.layer_types[layer] != LayerKind::kLinearAttention) continue;  // KV: the length is enough
+    std::memcpy(slot.conv.f32(), slot.checkpoint_conv.f32(), slot.conv.view().bytes());
+    std::memcpy(slot.recurrent.f32(), slot.checkpoint_recurrent.f32(), slot.recurrent.view().bytes());
+    slot.replay_mixed.resize(keep * conv_dim);
+    slot.replay_ba.resize(keep * 2 * hv);
+    if (keep == 0) continue;
+    TensorView mixed{slot.replay_mixed.data(), DType::kF32, Device::kCpu, {keep, conv_dim}};
+    TensorView ba{slot.replay_ba.data(), DType::kF32, Device::kCpu, {keep, 2 * hv}};
+    Buffer core(DType::kF32, {keep, hv, config_.linear_value_head_dim});
+    gdn_core(core, mixed, ba, layer, slot.conv, slot.recurrent, /*recurrent=*/true);
+  }
+  state.set_length(length);
+}
+
+void Qwen35Model::commit(SequenceState& base_state) { dynamic_cast<State&>(base_state).close_window(); }
 
 // Gated attention: q (+ per-head gate), q/k norm, partial RoPE, causal GQA, sigmoid gate, o_proj.
 void Qwen35Model::attention(const TensorView& out, const TensorView& x, int layer, State& state) {

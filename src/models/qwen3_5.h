@@ -1,6 +1,7 @@
 // Qwen3.5 / Qwen3.6 / Qwen3-Next: hybrid Gated DeltaNet + gated attention, dense or MoE FFN.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,11 @@ struct Qwen35Weights {
   Linear lm_head;     // [V, H]
 };
 
+// Tensor parallelism: sums one rank's partial [T, H] across the ranks, in place. A rank's model
+// calls it on the output of each row-parallel projection (the mixer's out_proj / o_proj, the FFN's
+// down or MoE combine) before the residual add (parallel/tensor_parallel_plan.h).
+using AllReduceHook = std::function<void(const TensorView& partial)>;
+
 struct Qwen35LoadOptions {
   Fp8Activations fp8_activations = Fp8Activations::kQuantized;
 };
@@ -68,18 +74,32 @@ Qwen35Weights load_qwen35_weights(WeightStore& store, const Qwen35Config& config
 class Qwen35Model final : public Model {
  public:
   Qwen35Model(const std::string& dir, const Qwen35LoadOptions& options);
+  // One rank of a tensor-parallel world: `rank_config` holds the rank's head counts and widths and
+  // `weights` its slices (TensorParallelPlan); the embeddings view must outlive the model.
+  Qwen35Model(Qwen35Config rank_config, Qwen35Weights weights, AllReduceHook all_reduce);
 
   const ModelInfo& info() const override { return info_; }
   std::unique_ptr<SequenceState> new_sequence(int64_t capacity) const override;
   void forward(std::span<const int32_t> tokens, SequenceState& state, const TensorView& logits,
                const ForwardOptions& options) override;
   std::string describe() const override;
+  void quantize_lm_head_fp8() override {
+    VT_CHECK(weights_.lm_head.format() == WeightFormat::kDense, "the LM head is already FP8");
+    weights_.lm_head = weights_.lm_head.to_fp8_blocks();
+  }
+  bool supports_rollback() const override { return true; }
+  void rollback(SequenceState& state, int64_t length) override;
+  void commit(SequenceState& state) override;
   const Qwen35Config& config() const { return config_; }
 
  private:
   class State;
   void gated_delta_net(const TensorView& out, const TensorView& x, int layer, State& state,
                        DeltaRuleChoice choice);
+  // The GDN core after the projections: mixed [T, conv_dim] and b|a [T, 2*Hv] -> core [T, Hv, dv],
+  // advancing the conv and recurrent states. Rollback replays it from the window's checkpoint.
+  void gdn_core(const TensorView& core, const TensorView& mixed, const TensorView& ba, int layer,
+                const TensorView& conv_state, const TensorView& recurrent_state, bool recurrent);
   void attention(const TensorView& out, const TensorView& x, int layer, State& state);
   void mlp(const TensorView& out, const TensorView& x, const MlpWeights& weights);
   void moe(const TensorView& out, const TensorView& x, const MoeWeights& weights);
@@ -88,6 +108,7 @@ class Qwen35Model final : public Model {
   WeightStore store_;  // keeps the checkpoint mapped (embeddings are read in place)
   Qwen35Weights weights_;
   ModelInfo info_;
+  AllReduceHook all_reduce_;  // empty on a single rank
 };
 
 }  // namespace vt

@@ -18,6 +18,9 @@ namespace vt {
 
 struct Qwen35CudaModel::Workspace {
   int64_t max_tokens = 0, max_seqs = 0, max_blocks = 0;
+  // State slots: one per sequence plus a scratch slot (the last) that graph warm-ups run on, so
+  // capturing a decode graph never advances a live sequence's state.
+  int64_t state_slots = 0;
   cuda::DeviceBuffer x, normed, branch;   // [T, H] act: residual stream, norm output, block output
   cuda::DeviceBuffer projected;           // [T, widest projection] act
   cuda::DeviceBuffer ba;                  // [T, 2*Hv] act
@@ -102,20 +105,7 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   info_.max_positions = std::min(config_.max_position_embeddings, options_.max_context);
   VT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_ = std::make_unique<cuda::CublasLtGemm>();
-  if (options_.fp8_lm_head && weights_.lm_head.format == WeightFormat::kDense) {
-    CudaLinear& head = weights_.lm_head;
-    VT_CHECK(head.parts.size() == 1, "lm_head has one part");
-    CudaLinear::Part fp8;
-    fp8.n = head.n;
-    fp8.weight = cuda::DeviceBuffer(DType::kU8, {head.n, head.k});
-    fp8.scales = cuda::DeviceBuffer(DType::kF32, {(head.n + 127) / 128, (head.k + 127) / 128});
-    cuda::fp8_quantize_weight_blocks(fp8.weight.as<uint8_t>(), fp8.scales.as<float>(), head.parts[0].weight.data(),
-                                     head.parts[0].weight.view().dtype, head.n, head.k, stream_);
-    VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    head.parts.clear();
-    head.parts.push_back(std::move(fp8));
-    head.format = WeightFormat::kFp8Block;
-  }
+  if (options_.fp8_lm_head && weights_.lm_head.format == WeightFormat::kDense) convert_lm_head_fp8();
   graphs_ = std::make_unique<Graphs>();
   slot_used_.assign(options_.max_sequences, false);
   if (const char* fused = std::getenv("VT_FUSED_QUANT")) {
@@ -129,6 +119,7 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   auto& w = *(workspace_ = std::make_unique<Workspace>());
   w.max_tokens = T;
   w.max_seqs = S;
+  w.state_slots = S + 1;
   w.max_blocks = (options_.max_context + options_.block_size - 1) / options_.block_size;
   w.x = cuda::DeviceBuffer(act, {T, H});
   w.normed = cuda::DeviceBuffer(act, {T, H});
@@ -174,12 +165,12 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   w.layout.slots = base + 3 * T + S + 1;
   w.last_index = base + 3 * T + 2 * S + 1;
   w.layout.max_blocks = w.max_blocks;
-  Buffer tables(DType::kI32, {S, w.max_blocks});
+  Buffer tables(DType::kI32, {w.state_slots, w.max_blocks});
   for (int64_t i = 0; i < tables.numel(); ++i) tables.view().as<int32_t>()[i] = int32_t(i);
   w.block_tables = cuda::to_device(tables);
   w.layout.block_tables = w.block_tables.as<int32_t>();
 
-  const int64_t kv_rows = S * w.max_blocks * options_.block_size;
+  const int64_t kv_rows = w.state_slots * w.max_blocks * options_.block_size;
   for (LayerKind kind : config_.layer_types) {
     if (kind == LayerKind::kFullAttention) {
       w.k_cache.emplace_back(act, Shape{kv_rows, config_.num_kv_heads, config_.head_dim});
@@ -189,11 +180,33 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
     } else {
       w.k_cache.emplace_back();
       w.v_cache.emplace_back();
-      w.conv_state.emplace_back(DType::kF32, Shape{S, config_.conv_dim(), config_.linear_conv_kernel - 1});
-      w.recurrent.emplace_back(DType::kF32, Shape{S, config_.linear_num_value_heads, config_.linear_key_head_dim,
+      w.conv_state.emplace_back(DType::kF32, Shape{w.state_slots, config_.conv_dim(), config_.linear_conv_kernel - 1});
+      w.recurrent.emplace_back(DType::kF32, Shape{w.state_slots, config_.linear_num_value_heads, config_.linear_key_head_dim,
                                                   config_.linear_value_head_dim});
     }
   }
+  setup_fp8_gemms();
+}
+
+// The output layer quantised on the device to FP8 128x128 blocks (BF16 in published checkpoints).
+void Qwen35CudaModel::convert_lm_head_fp8() {
+  CudaLinear& head = weights_.lm_head;
+  VT_CHECK(head.format == WeightFormat::kDense && head.parts.size() == 1, "the LM head is already FP8");
+  CudaLinear::Part fp8;
+  fp8.n = head.n;
+  fp8.weight = cuda::DeviceBuffer(DType::kU8, {head.n, head.k});
+  fp8.scales = cuda::DeviceBuffer(DType::kF32, {(head.n + 127) / 128, (head.k + 127) / 128});
+  cuda::fp8_quantize_weight_blocks(fp8.weight.as<uint8_t>(), fp8.scales.as<float>(), head.parts[0].weight.data(),
+                                   head.parts[0].weight.view().dtype, head.n, head.k, stream_);
+  VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  head.parts.clear();
+  head.parts.push_back(std::move(fp8));
+  head.format = WeightFormat::kFp8Block;
+}
+
+void Qwen35CudaModel::quantize_lm_head_fp8() {
+  convert_lm_head_fp8();
+  graphs_ = std::make_unique<Graphs>();  // captured graphs launch the old output layer
   setup_fp8_gemms();
 }
 
@@ -253,8 +266,8 @@ std::unique_ptr<SequenceState> Qwen35CudaModel::new_sequence(int64_t capacity) c
   auto& w = *workspace_;
   for (size_t layer = 0; layer < w.recurrent.size(); ++layer) {
     if (!w.recurrent[layer].data()) continue;
-    const size_t conv_bytes = w.conv_state[layer].bytes() / size_t(w.max_seqs);
-    const size_t state_bytes = w.recurrent[layer].bytes() / size_t(w.max_seqs);
+    const size_t conv_bytes = w.conv_state[layer].bytes() / size_t(w.state_slots);
+    const size_t state_bytes = w.recurrent[layer].bytes() / size_t(w.state_slots);
     VT_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(w.conv_state[layer].data()) + slot * conv_bytes, 0, conv_bytes, stream_));
     VT_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(w.recurrent[layer].data()) + slot * state_bytes, 0, state_bytes, stream_));
   }
@@ -462,7 +475,6 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
   const int64_t logit_rows = options.all_logits ? total : 1;
   VT_CHECK(logits.dtype == DType::kF32 && logits.device == Device::kCpu && logits.shape == Shape({logit_rows, vocab}),
            "forward: logits must be host f32 [", logit_rows, ", ", vocab, "]");
-  std::vector<uint16_t> staging;
   // Chunks of at most max_step_tokens (and of the logit rows the workspace holds).
   const int64_t chunk_limit = options.all_logits ? std::min(w.max_tokens, int64_t(w.logits.shape()[0])) : w.max_tokens;
   for (int64_t begin = 0; begin < total; begin += chunk_limit) {
@@ -482,19 +494,86 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
     run_step(count, 1, rows);
     state.advance(count);
     if (!options.all_logits && !last_chunk) continue;
-    // Logits to the host as f32.
-    float* destination = logits.f32() + (options.all_logits ? begin * vocab : 0);
-    if (options_.activations == DType::kF32) {
-      VT_CUDA_CHECK(cudaMemcpyAsync(destination, w.logits.data(), rows * vocab * sizeof(float), cudaMemcpyDeviceToHost,
-                                    stream_));
-      VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    } else {
-      staging.resize(size_t(rows * vocab));
-      VT_CUDA_CHECK(cudaMemcpyAsync(staging.data(), w.logits.data(), rows * vocab * 2, cudaMemcpyDeviceToHost, stream_));
-      VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      for (int64_t i = 0; i < rows * vocab; ++i) destination[i] = bf16_to_f32(staging[i]);
-    }
+    copy_logits_to_host(logits.f32() + (options.all_logits ? begin * vocab : 0), rows);
   }
+}
+
+void Qwen35CudaModel::copy_logits_to_host(float* destination, int64_t rows) {
+  const auto& w = *workspace_;
+  const int64_t count = rows * config_.vocab_size;
+  if (options_.activations == DType::kF32) {
+    VT_CUDA_CHECK(cudaMemcpyAsync(destination, w.logits.data(), count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return;
+  }
+  std::vector<uint16_t> staging(static_cast<size_t>(count));
+  VT_CUDA_CHECK(cudaMemcpyAsync(staging.data(), w.logits.data(), count * 2, cudaMemcpyDeviceToHost, stream_));
+  VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (int64_t i = 0; i < count; ++i) destination[i] = bf16_to_f32(staging[size_t(i)]);
+}
+
+void Qwen35CudaModel::launch_decode_graph(int64_t batch, const std::function<void()>& upload) {
+  auto it = graphs_->decode.find(batch);
+  if (it == graphs_->decode.end()) {
+    // Warm-up outside capture (cuBLASLt plans, lazy module loads) with every sequence mapped to
+    // the scratch slot: live states advance only in the graph launch below. The scratch slot's
+    // contents are garbage by design (several sequences write it at once).
+    auto& w = *workspace_;
+    upload();
+    std::vector<int32_t> scratch(size_t(batch), int32_t(w.state_slots - 1));
+    VT_CUDA_CHECK(cudaMemcpyAsync(const_cast<int32_t*>(w.layout.slots), scratch.data(), scratch.size() * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, stream_));
+    run_step(batch, batch, batch);
+    VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    cudaGraph_t graph;
+    VT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    run_step(batch, batch, batch);
+    VT_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec;
+    VT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaGraphDestroy(graph);
+    it = graphs_->decode.emplace(batch, exec).first;
+  }
+  upload();
+  VT_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+}
+
+void Qwen35CudaModel::forward_batch(std::span<const BatchItem> items, const TensorView& logits) {
+  auto& w = *workspace_;
+  const int64_t count = int64_t(items.size()), vocab = config_.vocab_size;
+  VT_CHECK(logits.dtype == DType::kF32 && logits.device == Device::kCpu && logits.shape == Shape({count, vocab}),
+           "forward_batch: logits must be host f32 [", count, ", ", vocab, "]");
+  VT_CHECK(count > 0 && count <= w.max_seqs && count <= int64_t(w.logits.shape()[0]), "forward_batch: ", count,
+           " sequences (at most ", w.max_seqs, ")");
+  std::vector<int32_t> ids, token_seq, positions, seq_start = {0}, slots, last_index;
+  bool all_decode = true;
+  for (int64_t i = 0; i < count; ++i) {
+    auto& state = dynamic_cast<CudaSequence&>(*items[size_t(i)].state);
+    const auto& tokens = items[size_t(i)].tokens;
+    VT_CHECK(!tokens.empty(), "forward_batch: sequence ", i, " has no tokens");
+    VT_CHECK(state.length() + int64_t(tokens.size()) <= state.capacity(), "forward_batch: sequence ", i, ": ",
+             state.length(), " + ", tokens.size(), " tokens exceed its capacity ", state.capacity());
+    all_decode = all_decode && tokens.size() == 1;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      ids.push_back(tokens[t]);
+      token_seq.push_back(int32_t(i));
+      positions.push_back(int32_t(state.length() + int64_t(t)));
+    }
+    seq_start.push_back(int32_t(ids.size()));
+    slots.push_back(int32_t(state.slot()));
+    last_index.push_back(int32_t(ids.size() - 1));
+  }
+  VT_CHECK(int64_t(ids.size()) <= w.max_tokens, "forward_batch: ", ids.size(), " tokens exceed the step's ",
+           w.max_tokens);
+  const auto upload = [&] { upload_layout(ids, token_seq, positions, seq_start, slots, last_index); };
+  if (all_decode) {
+    launch_decode_graph(count, upload);
+  } else {
+    upload();
+    run_step(int64_t(ids.size()), count, count);
+  }
+  for (const auto& item : items) dynamic_cast<CudaSequence&>(*item.state).advance(int64_t(item.tokens.size()));
+  copy_logits_to_host(logits.f32(), count);
 }
 
 void Qwen35CudaModel::decode_step(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
@@ -508,26 +587,12 @@ void Qwen35CudaModel::decode_step(const std::vector<int32_t>& tokens, const std:
   std::vector<int32_t> token_seq(batch), seq_start(batch + 1), slots(batch), last_index(batch);
   for (int64_t i = 0; i < batch; ++i) token_seq[i] = slots[i] = last_index[i] = seq_start[i] = int32_t(i);
   seq_start[batch] = int32_t(batch);
-  upload_layout(tokens, token_seq, positions, seq_start, slots, last_index);
+  const auto upload = [&] { upload_layout(tokens, token_seq, positions, seq_start, slots, last_index); };
   if (!use_graph) {
+    upload();
     run_step(batch, batch, batch);
   } else {
-    auto it = graphs_->decode.find(batch);
-    if (it == graphs_->decode.end()) {
-      run_step(batch, batch, batch);  // warm-up outside capture: cuBLASLt plans, lazy module loads
-      VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      upload_layout(tokens, token_seq, positions, seq_start, slots, last_index);
-      cudaGraph_t graph;
-      VT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      run_step(batch, batch, batch);
-      VT_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-      cudaGraphExec_t exec;
-      VT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      cudaGraphDestroy(graph);
-      it = graphs_->decode.emplace(batch, exec).first;
-      // The warm-up above advanced the state once; benchmarks do not depend on its contents.
-    }
-    VT_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    launch_decode_graph(batch, upload);
   }
   if (next_tokens) {
     next_tokens->resize(batch);

@@ -3,6 +3,7 @@
 // start-up, batched steps mixing prefill and decode, and CUDA-graph decode. Dense FFN only so far.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -111,6 +112,10 @@ class Qwen35CudaModel final : public Model {
   void forward(std::span<const int32_t> tokens, SequenceState& state, const TensorView& logits,
                const ForwardOptions& options) override;
   std::string describe() const override { return description_; }
+  // One batched step over every item (prefill chunks and decode tokens mixed); an all-decode
+  // batch replays the CUDA graph captured for its size (the layout lives in device memory).
+  void forward_batch(std::span<const BatchItem> items, const TensorView& logits) override;
+  void quantize_lm_head_fp8() override;
 
   // Batched decode for benchmarks: one token for each of `batch` sequences (slots 0..batch-1)
   // at context length `positions[i]`; greedy next ids on the device. Captured as a CUDA graph
@@ -154,7 +159,10 @@ class Qwen35CudaModel final : public Model {
   mutable std::vector<bool> slot_used_;
   bool fuse_quant_ = true;
   std::string gemm_plan_;
-  void setup_fp8_gemms();  // VT_FUSED_QUANT=0: every FP8 linear quantises its own input (A/B runs)
+  void setup_fp8_gemms();
+  void convert_lm_head_fp8();
+  void launch_decode_graph(int64_t batch, const std::function<void()>& upload);  // capture on first use
+  void copy_logits_to_host(float* destination, int64_t rows);  // VT_FUSED_QUANT=0: every FP8 linear quantises its own input (A/B runs)
 };
 
 // Opens a checkpoint folder for CUDA.

@@ -1,12 +1,13 @@
 // The op API: one function per op on TensorViews. Each validates shapes and dtypes once, then
 // runs the backend of the tensors' device (the CPU reference here; CUDA kernels in
 // backends/cuda/ as they land). Shapes are written [rows, cols] in the comments; all f32 unless
-// stated.
+// stated. While a profile::OpRecorder runs, each call is timed with its bytes and FLOPs.
 #pragma once
 
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "profile/intent.h"
 
 namespace vt::ops {
 
@@ -51,8 +52,10 @@ void moe_route(const TensorView& expert_ids, const TensorView& weights, const Te
 // x += y, elementwise (the residual add), same shapes.
 void add_in_place(const TensorView& x, const TensorView& y);
 
-// y [M, N] = x [M, K] @ w [N, K]^T (+ y when accumulate).
-void matmul_nt(const TensorView& y, const TensorView& x, const TensorView& w, bool accumulate = false);
+// y [M, N] = x [M, K] @ w [N, K]^T (+ y when accumulate). `group` says what the GEMM serves, for
+// profiles (Linear passes the group of its weight).
+void matmul_nt(const TensorView& y, const TensorView& x, const TensorView& w,
+               bool accumulate = false, profile::OpGroup group = profile::OpGroup::kGemmOther);
 
 // out [rows, K] = dequant(quant_e4m3(x)) with per-row groups of `group` along K.
 void fp8_quant_dequant(const TensorView& out, const TensorView& x, int64_t group = 128);

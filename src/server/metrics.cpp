@@ -33,7 +33,8 @@ std::string Histogram::render(const std::string& name, const std::string& help) 
 }
 
 ServerMetrics::ServerMetrics()
-    : time_to_first_token_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}) {}
+    : time_to_first_token_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
+      inter_token_latency_({0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5, 5}) {}
 
 void ServerMetrics::record_response(int status) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -48,7 +49,7 @@ void metric(std::ostringstream& out, const char* name, const char* type, const c
 
 }  // namespace
 
-std::string ServerMetrics::render(const EngineStats& stats) const {
+std::string ServerMetrics::render(const EngineStats& stats, int64_t in_flight) const {
   std::ostringstream out;
   out.precision(12);
   metric(out, "vt_requests_running", "gauge", "Requests admitted to the cache and being processed.", double(stats.running));
@@ -66,6 +67,11 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
   metric(out, "vt_requests_cancelled_total", "counter", "Requests cancelled (client gone).",
          double(stats.requests_cancelled));
   metric(out, "vt_engine_steps_total", "counter", "Engine steps run.", double(stats.steps));
+  metric(out, "vt_preemptions_total", "counter", "Running requests sent back to the queue for want of KV blocks.",
+         double(stats.preemptions));
+  metric(out, "vt_recomputed_tokens_total", "counter", "Tokens fed again after a preemption.",
+         double(stats.recomputed_tokens));
+  metric(out, "vt_http_requests_in_flight", "gauge", "Completion requests being served.", double(in_flight));
   {
     std::lock_guard<std::mutex> lock(mutex_);
     out << "# HELP vt_http_responses_total HTTP responses by status code.\n# TYPE vt_http_responses_total counter\n";
@@ -73,6 +79,8 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
   }
   out << time_to_first_token_.render("vt_time_to_first_token_seconds",
                                      "Seconds from a request's arrival to its first generated token.");
+  out << inter_token_latency_.render("vt_inter_token_latency_seconds",
+                                     "Seconds between consecutive generated tokens of a sequence.");
   return out.str();
 }
 

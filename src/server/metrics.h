@@ -1,5 +1,6 @@
 // Server metrics in the Prometheus text format: engine gauges (running, waiting, KV blocks, state
-// slots), token and request counters, HTTP responses by status, and a TTFT histogram.
+// slots), token, request and preemption counters, HTTP responses by status, and histograms of the
+// time to first token and the inter-token latency.
 #pragma once
 
 #include <atomic>
@@ -34,10 +35,13 @@ class ServerMetrics {
   ServerMetrics();
   void record_response(int status);
   void record_time_to_first_token(double seconds) { time_to_first_token_.observe(seconds); }
-  std::string render(const EngineStats& stats) const;
+  void record_inter_token_latency(double seconds) { inter_token_latency_.observe(seconds); }
+  // `in_flight`: HTTP completion requests being served (queued, running or writing).
+  std::string render(const EngineStats& stats, int64_t in_flight) const;
 
  private:
   Histogram time_to_first_token_;
+  Histogram inter_token_latency_;
   mutable std::mutex mutex_;
   std::map<int, uint64_t> responses_;  // HTTP status -> count
 };

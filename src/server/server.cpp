@@ -1,19 +1,24 @@
 // HTTP routes on cpp-httplib: validation, prompt building (chat template), submission to the
-// engine, and the answer as one JSON body or as SSE chunks; a gone client cancels its request.
+// engine (one sequence per choice), and the answer as one JSON body or as SSE chunks; a gone
+// client cancels its request. CORS, the in-flight cap and the shutdown drain sit in front.
 #include "server/server.h"
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
 #include <deque>
 #include <mutex>
+#include <random>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "server/metrics.h"
 #include "server/validation.h"
+#include "tokenizer/utf8.h"
 
 namespace vt::server {
 namespace {
@@ -21,27 +26,45 @@ namespace {
 using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-// Events of one request, handed from the engine thread to the HTTP thread.
+struct ChoiceEvent {
+  int index = 0;
+  TokenEvent event;
+};
+
+// Events of one request's choices, handed from the engine thread to the HTTP thread.
 struct Channel {
   std::mutex mutex;
   std::condition_variable ready;
-  std::deque<TokenEvent> events;
+  std::deque<ChoiceEvent> events;
 
-  void push(const TokenEvent& event) {
+  void push(int index, const TokenEvent& event) {
     {
       std::lock_guard<std::mutex> lock(mutex);
-      events.push_back(event);
+      events.push_back({index, event});
     }
     ready.notify_all();
   }
   // Waits up to `timeout` for events; returns what arrived (possibly nothing).
-  std::deque<TokenEvent> take(std::chrono::milliseconds timeout) {
+  std::deque<ChoiceEvent> take(std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mutex);
     ready.wait_for(lock, timeout, [&] { return !events.empty(); });
-    std::deque<TokenEvent> taken;
+    std::deque<ChoiceEvent> taken;
     taken.swap(events);
     return taken;
   }
+};
+
+// One choice (one engine sequence) of a request.
+struct Choice {
+  int64_t engine_id = 0;
+  int64_t completion_tokens = 0;
+  std::string text;  // all text so far
+  int64_t text_chars = 0;  // code points in `text` (text_offset counts code points, as Python does)
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;
+  // Logprobs not yet sent: chat {"content": [...]}; completions {tokens, token_logprobs, top_logprobs, text_offset}.
+  Json logprobs;
 };
 
 // One accepted request as the response writers see it.
@@ -49,21 +72,43 @@ struct Job {
   CompletionRequest request;
   std::string id, model;
   int64_t created = 0;
-  int64_t engine_id = 0;
-  int64_t prompt_tokens = 0, completion_tokens = 0;
-  std::string finish_reason;
+  int64_t prompt_tokens = 0;
+  std::vector<Choice> choices;
   std::shared_ptr<Channel> channel = std::make_shared<Channel>();
+
+  bool all_finished() const {
+    return std::all_of(choices.begin(), choices.end(), [](const Choice& choice) { return choice.finished; });
+  }
+  int64_t completion_tokens() const {
+    int64_t total = 0;
+    for (const Choice& choice : choices) total += choice.completion_tokens;
+    return total;
+  }
 };
 
 Json usage_json(const Job& job) {
+  const int64_t completion = job.completion_tokens();
   return {{"prompt_tokens", job.prompt_tokens},
-          {"completion_tokens", job.completion_tokens},
-          {"total_tokens", job.prompt_tokens + job.completion_tokens}};
+          {"completion_tokens", completion},
+          {"total_tokens", job.prompt_tokens + completion}};
 }
 
-// A streaming chunk with one choice (text or delta) or, with `usage`, the closing usage chunk.
-Json chunk_json(const Job& job, const std::string& text, const char* finish_reason, bool role) {
-  Json choice = {{"index", 0}};
+Json empty_logprobs(bool chat) {
+  if (chat) return {{"content", Json::array()}, {"refusal", nullptr}};
+  return {{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()},
+          {"text_offset", Json::array()}};
+}
+
+int64_t code_points(const std::string& text) {
+  int64_t count = 0;
+  for (unsigned char c : text) count += (c & 0xC0) != 0x80;
+  return count;
+}
+
+// A streaming chunk with one choice (text or delta, and its logprobs when asked).
+Json chunk_json(const Job& job, int index, const std::string& text, const char* finish_reason, bool role,
+                Json logprobs) {
+  Json choice = {{"index", index}};
   if (job.request.chat) {
     Json delta = Json::object();
     if (role) delta["role"] = "assistant";
@@ -72,7 +117,7 @@ Json chunk_json(const Job& job, const std::string& text, const char* finish_reas
   } else {
     choice["text"] = text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json(nullptr);
   Json chunk = {{"id", job.id},
                 {"object", job.request.chat ? "chat.completion.chunk" : "text_completion"},
@@ -101,6 +146,12 @@ struct Server::Impl {
   httplib::Server http;
   std::atomic<int64_t> next_id{1};
 
+  // Completions in flight (for the cap and the drain); each holds an Admission.
+  std::mutex live_mutex;
+  std::condition_variable live_changed;
+  std::unordered_set<std::shared_ptr<Job>> live;
+  std::atomic<bool> draining{false};
+
   Impl(Engine& engine_, ModelTextView text_, ServerOptions options_)
       : engine(engine_), text(std::move(text_)), options(std::move(options_)) {
     VT_CHECK(text.tokenizer, "serve: the model has no tokenizer");
@@ -111,12 +162,37 @@ struct Server::Impl {
     routes();
   }
 
+  bool origin_allowed(const std::string& origin) const {
+    if (origin.empty()) return false;
+    for (const std::string& allowed : options.allowed_origins)
+      if (allowed == "*" || allowed == origin) return true;
+    return false;
+  }
+
   void routes() {
     const int threads = options.threads;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
     http.set_payload_max_length(options.max_body_bytes);
     http.set_keep_alive_timeout(5);  // idle connections hold a worker; stop() waits for them
     http.set_pre_routing_handler([this](const httplib::Request& request, httplib::Response& response) {
+      // CORS first: a preflight carries no credentials, and error answers need the headers too.
+      const std::string origin = request.get_header_value("Origin");
+      const bool cors = origin_allowed(origin);
+      if (cors) {
+        response.set_header("Access-Control-Allow-Origin", origin);
+        response.set_header("Vary", "Origin");
+      }
+      if (request.method == "OPTIONS") {
+        if (cors) {
+          response.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+          const std::string asked = request.get_header_value("Access-Control-Request-Headers");
+          response.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+          response.set_header("Access-Control-Max-Age", "600");
+        }
+        response.set_header("Allow", "GET, POST, OPTIONS");
+        response.status = 204;
+        return httplib::Server::HandlerResponse::Handled;
+      }
       if (options.api_key.empty() || request.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
       const std::string header = request.get_header_value("Authorization");
       const std::string prefix = "Bearer ";
@@ -147,7 +223,8 @@ struct Server::Impl {
     http.set_logger([this](const httplib::Request&, const httplib::Response& response) {
       metrics.record_response(response.status);
     });
-    http.Get("/health", [](const httplib::Request&, httplib::Response& response) {
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& response) {
+      if (draining) return send_json(response, 503, {{"status", "draining"}});
       send_json(response, 200, {{"status", "ok"}});
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
@@ -156,7 +233,12 @@ struct Server::Impl {
       send_json(response, 200, Json{{"object", "list"}, {"data", Json::array({model})}});
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-      response.set_content(metrics.render(engine.stats()), "text/plain; version=0.0.4");
+      int64_t in_flight;
+      {
+        std::lock_guard<std::mutex> lock(live_mutex);
+        in_flight = int64_t(live.size());
+      }
+      response.set_content(metrics.render(engine.stats(), in_flight), "text/plain; version=0.0.4");
     });
     http.Post("/v1/completions", [this](const httplib::Request& request, httplib::Response& response) {
       complete(request, response, /*chat=*/false);
@@ -189,8 +271,28 @@ struct Server::Impl {
     return text.tokenizer->encode(rendered, encode);
   }
 
+  // A slot among the requests in flight, or null when the cap is reached. Releasing it (the last
+  // copy going away, when the response is written) frees the slot.
+  std::shared_ptr<void> admit(const std::shared_ptr<Job>& job) {
+    std::lock_guard<std::mutex> lock(live_mutex);
+    if (options.max_concurrent_requests > 0 && int64_t(live.size()) >= options.max_concurrent_requests) return nullptr;
+    live.insert(job);
+    return std::shared_ptr<void>(job.get(), [this, job](void*) {
+      {
+        std::lock_guard<std::mutex> lock(live_mutex);
+        live.erase(job);
+      }
+      live_changed.notify_all();
+    });
+  }
+
+  void cancel(const Job& job) {
+    for (const Choice& choice : job.choices) engine.cancel(choice.engine_id);  // finished ids are ignored
+  }
+
   void complete(const httplib::Request& http_request, httplib::Response& response, bool chat) {
     const auto arrival = Clock::now();
+    if (draining) return fail(response, ApiError(503, "the server is shutting down", "", "server_shutting_down"));
     auto job = std::make_shared<Job>();
     std::vector<int32_t> prompt;
     try {
@@ -205,76 +307,165 @@ struct Server::Impl {
     job->model = options.model_name;
     job->created = int64_t(std::time(nullptr));
     job->prompt_tokens = int64_t(prompt.size());
+    job->choices.resize(size_t(job->request.n));
+    if (job->request.logprobs >= 0)
+      for (Choice& choice : job->choices) choice.logprobs = empty_logprobs(chat);
+    auto admission = admit(job);
+    if (!admission)
+      return fail(response, ApiError(429,
+                                     "the server is at its limit of " + std::to_string(options.max_concurrent_requests) +
+                                         " requests in flight; retry later",
+                                     "", "rate_limit_exceeded"));
     RequestParams params;
     params.sampling = job->request.sampling;
-    if (!job->request.seeded) params.sampling.seed = std::random_device{}();
+    const uint64_t seed = job->request.seeded ? job->request.sampling.seed : std::random_device{}();
     params.max_tokens = job->request.max_tokens;
     params.stop_token_ids = text.stop_ids;
     params.stop_strings = job->request.stop;
+    params.logit_bias = job->request.logit_bias;
+    params.logprobs = job->request.logprobs;
     auto channel = job->channel;
     auto first = std::make_shared<std::atomic<bool>>(false);
     try {
-      job->engine_id = engine.submit(std::move(prompt), params, [this, channel, first, arrival](const TokenEvent& event) {
-        if (event.token_id >= 0 && !first->exchange(true))
-          metrics.record_time_to_first_token(std::chrono::duration<double>(Clock::now() - arrival).count());
-        channel->push(event);
-      });
+      std::lock_guard<std::mutex> lock(live_mutex);  // drain() reads the engine ids
+      for (int index = 0; index < int(job->choices.size()); ++index) {
+        params.sampling.seed = seed + uint64_t(index);  // choices differ; a seeded request repeats
+        auto last_token = std::make_shared<Clock::time_point>();  // touched on the engine thread only
+        job->choices[size_t(index)].engine_id = engine.submit(
+            prompt, params, [this, channel, first, arrival, last_token, index](const TokenEvent& event) {
+              if (event.token_id >= 0) {
+                const auto now = Clock::now();
+                if (!first->exchange(true))
+                  metrics.record_time_to_first_token(std::chrono::duration<double>(now - arrival).count());
+                if (*last_token != Clock::time_point())
+                  metrics.record_inter_token_latency(std::chrono::duration<double>(now - *last_token).count());
+                *last_token = now;
+              }
+              channel->push(index, event);
+            });
+      }
     } catch (const Error& error) {
-      fail(response, ApiError(400, error.what()));
+      cancel(*job);
+      fail(response, ApiError(draining ? 503 : 400, error.what()));
       return;
     }
     if (job->request.stream)
-      stream(job, response);
+      stream(job, std::move(admission), response);
     else
       answer(*job, response);
   }
 
-  // Folds an event into the job; true when it was the last.
-  static bool absorb(Job& job, const TokenEvent& event, std::string& text_out) {
-    text_out += event.text;
-    job.completion_tokens = event.completion_tokens;
-    if (!event.finished) return false;
-    job.finish_reason = finish_reason_name(event.finish_reason);
-    return true;
+  // The token's text and bytes for logprobs: its own decoding (U+FFFD for a partial character,
+  // then the raw bytes come from the vocabulary), or "token_id:N" when the request asks for ids.
+  void token_text(const Job& job, int32_t id, std::string& token, Json& bytes) const {
+    token = text.tokenizer->decode({id});
+    if (job.request.tokens_as_ids) {
+      token = "token_id:" + std::to_string(id);
+      bytes = Json::array();
+      for (unsigned char c : token) bytes.push_back(int(c));
+      return;
+    }
+    std::string_view raw = token;
+    if (token.find(utf8::kReplacement) != std::string::npos && text.tokenizer->bytes_per_token())
+      raw = text.tokenizer->token_bytes(id);
+    bytes = Json::array();
+    for (unsigned char c : raw) bytes.push_back(int(c));
+  }
+
+  // Folds an event into its choice: text, counts, logprobs, the finish.
+  Choice& absorb(Job& job, const ChoiceEvent& tagged) {
+    Choice& choice = job.choices[size_t(tagged.index)];
+    const TokenEvent& event = tagged.event;
+    if (job.request.logprobs >= 0 && event.token_id >= 0) {
+      std::string token;
+      Json bytes;
+      token_text(job, event.token_id, token, bytes);
+      if (job.request.chat) {
+        Json top = Json::array();
+        for (const TokenLogprob& entry : event.top_logprobs) {
+          std::string alternative;
+          Json alternative_bytes;
+          token_text(job, entry.token_id, alternative, alternative_bytes);
+          top.push_back({{"token", alternative}, {"logprob", entry.logprob}, {"bytes", alternative_bytes}});
+        }
+        choice.logprobs["content"].push_back(
+            {{"token", token}, {"logprob", event.logprob}, {"bytes", bytes}, {"top_logprobs", top}});
+      } else {
+        // As OpenAI: the top alternatives plus the chosen token, by text.
+        Json top = Json::object();
+        for (const TokenLogprob& entry : event.top_logprobs) {
+          std::string alternative;
+          Json unused;
+          token_text(job, entry.token_id, alternative, unused);
+          if (!top.contains(alternative)) top[alternative] = entry.logprob;
+        }
+        top[token] = event.logprob;
+        choice.logprobs["tokens"].push_back(token);
+        choice.logprobs["token_logprobs"].push_back(event.logprob);
+        choice.logprobs["top_logprobs"].push_back(top);
+        choice.logprobs["text_offset"].push_back(choice.text_chars);
+      }
+    }
+    choice.text += event.text;
+    choice.text_chars += code_points(event.text);
+    choice.completion_tokens = event.completion_tokens;
+    if (event.finished) {
+      choice.finished = true;
+      choice.finish_reason = event.finish_reason;
+      choice.error = event.error;
+    }
+    return choice;
+  }
+
+  // Logprobs gathered since the last chunk (null when not asked), leaving the choice's list empty.
+  Json take_logprobs(Job& job, Choice& choice) {
+    if (job.request.logprobs < 0) return nullptr;
+    Json taken = std::move(choice.logprobs);
+    choice.logprobs = empty_logprobs(job.request.chat);
+    return taken;
   }
 
   void answer(Job& job, httplib::Response& response) {
-    std::string text_out;
-    TokenEvent last;
-    for (bool done = false; !done;) {
-      for (const TokenEvent& event : job.channel->take(std::chrono::milliseconds(500))) {
-        if (absorb(job, event, text_out)) done = true, last = event;
-      }
+    while (!job.all_finished())
+      for (const ChoiceEvent& event : job.channel->take(std::chrono::milliseconds(500))) absorb(job, event);
+    Json choices = Json::array();
+    for (size_t index = 0; index < job.choices.size(); ++index) {
+      Choice& choice = job.choices[index];
+      if (!choice.error.empty()) return fail(response, ApiError(500, "generation failed: " + choice.error));
+      if (choice.finish_reason == FinishReason::kCancelled)
+        return fail(response, ApiError(503, "the server is shutting down", "", "server_shutting_down"));
+      Json entry = {{"index", index}};
+      if (job.request.chat)
+        entry["message"] = {{"role", "assistant"}, {"content", choice.text}};
+      else
+        entry["text"] = choice.text;
+      entry["logprobs"] = job.request.logprobs >= 0 ? choice.logprobs : Json(nullptr);
+      entry["finish_reason"] = finish_reason_name(choice.finish_reason);
+      choices.push_back(std::move(entry));
     }
-    if (!last.error.empty()) return fail(response, ApiError(500, "generation failed: " + last.error));
-    if (last.finish_reason == FinishReason::kCancelled) return fail(response, ApiError(503, "the server is shutting down"));
-    Json choice = {{"index", 0}};
-    if (job.request.chat)
-      choice["message"] = {{"role", "assistant"}, {"content", text_out}};
-    else
-      choice["text"] = text_out;
-    choice["logprobs"] = nullptr;
-    choice["finish_reason"] = job.finish_reason;
     send_json(response, 200,
               Json{{"id", job.id},
                    {"object", job.request.chat ? "chat.completion" : "text_completion"},
                    {"created", job.created},
                    {"model", job.model},
-                   {"choices", Json::array({choice})},
+                   {"choices", choices},
                    {"usage", usage_json(job)}});
   }
 
-  void stream(const std::shared_ptr<Job>& job, httplib::Response& response) {
+  void stream(const std::shared_ptr<Job>& job, std::shared_ptr<void> admission, httplib::Response& response) {
     auto done = std::make_shared<std::atomic<bool>>(false);
     response.set_header("Cache-Control", "no-cache");
     response.set_chunked_content_provider(
         "text/event-stream",
-        [this, job, done](size_t, httplib::DataSink& sink) {
+        [this, job, done, admission](size_t, httplib::DataSink& sink) {
           auto write = [&](const std::string& data) { return sink.write(data.data(), data.size()); };
-          if (job->request.chat && !write(sse(chunk_json(*job, "", nullptr, /*role=*/true)))) {
-            engine.cancel(job->engine_id);
+          auto gone = [&] {  // the client hung up
+            cancel(*job);
             return false;
-          }
+          };
+          if (job->request.chat)
+            for (int index = 0; index < int(job->choices.size()); ++index)
+              if (!write(sse(chunk_json(*job, index, "", nullptr, /*role=*/true, nullptr)))) return gone();
           auto idle_since = Clock::now();
           while (true) {
             auto events = job->channel->take(std::chrono::milliseconds(500));
@@ -282,48 +473,59 @@ struct Server::Impl {
               // A comment line now and then finds out whether a queued request's client is still there.
               if (Clock::now() - idle_since > std::chrono::seconds(2)) {
                 idle_since = Clock::now();
-                if (!write(": keep-alive\n\n")) {
-                  engine.cancel(job->engine_id);
-                  return false;
-                }
+                if (!write(": keep-alive\n\n")) return gone();
               }
               continue;
             }
             idle_since = Clock::now();
-            for (const TokenEvent& event : events) {
-              std::string piece;
-              const bool last = absorb(*job, event, piece);
-              if (last && event.finish_reason == FinishReason::kCancelled) return false;
-              bool ok = true;
-              if (!piece.empty()) ok = write(sse(chunk_json(*job, piece, nullptr, false)));
-              if (ok && last) {
-                ok = write(sse(chunk_json(*job, "", job->finish_reason.c_str(), false)));
-                if (ok && job->request.include_usage) {
-                  Json usage = {{"id", job->id},
-                                {"object", job->request.chat ? "chat.completion.chunk" : "text_completion"},
-                                {"created", job->created},
-                                {"model", job->model},
-                                {"choices", Json::array()},
-                                {"usage", usage_json(*job)}};
-                  ok = write(sse(usage));
-                }
-                if (ok) ok = write("data: [DONE]\n\n");
-                if (ok) {
-                  done->store(true);
-                  sink.done();
-                  return true;
-                }
-              }
-              if (!ok) {  // the client is gone
-                engine.cancel(job->engine_id);
+            for (const ChoiceEvent& tagged : events) {
+              Choice& choice = absorb(*job, tagged);
+              const TokenEvent& event = tagged.event;
+              if (event.finished && event.finish_reason == FinishReason::kCancelled) {
+                cancel(*job);  // the other choices too
                 return false;
               }
+              // With logprobs every token gets a chunk (its text may still be held back).
+              const bool has_logprobs = job->request.logprobs >= 0 && event.token_id >= 0;
+              if ((!event.text.empty() || has_logprobs) &&
+                  !write(sse(chunk_json(*job, tagged.index, event.text, nullptr, false, take_logprobs(*job, choice)))))
+                return gone();
+              if (!event.finished) continue;
+              const std::string reason = finish_reason_name(choice.finish_reason);
+              if (!write(sse(chunk_json(*job, tagged.index, "", reason.c_str(), false, nullptr)))) return gone();
             }
+            if (!job->all_finished()) continue;
+            if (job->request.include_usage) {
+              Json usage = {{"id", job->id},
+                            {"object", job->request.chat ? "chat.completion.chunk" : "text_completion"},
+                            {"created", job->created},
+                            {"model", job->model},
+                            {"choices", Json::array()},
+                            {"usage", usage_json(*job)}};
+              if (!write(sse(usage))) return gone();
+            }
+            if (!write("data: [DONE]\n\n")) return gone();
+            done->store(true);
+            sink.done();
+            return true;
           }
         },
-        [this, job, done](bool) {
-          if (!done->load()) engine.cancel(job->engine_id);  // unknown or finished ids are ignored
+        [this, job, done, admission](bool) {
+          if (!done->load()) cancel(*job);  // unknown or finished ids are ignored
         });
+  }
+
+  bool drain(std::chrono::milliseconds timeout, const std::function<bool()>& abort) {
+    draining = true;
+    const auto deadline = Clock::now() + timeout;
+    std::unique_lock<std::mutex> lock(live_mutex);
+    while (!live.empty() && Clock::now() < deadline && !(abort && abort()))
+      live_changed.wait_for(lock, std::chrono::milliseconds(100));
+    if (live.empty()) return true;
+    for (const auto& job : live) cancel(*job);
+    // Cancelled requests end at the engine's next step; their handlers then close.
+    live_changed.wait_for(lock, std::chrono::seconds(10), [&] { return live.empty(); });
+    return false;
   }
 };
 
@@ -347,5 +549,9 @@ int Server::bind() {
 void Server::run() { impl_->http.listen_after_bind(); }
 
 void Server::stop() { impl_->http.stop(); }
+
+bool Server::drain(std::chrono::milliseconds timeout, const std::function<bool()>& abort) {
+  return impl_->drain(timeout, abort);
+}
 
 }  // namespace vt::server

@@ -1,8 +1,12 @@
 // The OpenAI-compatible HTTP server over the engine: /v1/completions, /v1/chat/completions (JSON
-// or SSE streaming), /v1/models, /health, /metrics. Bearer-key auth on all but /health.
+// or SSE streaming; n choices, logprobs, logit_bias), /v1/models, /health, /metrics. Bearer-key
+// auth on all but /health, a CORS allow-list, a cap on requests in flight (429 beyond it), and a
+// drain for shutdown (new requests 503, in-flight ones finish).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +25,10 @@ struct ServerOptions {
   size_t max_body_bytes = 1 << 20;
   int threads = 128;  // connections served at once (each stream holds one)
   int64_t default_chat_max_tokens = 512;
+  // Origins (exact "scheme://host[:port]", or "*") whose browsers may call the API; others get no
+  // CORS headers. Empty: none.
+  std::vector<std::string> allowed_origins;
+  int64_t max_concurrent_requests = 0;  // completions in flight at once, 429 beyond; 0: no cap
 };
 
 // What the server needs of the model's text side.
@@ -42,6 +50,10 @@ class Server {
   // Serves until stop() (from another thread or a signal handler's helper thread).
   void run();
   void stop();
+  // Refuses new completions (503) and waits up to `timeout` (or until `abort` returns true) for
+  // those in flight to finish; then cancels what is left and waits for their handlers to end.
+  // True when everything finished on its own. Call stop() afterwards.
+  bool drain(std::chrono::milliseconds timeout, const std::function<bool()>& abort = {});
 
  private:
   struct Impl;

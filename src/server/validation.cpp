@@ -121,27 +121,62 @@ void parse_stop(const Json& body, CompletionRequest& request, const ValidationLi
   }
 }
 
-// Fields vt does not implement are refused unless they ask for the default behaviour.
-void refuse_unsupported(const Json& body, bool chat) {
-  if (const Json* n = field(body, "n"); n && integer(*n, "n") != 1) invalid("n", "only n = 1 is supported");
-  if (const Json* best_of = field(body, "best_of"); best_of && integer(*best_of, "best_of") != 1)
-    invalid("best_of", "only best_of = 1 is supported");
-  if (const Json* logprobs = field(body, "logprobs")) {
-    const bool asked = chat ? boolean(*logprobs, "logprobs") : integer(*logprobs, "logprobs") != 0;
-    if (asked) invalid("logprobs", "logprobs are not supported");
+// n, logprobs / top_logprobs and logit_bias.
+void parse_choices_and_logprobs(const Json& body, CompletionRequest& request, const ValidationLimits& limits) {
+  if (const Json* n = field(body, "n")) {
+    request.n = integer(*n, "n");
+    if (request.n < 1 || request.n > limits.max_n)
+      invalid("n", "'n' must be in [1, " + std::to_string(limits.max_n) + "]");
   }
-  if (const Json* top_logprobs = field(body, "top_logprobs"); top_logprobs && integer(*top_logprobs, "top_logprobs") != 0)
-    invalid("top_logprobs", "top_logprobs are not supported");
+  if (const Json* best_of = field(body, "best_of"); best_of && integer(*best_of, "best_of") != request.n)
+    invalid("best_of", "'best_of' must equal 'n' (choices are not ranked)");
+  const Json* logprobs = field(body, "logprobs");
+  const Json* top_logprobs = field(body, "top_logprobs");
+  if (request.chat) {
+    const bool asked = logprobs && boolean(*logprobs, "logprobs");
+    if (top_logprobs) {
+      const int64_t count = integer(*top_logprobs, "top_logprobs");
+      if (count < 0 || count > 20) invalid("top_logprobs", "'top_logprobs' must be in [0, 20]");
+      if (!asked) invalid("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+      request.logprobs = count;
+    } else if (asked) {
+      request.logprobs = 0;
+    }
+  } else {
+    if (logprobs) {
+      request.logprobs = integer(*logprobs, "logprobs");
+      if (request.logprobs < 0 || request.logprobs > 5) invalid("logprobs", "'logprobs' must be in [0, 5]");
+    }
+    if (top_logprobs) invalid("top_logprobs", "'top_logprobs' is a chat field; completions take 'logprobs': 0..5");
+  }
+  if (const Json* as_ids = field(body, "return_tokens_as_token_ids"))
+    request.tokens_as_ids = boolean(*as_ids, "return_tokens_as_token_ids");
+  if (const Json* bias = field(body, "logit_bias")) {
+    if (!bias->is_object()) invalid("logit_bias", "'logit_bias' must be an object of token id -> bias");
+    if (int64_t(bias->size()) > limits.max_logit_bias)
+      invalid("logit_bias", "'logit_bias' has " + std::to_string(bias->size()) + " entries; at most " +
+                                std::to_string(limits.max_logit_bias) + " are allowed");
+    for (const auto& [key, value] : bias->items()) {
+      const bool digits = !key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos;
+      const int64_t id = digits ? std::stoll(key) : -1;
+      if (id < 0 || id >= limits.vocab_size)
+        invalid("logit_bias", "logit_bias key '" + key + "' is not a token id in [0, " +
+                                  std::to_string(limits.vocab_size) + ")");
+      const double amount = number(value, "logit_bias");
+      if (amount < -100 || amount > 100) invalid("logit_bias", "logit_bias values must be in [-100, 100]");
+      request.logit_bias.emplace_back(int32_t(id), float(amount));
+    }
+  }
+}
+
+// Fields vt does not implement are refused unless they ask for the default behaviour.
+void refuse_unsupported(const Json& body) {
   for (const char* name : {"presence_penalty", "frequency_penalty"}) {
     const Json* penalty = field(body, name);
     if (!penalty) continue;
     const double value = number(*penalty, name);
     if (value < -2 || value > 2) invalid(name, std::string("'") + name + "' must be in [-2, 2]");
     if (value != 0) invalid(name, std::string("'") + name + "' is not supported (only 0)");
-  }
-  if (const Json* bias = field(body, "logit_bias")) {
-    if (!bias->is_object()) invalid("logit_bias", "'logit_bias' must be an object");
-    if (!bias->empty()) invalid("logit_bias", "'logit_bias' is not supported");
   }
   if (const Json* echo = field(body, "echo"); echo && boolean(*echo, "echo")) invalid("echo", "'echo' is not supported");
   if (field(body, "suffix")) invalid("suffix", "'suffix' is not supported");
@@ -237,7 +272,8 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat, con
     if (const Json* usage = field(*options, "include_usage"))
       request.include_usage = boolean(*usage, "stream_options.include_usage");
   }
-  refuse_unsupported(body, chat);
+  parse_choices_and_logprobs(body, request, limits);
+  refuse_unsupported(body);
   return request;
 }
 

@@ -32,6 +32,8 @@ struct ValidationLimits {
   int64_t max_stop_strings = 4;
   int64_t max_stop_bytes = 256;
   int64_t default_chat_max_tokens = 512;
+  int64_t max_n = 8;               // choices per request
+  int64_t max_logit_bias = 1024;   // entries in logit_bias
 };
 
 struct CompletionRequest {
@@ -44,6 +46,12 @@ struct CompletionRequest {
   bool seeded = false;
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
+  int64_t n = 1;  // choices, each its own sequence
+  // -1: no logprobs. Else how many top alternatives per token (completions: `logprobs` 0..5;
+  // chat: `top_logprobs` 0..20 with `logprobs: true`).
+  int64_t logprobs = -1;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> bias in [-100, 100]
+  bool tokens_as_ids = false;  // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N"
 };
 
 // Throws ApiError for any body the server cannot serve exactly as asked.

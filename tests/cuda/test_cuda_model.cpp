@@ -3,6 +3,9 @@
 // looser bound (docs/numerics.md). Skips without a GPU unless VT_REQUIRE_GPU is set.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -11,6 +14,7 @@
 #include "../numerics.h"
 #include "backends/cuda/cuda_ops.h"
 #include "cuda_test_support.h"
+#include "engine/engine.h"
 #include "engine/generate.h"
 #include "io/json_config.h"
 #include "models/qwen3_5_cuda.h"
@@ -154,6 +158,52 @@ TEST_F(CudaModel, SyntheticMoeDecode) {
   model.decode_step({1, 2, 3, 4, 5, 6, 7, 8}, {3, 5, 7, 9, 11, 13, 15, 17}, &next, true);
   ASSERT_EQ(next.size(), 8u);
   for (int32_t id : next) EXPECT_TRUE(id >= 0 && id < config.vocab_size);
+}
+
+// The serving engine on the CUDA model: concurrent requests run as batched steps (prefill chunks
+// and decode tokens mixed, all-decode steps through the CUDA graph of their batch size) and each
+// gets HF's greedy tokens, as when run alone.
+TEST_F(CudaModel, EngineBatchedStepsGiveHfGreedyTokens) {
+  for (const char* name : {"qwen3_5_dense", "qwen3_5_moe"}) {
+    CudaModelOptions options;
+    options.activations = DType::kF32;
+    options.max_sequences = 4;
+    options.max_context = 256;  // the golden prompts are 7 and 150 tokens, plus 24 generated
+    options.max_step_tokens = 64;
+    options.max_logit_rows = 4;
+    auto model = load_qwen35_cuda(kGolden + name, options);
+    nlohmann::json reference = read_json_file(kGolden + name + "/reference.json");
+    // Declared before the engine, so they outlive its thread (its destructor joins it).
+    std::mutex mutex;
+    std::condition_variable done;
+    int finished = 0;
+    std::vector<std::vector<int32_t>> outputs(reference["prompts"].size() * 2);
+    std::vector<std::vector<int32_t>> wanted;
+    EngineOptions engine_options;
+    engine_options.max_running = 4;
+    engine_options.step_token_budget = 64;
+    engine_options.prefill_chunk = 16;  // several chunks per prompt, interleaved with decodes
+    engine_options.cache_blocks = 64;
+    Engine engine(*model, nullptr, engine_options);
+    for (size_t r = 0; r < outputs.size(); ++r) {  // each prompt twice: 4 requests at once
+      const auto& prompt = reference["prompts"][r % reference["prompts"].size()];
+      wanted.push_back(prompt["greedy_ids"].get<std::vector<int32_t>>());
+      RequestParams params;
+      params.max_tokens = int64_t(wanted.back().size());
+      engine.submit(prompt["ids"].get<std::vector<int32_t>>(), params, [&, r](const TokenEvent& event) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (event.token_id >= 0) outputs[r].push_back(event.token_id);
+        if (event.finished) {
+          EXPECT_TRUE(event.error.empty()) << event.error;
+          ++finished;
+          done.notify_all();
+        }
+      });
+    }
+    std::unique_lock<std::mutex> lock(mutex);
+    ASSERT_TRUE(done.wait_for(lock, std::chrono::seconds(120), [&] { return finished == int(outputs.size()); }));
+    for (size_t r = 0; r < outputs.size(); ++r) EXPECT_EQ(outputs[r], wanted[r]) << name << " request " << r;
+  }
 }
 
 // A forced GEMM backend that cannot serve a shape the model will run is refused at start-up,

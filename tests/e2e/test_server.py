@@ -3,9 +3,12 @@
 
   test_server.py VT_BINARY [MODEL.gguf]
 
-Completions and chat completions, streamed and not, with usage; 16 concurrent greedy streams equal
-to each request alone; a client that hangs up mid-stream frees its cache; bad requests get 4xx
-with an error object and the server stays up; the API key guards all but /health.
+Completions and chat completions, streamed and not, with usage; logprobs, n and logit_bias; 64
+concurrent greedy streams equal to each request alone, on a KV cache small enough to preempt, while
+a request larger than the cache gets a 400; a client that hangs up mid-stream frees its cache; 40+
+bad requests get 4xx with an error object and the server stays up; the API key guards all but
+/health. A second server: CORS allow-list, --max-concurrent-requests (429), and SIGTERM draining
+(the stream in flight completes, new requests get 503, exit 0).
 Exits 77 (skipped) when the model is not fetched, unless VT_REQUIRE_SMOLLM2=1.
 """
 import concurrent.futures
@@ -13,6 +16,7 @@ import http.client
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -29,9 +33,12 @@ def check(condition, message):
         print("FAIL:", message, flush=True)
 
 
-def start_server(vt, model):
+CACHE_TOKENS = 512  # 32 blocks of 16: 64 concurrent requests do not fit at once (preemption)
+
+
+def start_server(vt, model, *extra):
     process = subprocess.Popen([vt, "--threads", "2", "serve", "--model", model, "--port", "0", "--api-key", API_KEY,
-                                "--served-model-name", "smollm2", "--cache-tokens", "32768"],
+                                "--served-model-name", "smollm2", "--cache-tokens", str(CACHE_TOKENS), *extra],
                                stderr=subprocess.PIPE, text=True)
     port = None
     deadline = time.time() + 120
@@ -129,31 +136,126 @@ def test_chat(client):
     check(usage is not None and usage.model_dump() == plain.usage.model_dump(), f"chat stream usage {usage}")
 
 
-def test_concurrent_streams(client, count=16):
-    prompts = [f"Write a short sentence about the number {i}." for i in range(count)]
+def test_concurrent_streams(client, port, count=64, distinct=16):
+    """64 streams at once (each of 16 prompts 4 times) equal each prompt run alone, on a cache that
+    holds only some of them (so requests are preempted and recomputed); meanwhile a request larger
+    than the cache is refused with a 400 naming the context, and the others proceed."""
+    prompts = [f"Here is one short sentence about the number {i}, and here is" for i in range(distinct)]
 
-    def chat(prompt, stream):
-        kwargs = dict(model="smollm2", messages=[{"role": "user", "content": prompt}], max_tokens=12, temperature=0)
+    def chat(prompt, stream):  # completions: a short prompt keeps the CPU time in CI small
+        kwargs = dict(model="smollm2", prompt=prompt, max_tokens=6, temperature=0)
         if not stream:
-            return client.chat.completions.create(**kwargs).choices[0].message.content
+            return client.completions.create(**kwargs).choices[0].text
         text = ""
-        for chunk in client.chat.completions.create(stream=True, **kwargs):
-            if chunk.choices and chunk.choices[0].delta.content:
-                text += chunk.choices[0].delta.content
+        for chunk in client.completions.create(stream=True, **kwargs):
+            if chunk.choices:
+                text += chunk.choices[0].text
         return text
 
     alone = [chat(prompt, False) for prompt in prompts]
+    before = metrics(port)
     start = time.time()
     with concurrent.futures.ThreadPoolExecutor(count) as pool:
-        together = list(pool.map(lambda p: chat(p, True), prompts))
-    print(f"{count} concurrent streams in {time.time() - start:.1f} s", flush=True)
-    for i, (a, b) in enumerate(zip(alone, together)):
-        check(a == b, f"request {i}: alone {a!r} != concurrent {b!r}")
+        futures = [pool.submit(chat, prompts[i % distinct], True) for i in range(count)]
+        time.sleep(1.0)
+        status, data = raw(port, "POST", "/v1/completions",
+                           {"model": "smollm2", "prompt": "word " * (CACHE_TOKENS + 100), "max_tokens": 4})
+        message = json.loads(data).get("error", {}).get("message", "") if data.startswith(b"{") else ""
+        check(status == 400 and "context" in message, f"a request larger than the cache: {status} {data[:200]!r}")
+        together = [future.result() for future in futures]
+    after = metrics(port)
+    print(f"{count} concurrent streams in {time.time() - start:.1f} s, "
+          f"{after['vt_preemptions_total'] - before['vt_preemptions_total']:.0f} preemptions", flush=True)
+    for i, text in enumerate(together):
+        check(text == alone[i % distinct], f"request {i}: alone {alone[i % distinct]!r} != concurrent {text!r}")
+    check(after["vt_time_to_first_token_seconds_count"] > before["vt_time_to_first_token_seconds_count"], "TTFT observed")
+    check(after["vt_inter_token_latency_seconds_count"] >= before["vt_inter_token_latency_seconds_count"] + count * 4,
+          "inter-token latencies observed")
+
+
+def test_sampling_features(client):
+    """logprobs (completions and chat, streamed and not), n choices, seed, logit_bias."""
+    prompt = "The capital of France is"
+    plain = client.completions.create(model="smollm2", prompt=prompt, max_tokens=6, temperature=0, logprobs=3)
+    choice = plain.choices[0]
+    lp = choice.logprobs
+    check(lp is not None and len(lp.tokens) == plain.usage.completion_tokens == len(lp.token_logprobs)
+          == len(lp.top_logprobs) == len(lp.text_offset), f"completion logprobs shape: {lp}")
+    if lp is not None and lp.tokens:
+        check("".join(lp.tokens) == choice.text, f"tokens {lp.tokens} join to {choice.text!r}")
+        check(all(v <= 0 for v in lp.token_logprobs), "logprobs <= 0")
+        check(all(3 <= len(top) <= 4 for top in lp.top_logprobs), f"top_logprobs sizes {lp.top_logprobs}")
+        # Greedy: the chosen token is the most likely one.
+        check(all(abs(max(top.values()) - v) < 1e-6 for top, v in zip(lp.top_logprobs, lp.token_logprobs)),
+              "greedy picks the top logprob")
+        check(lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0, f"text_offset {lp.text_offset}")
+    stream = client.completions.create(model="smollm2", prompt=prompt, max_tokens=6, temperature=0, logprobs=3,
+                                       stream=True)
+    tokens, values = [], []
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].logprobs:
+            tokens += chunk.choices[0].logprobs.tokens
+            values += chunk.choices[0].logprobs.token_logprobs
+    check(lp is not None and tokens == lp.tokens and values == lp.token_logprobs, f"streamed logprobs {tokens} {values}")
+
+    messages = [{"role": "user", "content": "Name a color."}]
+    chat = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=5, temperature=0,
+                                          logprobs=True, top_logprobs=2)
+    content = chat.choices[0].logprobs.content if chat.choices[0].logprobs else None
+    check(content is not None and len(content) == chat.usage.completion_tokens, f"chat logprobs: {content}")
+    if content:
+        check(all(len(entry.top_logprobs) == 2 and entry.logprob == entry.top_logprobs[0].logprob for entry in content),
+              "chat top_logprobs")
+        check(all(bytes(entry.bytes).decode("utf-8", "replace") == entry.token for entry in content), "chat bytes")
+    streamed = []
+    for chunk in client.chat.completions.create(model="smollm2", messages=messages, max_tokens=5, temperature=0,
+                                                logprobs=True, top_logprobs=2, stream=True):
+        if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+            streamed += [(entry.token, entry.logprob) for entry in chunk.choices[0].logprobs.content]
+    check(content is not None and streamed == [(entry.token, entry.logprob) for entry in content],
+          f"chat streamed logprobs {streamed}")
+
+    # n choices with a seed: repeatable, streamed or not; usage counts every choice.
+    kwargs = dict(model="smollm2", prompt="Once upon a time", max_tokens=8, temperature=1.0, seed=11, n=3)
+    first = client.completions.create(**kwargs)
+    again = client.completions.create(**kwargs)
+    texts = [c.text for c in sorted(first.choices, key=lambda c: c.index)]
+    check([c.index for c in first.choices] == [0, 1, 2], f"n=3 indices {[c.index for c in first.choices]}")
+    check(texts == [c.text for c in sorted(again.choices, key=lambda c: c.index)], "a seeded request repeats")
+    check(len(set(texts)) > 1, f"n=3 choices differ: {texts}")
+    check(first.usage.completion_tokens == 24 or any(c.finish_reason == "stop" for c in first.choices),
+          f"n=3 usage {first.usage}")
+    pieces = {}
+    finishes = {}
+    for chunk in client.completions.create(stream=True, **kwargs):
+        for c in chunk.choices:
+            pieces[c.index] = pieces.get(c.index, "") + c.text
+            if c.finish_reason:
+                finishes[c.index] = c.finish_reason
+    check([pieces.get(i) for i in range(3)] == texts and len(finishes) == 3, f"n=3 streamed {pieces} vs {texts}")
+    chat_n = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=4, n=2, temperature=0)
+    check(len(chat_n.choices) == 2 and chat_n.choices[0].message.content == chat_n.choices[1].message.content,
+          "greedy chat n=2 gives two equal choices")
+
+    # logit_bias: +100 on one token makes it every token; -100 on it keeps it out even where the prompt
+    # (that token repeated) makes it the likely continuation.
+    forced = client.completions.create(model="smollm2", prompt=prompt, max_tokens=4, temperature=0, logprobs=0,
+                                       logit_bias={"1000": 100})
+    ftokens = forced.choices[0].logprobs.tokens
+    check(len(ftokens) == 4 and len(set(ftokens)) == 1, f"logit_bias +100: {ftokens}")
+    # -100 on the greedy answer's first token (its id from vLLM's return_tokens_as_token_ids) bans it.
+    ids = dict(model="smollm2", prompt=prompt, max_tokens=4, temperature=0, logprobs=0,
+               extra_body={"return_tokens_as_token_ids": True})
+    free = client.completions.create(**ids).choices[0].logprobs.tokens
+    check(all(re.fullmatch(r"token_id:\d+", t) for t in free), f"tokens as ids: {free}")
+    banned_id = free[0].split(":")[1]
+    banned = client.completions.create(logit_bias={banned_id: -100}, **ids).choices[0].logprobs.tokens
+    check(free[0] not in banned, f"logit_bias -100 on {banned_id}: {free} -> {banned}")
 
 
 def test_disconnect(port):
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    body = json.dumps({"model": "smollm2", "prompt": "Once upon a time", "max_tokens": 4000, "stream": True,
+    body = json.dumps({"model": "smollm2", "prompt": "Once upon a time", "max_tokens": 400, "stream": True,
                        "temperature": 0, "stop": []})
     connection.request("POST", "/v1/completions", body=body,
                        headers={"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY})
@@ -191,20 +293,49 @@ BAD_REQUESTS = [
     ("/v1/completions", {"prompt": "hi", "max_tokens": 0}),
     ("/v1/completions", {"prompt": "hi", "max_tokens": 10**7}),
     ("/v1/completions", {"prompt": "hi", "max_tokens": "8"}),
-    ("/v1/completions", {"prompt": "hi", "n": 3}),
+    ("/v1/completions", {"prompt": "hi", "n": 9}),
+    ("/v1/completions", {"prompt": "hi", "n": 0}),
+    ("/v1/completions", {"prompt": "hi", "n": 2, "best_of": 4}),
     ("/v1/completions", {"prompt": "hi", "temperature": -1}),
     ("/v1/completions", '{"prompt": "hi", "temperature": NaN}'),
     ("/v1/completions", {"prompt": "hi", "top_p": 0}),
     ("/v1/completions", {"prompt": "hi", "top_p": 1.01}),
     ("/v1/completions", {"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}),
-    ("/v1/completions", {"prompt": "hi", "logprobs": 5}),
-    ("/v1/completions", {"prompt": "hi", "logit_bias": {"1": 5}}),
+    ("/v1/completions", {"prompt": "hi", "logprobs": 6}),
+    ("/v1/completions", {"prompt": "hi", "logprobs": "3"}),
+    ("/v1/completions", {"prompt": "hi", "top_logprobs": 3}),
+    ("/v1/completions", {"prompt": "hi", "logit_bias": {"49152": 5}}),
+    ("/v1/completions", {"prompt": "hi", "logit_bias": {"-3": 5}}),
+    ("/v1/completions", {"prompt": "hi", "logit_bias": {"abc": 5}}),
+    ("/v1/completions", {"prompt": "hi", "logit_bias": {"5": 101}}),
+    ("/v1/completions", {"prompt": "hi", "logit_bias": {"5": "x"}}),
+    ("/v1/completions", {"prompt": "hi", "logit_bias": [1, 2]}),
+    ("/v1/completions", {"prompt": "hi", "presence_penalty": 3}),
+    ("/v1/completions", {"prompt": "hi", "frequency_penalty": 0.5}),
+    ("/v1/completions", {"prompt": "hi", "echo": True}),
+    ("/v1/completions", {"prompt": "hi", "suffix": "x"}),
+    ("/v1/completions", {"prompt": "hi", "top_k": -5}),
+    ("/v1/completions", {"prompt": "hi", "seed": "abc"}),
+    ("/v1/completions", {"prompt": "hi", "stream": "yes"}),
+    ("/v1/completions", {"prompt": "hi", "stop": 5}),
+    ("/v1/completions", {"prompt": "hi", "stop": [""]}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": -1}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2.5}),
+    ("/v1/completions", {"prompt": [1.5, 2]}),
+    ("/v1/completions", {"prompt": [[1, 2], [3, 4]]}),
+    ("/v1/completions", {"prompt": "hi", "model": 7}),
     ("/v1/completions", {"prompt": "hi", "stream_options": {"include_usage": True}}),
     ("/v1/chat/completions", {}),
     ("/v1/chat/completions", {"messages": []}),
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}),
     ("/v1/chat/completions", {"messages": "hello"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": 1}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+    ("/v1/chat/completions", {"messages": [{"content": "x"}]}),
     ("/v1/chat/completions", "[" * 5000 + "]" * 5000),
     ("/v1/nowhere", {"prompt": "hi"}),
 ]
@@ -222,8 +353,85 @@ def test_bad_requests(port):
               f"{path} {str(body)[:60]!r}: status {status}, body {data[:200]!r}")
     status, _ = raw(port, "POST", "/v1/completions", "x" * (2 << 20))
     check(status == 413, f"oversize body: status {status}")
-    check(len(BAD_REQUESTS) + 1 >= 20, "at least 20 bad requests")
+    check(len(set(json.dumps(b) if not isinstance(b, bytes) else b.hex() for _, b in BAD_REQUESTS)) + 1 >= 40,
+          "at least 40 distinct bad requests")
     check(raw(port, "GET", "/health")[0] == 200, "the server is up after bad requests")
+
+
+def test_operations(vt, model):
+    """A second server: CORS allow-list, the in-flight cap (429), and SIGTERM draining."""
+    process, port = start_server(vt, model, "--max-concurrent-requests", "2", "--allowed-origins",
+                                 "http://good.example,http://also.example", "--drain-timeout", "30")
+    try:
+        def preflight(origin):
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            connection.request("OPTIONS", "/v1/chat/completions", headers={
+                "Origin": origin, "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type"})
+            response = connection.getresponse()
+            response.read()
+            connection.close()
+            return response.status, dict(response.getheaders())
+
+        status, headers = preflight("http://good.example")
+        check(status == 204 and headers.get("Access-Control-Allow-Origin") == "http://good.example"
+              and "POST" in headers.get("Access-Control-Allow-Methods", "")
+              and "authorization" in headers.get("Access-Control-Allow-Headers", ""), f"preflight allowed: {headers}")
+        status, headers = preflight("http://evil.example")
+        check(not any(h.startswith("Access-Control-") for h in headers), f"preflight refused: {status} {headers}")
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection.request("GET", "/v1/models", headers={"Origin": "http://also.example",
+                                                         "Authorization": "Bearer " + API_KEY})
+        response = connection.getresponse()
+        response.read()
+        check(response.status == 200 and response.getheader("Access-Control-Allow-Origin") == "http://also.example",
+              "CORS header on an allowed origin's request")
+        connection.request("GET", "/v1/models", headers={"Origin": "http://evil.example",
+                                                         "Authorization": "Bearer " + API_KEY})
+        response = connection.getresponse()
+        response.read()
+        check(response.getheader("Access-Control-Allow-Origin") is None, "no CORS header for another origin")
+        connection.close()
+
+        # Two streams in flight fill the cap; a third request gets 429 with an error object.
+        def open_stream(max_tokens):
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            connection.request("POST", "/v1/completions", body=json.dumps(
+                {"model": "smollm2", "prompt": "Once upon a time", "max_tokens": max_tokens, "temperature": 0,
+                 "stream": True}), headers={"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY})
+            response = connection.getresponse()
+            check(response.status == 200, f"stream status {response.status}")
+            response.readline()  # the first event
+            return connection, response
+
+        first, first_response = open_stream(60)
+        second, second_response = open_stream(300)
+        status, data = raw(port, "POST", "/v1/completions", {"model": "smollm2", "prompt": "hi", "max_tokens": 2})
+        error = json.loads(data).get("error", {}) if data.startswith(b"{") else {}
+        check(status == 429 and error.get("code") == "rate_limit_exceeded", f"beyond the cap: {status} {data[:200]!r}")
+        second.sock.close()  # hang up: its slot frees
+        second.close()
+        deadline = time.time() + 10
+        while time.time() < deadline and metrics(port)["vt_http_requests_in_flight"] > 1:
+            time.sleep(0.1)
+        check(metrics(port)["vt_http_requests_in_flight"] == 1, "a hung-up stream leaves the cap")
+
+        # SIGTERM while the first stream runs: it completes, new requests get 503, the process exits 0.
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        status, data = raw(port, "POST", "/v1/completions", {"model": "smollm2", "prompt": "hi", "max_tokens": 2})
+        check(status == 503 and b"error" in data, f"during the drain: {status} {data[:200]!r}")
+        check(raw(port, "GET", "/health", key=None)[0] == 503, "/health is 503 while draining")
+        rest = first_response.read().decode()
+        check(rest.rstrip().endswith("data: [DONE]") and '"finish_reason":"length"' in rest,
+              f"the stream in flight completes: {rest[-300:]!r}")
+        first.close()
+        code = process.wait(timeout=30)
+        check(code == 0, f"vt serve exited {code} after draining")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def main():
@@ -241,12 +449,15 @@ def main():
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=API_KEY, max_retries=0, timeout=120)
         for test in (lambda: test_basics(client, port), lambda: test_completions(client), lambda: test_chat(client),
-                     lambda: test_concurrent_streams(client), lambda: test_disconnect(port),
-                     lambda: test_bad_requests(port), lambda: test_completions(client)):
+                     lambda: test_sampling_features(client), lambda: test_concurrent_streams(client, port),
+                     lambda: test_disconnect(port), lambda: test_bad_requests(port), lambda: test_completions(client)):
+            t0 = time.time()
             test()
+            print(f"  {time.time() - t0:.1f} s", flush=True)
         check(process.poll() is None, "the server is still running")
         values = metrics(port)
-        check(values["vt_requests_running"] == 0 and values["vt_kv_blocks_used"] == 0, f"final metrics {values}")
+        check(values["vt_requests_running"] == 0 and values["vt_requests_waiting"] == 0 and
+              values["vt_kv_blocks_used"] == 0 and values["vt_state_slots_used"] == 0, f"final metrics {values}")
     finally:
         process.terminate()
         try:
@@ -255,6 +466,7 @@ def main():
         except subprocess.TimeoutExpired:
             process.kill()
             check(False, "vt serve did not stop on SIGTERM")
+    test_operations(vt, model)
     print(f"{'FAILED' if failures else 'passed'} in {time.time() - started:.1f} s ({len(failures)} failures)")
     sys.exit(1 if failures else 0)
 

@@ -126,6 +126,23 @@ TEST(Golden, ChunkedEqualsRecurrentThroughTheModel) {
   }
 }
 
+// The FP8 output layer (`vt eval drift`, `--lm-head fp8`) moves the logits by less than the W8A8
+// bound and does move them; on the tiny golden models it keeps HF's greedy tokens.
+TEST(Golden, Fp8OutputLayerWithinBound) {
+  for (const char* name : {"qwen3_5_dense", "qwen3_5_moe"}) {
+    auto model = load_model(kGoldenDir + name, {});
+    nlohmann::json reference = read_json_file(kGoldenDir + name + "/reference.json");
+    auto ids = reference["prompts"][1]["ids"].get<std::vector<int32_t>>();
+    auto stored = prompt_logits(*model, ids, DeltaRuleChoice::kAuto);
+    model->quantize_lm_head_fp8();
+    auto fp8 = prompt_logits(*model, ids, DeltaRuleChoice::kAuto);
+    const double error = relative_l2(fp8.data(), stored.data(), stored.size());
+    EXPECT_GT(error, 0.0) << name;
+    EXPECT_LE(error, numerics::kFp8W8A8RelL2) << name;
+    EXPECT_THROW(model->quantize_lm_head_fp8(), Error) << name << ": quantising twice";
+  }
+}
+
 // Prefill of a prefix, then the rest one token at a time, equals one prefill of everything.
 TEST(Golden, PrefillThenDecodeEqualsOnePrefill) {
   for (const char* name : {"qwen3_5_dense", "qwen3_5_moe", "qwen3_next"}) {

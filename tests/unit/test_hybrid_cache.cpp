@@ -27,6 +27,25 @@ TEST(HybridCache, AdmitsOnlyWhenBlocksAndSlotsFit) {
   EXPECT_EQ(usage.sequences, 2);
 }
 
+TEST(HybridCache, ReserveGrowsABlockAtATimeOrTakesNothing) {
+  HybridCache cache(/*num_blocks=*/4, /*block_size=*/16, /*num_slots=*/2);
+  ASSERT_TRUE(cache.admit(1, 10, 0));  // 1 block
+  ASSERT_TRUE(cache.admit(2, 30, 0));  // 2 blocks
+  EXPECT_TRUE(cache.reserve(1, 16));   // still one block
+  EXPECT_EQ(cache.block_table(1).size(), 1u);
+  EXPECT_TRUE(cache.reserve(1, 17));
+  EXPECT_EQ(cache.block_table(1).size(), 2u);
+  EXPECT_EQ(cache.free_blocks(), 0);
+  EXPECT_FALSE(cache.reserve(2, 33));  // needs a third block: none free, nothing taken
+  EXPECT_EQ(cache.block_table(2).size(), 2u);
+  EXPECT_TRUE(cache.reserve(2, 5));    // never shrinks
+  EXPECT_EQ(cache.block_table(2).size(), 2u);
+  cache.release(1);
+  EXPECT_TRUE(cache.reserve(2, 64));
+  EXPECT_EQ(cache.usage().blocks_used, 4);
+  EXPECT_THROW(cache.reserve(1, 1), Error);  // released
+}
+
 TEST(HybridCache, ErrorsOnMisuse) {
   HybridCache cache(4, 8, 1);
   EXPECT_THROW(cache.release(7), Error);

@@ -72,7 +72,9 @@ TEST(ServerValidation, BadBodiesNameTheField) {
       {R"({"prompt": "a", "max_tokens": "5"})", false, 400, "max_tokens"},
       {R"({"prompt": "a", "max_tokens": 2.5})", false, 400, "max_tokens"},
       {R"({"prompt": "a", "max_tokens": 99999999999999999999})", false, 400, "max_tokens"},
-      {R"({"prompt": "a", "n": 2})", false, 400, "n"},
+      {R"({"prompt": "a", "n": 0})", false, 400, "n"},
+      {R"({"prompt": "a", "n": 9})", false, 400, "n"},
+      {R"({"prompt": "a", "n": 2, "best_of": 3})", false, 400, "best_of"},
       {R"({"prompt": "a", "temperature": -0.1})", false, 400, "temperature"},
       {R"({"prompt": "a", "temperature": 1e999})", false, 400, ""},  // out of double range: not JSON
       {R"({"prompt": "a", "temperature": "hot"})", false, 400, "temperature"},
@@ -84,8 +86,17 @@ TEST(ServerValidation, BadBodiesNameTheField) {
       {R"({"prompt": "a", "stop": 3})", false, 400, "stop"},
       {R"({"prompt": "a", "stream": "yes"})", false, 400, "stream"},
       {R"({"prompt": "a", "stream_options": {"include_usage": true}})", false, 400, "stream_options"},
-      {R"({"prompt": "a", "logprobs": 2})", false, 400, "logprobs"},
-      {R"({"prompt": "a", "logit_bias": {"5": 1}})", false, 400, "logit_bias"},
+      {R"({"prompt": "a", "logprobs": 6})", false, 400, "logprobs"},
+      {R"({"prompt": "a", "logprobs": -1})", false, 400, "logprobs"},
+      {R"({"prompt": "a", "logprobs": true})", false, 400, "logprobs"},
+      {R"({"prompt": "a", "top_logprobs": 2})", false, 400, "top_logprobs"},
+      {R"({"prompt": "a", "logit_bias": {"100": 1}})", false, 400, "logit_bias"},
+      {R"({"prompt": "a", "logit_bias": {"-1": 1}})", false, 400, "logit_bias"},
+      {R"({"prompt": "a", "logit_bias": {"x": 1}})", false, 400, "logit_bias"},
+      {R"({"prompt": "a", "logit_bias": {"5": 101}})", false, 400, "logit_bias"},
+      {R"({"prompt": "a", "logit_bias": {"5": "1"}})", false, 400, "logit_bias"},
+      {R"({"prompt": "a", "logit_bias": [5]})", false, 400, "logit_bias"},
+      {R"({"prompt": "a", "return_tokens_as_token_ids": 1})", false, 400, "return_tokens_as_token_ids"},
       {R"({"prompt": "a", "presence_penalty": 3})", false, 400, "presence_penalty"},
       {R"({"prompt": "a", "seed": "x"})", false, 400, "seed"},
       {R"({"prompt": "a", "echo": true})", false, 400, "echo"},
@@ -97,13 +108,36 @@ TEST(ServerValidation, BadBodiesNameTheField) {
       {R"({"messages": [{"role": "king", "content": "x"}]})", true, 400, "messages[0].role"},
       {R"({"messages": [{"role": "user"}]})", true, 400, "messages[0].content"},
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", true, 400, "messages[0].content"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", true, 400, "logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", true, 400, "logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", true, 400, "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})", true, 400,
+       "top_logprobs"},
   };
   for (const auto& [body, chat, status, param] : cases) {
     const auto [got_status, got_param] = outcome(body, chat);
     EXPECT_EQ(got_status, status) << body;
     EXPECT_EQ(got_param, param) << body;
   }
+}
+
+TEST(ServerValidation, ChoicesLogprobsAndLogitBias) {
+  auto request = parse_completion_request(R"({"prompt": "a", "n": 3, "best_of": 3, "logprobs": 5,
+                                              "logit_bias": {"7": -100, "99": 2.5}})",
+                                          false, limits());
+  EXPECT_EQ(request.n, 3);
+  EXPECT_EQ(request.logprobs, 5);
+  EXPECT_EQ(request.logit_bias, (std::vector<std::pair<int32_t, float>>{{7, -100.0f}, {99, 2.5f}}));
+  EXPECT_FALSE(request.tokens_as_ids);
+  EXPECT_TRUE(parse_completion_request(R"({"prompt": "a", "return_tokens_as_token_ids": true})", false, limits()).tokens_as_ids);
+  request = parse_completion_request(R"({"prompt": "a", "logprobs": 0})", false, limits());
+  EXPECT_EQ(request.logprobs, 0);
+  request = parse_completion_request(R"({"prompt": "a"})", false, limits());
+  EXPECT_EQ(request.logprobs, -1);
+  EXPECT_EQ(request.n, 1);
+  const std::string chat = R"({"messages": [{"role": "user", "content": "x"}], )";
+  EXPECT_EQ(parse_completion_request(chat + R"("logprobs": true})", true, limits()).logprobs, 0);
+  EXPECT_EQ(parse_completion_request(chat + R"("logprobs": true, "top_logprobs": 20})", true, limits()).logprobs, 20);
+  EXPECT_EQ(parse_completion_request(chat + R"("logprobs": false})", true, limits()).logprobs, -1);
 }
 
 TEST(ServerValidation, MaxTokensAgainstThePrompt) {

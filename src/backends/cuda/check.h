@@ -19,3 +19,14 @@
     VT_CUDA_CHECK(cudaGetLastError()); \
     ::vt::profile::intend(name);    \
   } while (0)
+
+// The same, with what the launch is for (profile::IntentInfo's fields, in order):
+//   VT_CUDA_CHECK_LAUNCH_INTENT("sm90_fp8_gemm_warp_rows", op, profile::OpGroup::kGemmMlp,
+//                               "fp8_warp_rows", {m, n, k}, bytes, 2.0 * m * n * k);
+// The fields are evaluated only while intents are being recorded.
+#define VT_CUDA_CHECK_LAUNCH_INTENT(name, ...)                                         \
+  do {                                                                                 \
+    VT_CUDA_CHECK(cudaGetLastError());                                                 \
+    if (::vt::profile::intents_active())                                               \
+      ::vt::profile::intend(name, ::vt::profile::IntentInfo{__VA_ARGS__});             \
+  } while (0)

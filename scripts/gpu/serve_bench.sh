@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Run ON the GPU machine (after scripts/gpu/cuda_tests.sh built build-gpu/; the Qwen3.5 tokenizer
+# folder carried in .cache/tokenizers/qwen3_5 from `make tokenizers` here): `vt serve` on the
+# synthetic Qwen3.5-27B FP8 model (CUDA, batched engine steps) and `vt bench serve` against it at
+# concurrency 1/16/64, chat and edit workloads. Logs in $OUT/serve_bench.tar.gz; the table last.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/gpu/env.sh
+OUT=${OUT:-/tmp/vt-out}
+LOGS=$(mktemp -d)
+VT=build-gpu/apps/vt
+TOKENIZER=${TOKENIZER:-.cache/tokenizers/qwen3_5}
+PORT=${PORT:-18800}
+[ -x "$VT" ] || { echo "build first: scripts/gpu/cuda_tests.sh" >&2; exit 1; }
+[ -f "$TOKENIZER/tokenizer.json" ] || { echo "no tokenizer at $TOKENIZER" >&2; exit 1; }
+"$VT" serve --synthetic "${MODEL:-qwen3.5-27b}" --weights fp8 --tokenizer "$TOKENIZER" --port "$PORT" \
+  --max-running 64 --max-context 2048 2>"$LOGS/serve.err" &
+server=$!
+for _ in $(seq 1 300); do grep -q "listening on" "$LOGS/serve.err" && break; sleep 1; done
+grep -q "listening on" "$LOGS/serve.err" || { echo "server did not start"; tail -20 "$LOGS/serve.err"; kill $server; exit 1; }
+status=0
+"$VT" bench serve --url "http://127.0.0.1:$PORT" --concurrency "${CONCURRENCY:-1,16,64}" --workload "${WORKLOADS:-chat,edit}" \
+  --json >"$LOGS/bench_serve.json" 2>"$LOGS/bench_serve.err" || { status=1; tail -20 "$LOGS/bench_serve.err"; }
+curl -s "http://127.0.0.1:$PORT/metrics" >"$LOGS/metrics.txt" 2>/dev/null || true
+kill -TERM $server
+wait $server || status=1
+tar -czf "$OUT/serve_bench.tar.gz" -C "$LOGS" .
+tail -3 "$LOGS/serve.err"
+python3 - "$LOGS/bench_serve.json" <<'PY'
+import json, sys
+try:
+    report = json.load(open(sys.argv[1]))
+except Exception as error:
+    print("no report:", error); sys.exit(0)
+runs = report.get("runs", report if isinstance(report, list) else [])
+for run in runs:
+    print(json.dumps({k: v for k, v in run.items() if not isinstance(v, (list, dict))}))
+PY
+exit $status

@@ -1,0 +1,34 @@
+// Drafters for speculative decoding: cheap guesses of the next tokens, verified by the target
+// model in one forward (spec/speculative.h).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace vt {
+
+// What a drafter proposes to follow a context.
+struct Draft {
+  std::vector<int32_t> tokens;
+  // [tokens.size(), vocab] row-major: the distribution q each token was drawn from (given the
+  // context and the earlier drafts). Empty when the drafter is deterministic: q is then a point
+  // mass at the token.
+  std::vector<float> probs;
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual std::string name() const = 0;
+  // Called once per generation with the prompt, before any proposal; no context will exceed
+  // max_length tokens, drafts included.
+  virtual void start(std::span<const int32_t> prompt, int64_t max_length) = 0;
+  // Proposes at most max_tokens (>= 1) tokens to follow `context`: the prompt and every token
+  // produced so far. Each context extends the previous one by some of the tokens last proposed
+  // (the accepted ones) and one token of the target's.
+  virtual void propose(std::span<const int32_t> context, int64_t max_tokens, Draft& draft) = 0;
+};
+
+}  // namespace vt
