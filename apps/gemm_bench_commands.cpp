@@ -84,30 +84,14 @@ struct Timing {
   int64_t kernels_ran = 0, kernels_expected = 0;
 };
 
-// Captures `iters` calls of `call(copy)` (copy cycling over the weight copies) into a graph,
-// runs it once to warm up, then times one launch; CUPTI counts `kernel` in a second launch.
+// Times `iters` calls of `call(copy)` (copy cycling over the weight copies) in a graph
+// (cuda::time_in_graph), then counts `kernel` under CUPTI in one more launch of that graph.
 template <typename Call>
 Timing time_graph(cudaStream_t stream, int64_t iters, int64_t copies, const char* kernel, int64_t launches_per_call,
                   Call call) {
-  cudaGraph_t graph;
-  VT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int64_t i = 0; i < iters; ++i) call(i % copies);
-  VT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec;
-  VT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaGraphDestroy(graph);
-  VT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  cudaEvent_t start, stop;
-  VT_CUDA_CHECK(cudaEventCreate(&start));
-  VT_CUDA_CHECK(cudaEventCreate(&stop));
-  VT_CUDA_CHECK(cudaEventRecord(start, stream));
-  VT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  VT_CUDA_CHECK(cudaEventRecord(stop, stream));
-  VT_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  VT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
   Timing timing;
-  timing.us = 1000.0 * ms / double(iters);
+  timing.us = cuda::time_in_graph(stream, iters, [&](int64_t i) { call(i % copies); }, &exec);
   if (kernel) {
     profile::KernelRecorder recorder;
     recorder.start();
@@ -117,8 +101,6 @@ Timing time_graph(cudaStream_t stream, int64_t iters, int64_t copies, const char
       if (record.name.find(kernel) != std::string::npos) ++timing.kernels_ran;
     timing.kernels_expected = iters * launches_per_call;
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   cudaGraphExecDestroy(exec);
   return timing;
 }

@@ -4,10 +4,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
-OUT=${OUT:-/tmp/vt-out}
-mkdir -p "$OUT"
-VT=build-gpu/apps/vt
-[ -x "$VT" ] || { echo "build first: scripts/gpu/cuda_tests.sh" >&2; exit 1; }
+require_build
 CONTEXT=${CONTEXT:-1024}
 BATCHES=${BATCHES:-1,16,64}
 status=0

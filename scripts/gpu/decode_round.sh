@@ -7,10 +7,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
-OUT=${OUT:-/tmp/vt-out}
 LOGS=$(mktemp -d)
-VT=build-gpu/apps/vt
-[ -x "$VT" ] || { echo "build first: scripts/gpu/cuda_tests.sh" >&2; exit 1; }
+require_build
 CONTEXT=${CONTEXT:-1024}
 status=0
 bench() {  # name, env..., -- vt args...

@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # Run ON the GPU machine (after scripts/gpu/cuda_tests.sh built build-gpu/): the FP8 GEMM
-# backends on the 27B and 35B-A3B decode shapes (`vt bench gemm`) and the cuBLASLt peer through torch._scaled_mm in the same call. Logs in $OUT/gemm_round.tar.gz.
+# backends on the 27B and 35B-A3B decode shapes (`vt bench gemm`) and the cuBLASLt peer through
+# torch._scaled_mm in the same call. Logs in $OUT/gemm_round.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
-OUT=${OUT:-/tmp/vt-out}
 LOGS=$(mktemp -d)
-VT=build-gpu/apps/vt
-[ -x "$VT" ] || { echo "build first: scripts/gpu/cuda_tests.sh" >&2; exit 1; }
+require_build
 status=0
 "$VT" bench gemm --synthetic qwen3.5-27b >"$LOGS/gemm_27b.md" 2>&1 || status=1
 "$VT" bench gemm --synthetic qwen3.5-35b-a3b --m 1,16,64 >"$LOGS/gemm_35b.md" 2>&1 || status=1

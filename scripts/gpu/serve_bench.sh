@@ -6,12 +6,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
-OUT=${OUT:-/tmp/vt-out}
 LOGS=$(mktemp -d)
-VT=build-gpu/apps/vt
 TOKENIZER=${TOKENIZER:-.cache/tokenizers/qwen3_5}
 PORT=${PORT:-18800}
-[ -x "$VT" ] || { echo "build first: scripts/gpu/cuda_tests.sh" >&2; exit 1; }
+require_build
 [ -f "$TOKENIZER/tokenizer.json" ] || { echo "no tokenizer at $TOKENIZER" >&2; exit 1; }
 "$VT" serve --synthetic "${MODEL:-qwen3.5-27b}" --weights fp8 --tokenizer "$TOKENIZER" --port "$PORT" \
   --max-running 64 --max-context 2048 2>"$LOGS/serve.err" &

@@ -204,14 +204,16 @@ TEST_F(CudaOps, Fp8BlockGemmMatchesCpu) {
       const double bound = backend == cuda::GemmBackend::kCublasLt ? 1e-3 : 1e-5;
       EXPECT_LE(relative_l2(runs[0], expected), bound)
           << m << "x" << n << "x" << k << " " << cuda::gemm_backend_name(backend);
-      if (backend != cuda::GemmBackend::kCublasLt)
+      if (backend != cuda::GemmBackend::kCublasLt) {
         EXPECT_TRUE(runs[0] == runs[1]) << m << "x" << n << "x" << k << " " << cuda::gemm_backend_name(backend)
                                         << " not deterministic";
+      }
     }
     EXPECT_GE(served, m == 1 ? 5 : 1) << m << "x" << n << "x" << k;
-    if (k % 128 == 0 && n % 128 == 0 && m >= 16)
+    if (k % 128 == 0 && n % 128 == 0 && m >= 16) {
       EXPECT_TRUE(registry.supports(cuda::GemmBackend::kCublasLt, m, n, k, n, DType::kF32))
           << "cuBLASLt refused " << m << "x" << n << "x" << k;
+    }
   }
 }
 

@@ -14,6 +14,41 @@
 
 namespace vt::cuda {
 
+namespace {
+
+// A TN plan (A = w transposed, B = x), fp32 compute: row-major y = x w^T as column-major
+// y^T [N, M] = w [K, N]^T x^T [K, M], with the output's leading dimension ldy.
+void describe_tn(cublasLtMatmulDesc_t* operation, cublasLtMatrixLayout_t* a, cublasLtMatrixLayout_t* b,
+                 cublasLtMatrixLayout_t* c, cudaDataType_t in_type, cudaDataType_t out_type, int64_t m, int64_t n,
+                 int64_t k, int64_t ldy) {
+  VT_CUBLAS_CHECK(cublasLtMatmulDescCreate(operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
+  VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(*operation, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+  VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(*operation, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof(no_transpose)));
+  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(a, in_type, uint64_t(k), uint64_t(n), k));
+  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(b, in_type, uint64_t(k), uint64_t(m), k));
+  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(c, out_type, uint64_t(n), uint64_t(m), ldy));
+}
+
+// cuBLASLt's first heuristic choice within the workspace; false when it has none.
+bool pick_algorithm(void* handle, cublasLtMatmulDesc_t operation, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                    cublasLtMatrixLayout_t c, size_t workspace_bytes, cublasLtMatmulAlgo_t* algorithm) {
+  cublasLtMatmulPreference_t preference;
+  VT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  VT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &workspace_bytes, sizeof(workspace_bytes)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle), operation, a, b,
+                                                               c, c, preference, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(preference);
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+  *algorithm = result.algo;
+  return true;
+}
+
+}  // namespace
+
 struct CublasLtGemm::Plan {
   cublasLtMatmulDesc_t operation = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -51,24 +86,9 @@ CublasLtGemm::Plan& CublasLtGemm::plan(int64_t m, int64_t n, int64_t k, DType dt
   const cudaDataType_t type = dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
   const cudaDataType_t out_type = out_dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
   auto plan = std::make_unique<Plan>();
-  VT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
-  VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
-  VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof(no_transpose)));
-  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, type, uint64_t(k), uint64_t(n), k));
-  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, type, uint64_t(k), uint64_t(m), k));
-  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, out_type, uint64_t(n), uint64_t(m), n));
-  cublasLtMatmulPreference_t preference;
-  VT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-  VT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                       &workspace_bytes_, sizeof(workspace_bytes_)));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  VT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->operation, plan->a,
-                                                 plan->b, plan->c, plan->c, preference, 1, &result, &found));
-  cublasLtMatmulPreferenceDestroy(preference);
-  VT_CHECK(found > 0, "cuBLASLt has no algorithm for m=", m, " n=", n, " k=", k, " ", dtype_name(dtype));
-  plan->algorithm = result.algo;
+  describe_tn(&plan->operation, &plan->a, &plan->b, &plan->c, type, out_type, m, n, k, n);
+  VT_CHECK(pick_algorithm(handle_, plan->operation, plan->a, plan->b, plan->c, workspace_bytes_, &plan->algorithm),
+           "cuBLASLt has no algorithm for m=", m, " n=", n, " k=", k, " ", dtype_name(dtype));
   return *(plans_[key] = std::move(plan));
 }
 
@@ -90,10 +110,8 @@ CublasLtGemm::Plan* CublasLtGemm::fp8_block_plan(int64_t m, int64_t n, int64_t k
   if (it != fp8_plans_.end()) return it->second.get();
   VT_CHECK(out_dtype == DType::kF32 || out_dtype == DType::kBF16, "cuBLASLt fp8 gemm: output ", dtype_name(out_dtype));
   auto plan = std::make_unique<Plan>();
-  VT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
-  VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
-  VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof(no_transpose)));
+  const cudaDataType_t out_type = out_dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  describe_tn(&plan->operation, &plan->a, &plan->b, &plan->c, CUDA_R_8F_E4M3, out_type, m, n, k, ldy);
   const cublasLtMatmulMatrixScale_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
                                     b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
   VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
@@ -102,25 +120,10 @@ CublasLtGemm::Plan* CublasLtGemm::fp8_block_plan(int64_t m, int64_t n, int64_t k
   const void* placeholder = workspace_;
   VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder, sizeof(placeholder)));
   VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder, sizeof(placeholder)));
-  const cudaDataType_t out_type = out_dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
-  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_8F_E4M3, uint64_t(k), uint64_t(n), k));
-  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_8F_E4M3, uint64_t(k), uint64_t(m), k));
-  VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, out_type, uint64_t(n), uint64_t(m), ldy));
-  cublasLtMatmulPreference_t preference;
-  VT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-  VT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                       &workspace_bytes_, sizeof(workspace_bytes_)));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->operation,
-                                                               plan->a, plan->b, plan->c, plan->c, preference, 1,
-                                                               &result, &found);
-  cublasLtMatmulPreferenceDestroy(preference);
-  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+  if (!pick_algorithm(handle_, plan->operation, plan->a, plan->b, plan->c, workspace_bytes_, &plan->algorithm)) {
     fp8_plans_[key] = nullptr;
     return nullptr;
   }
-  plan->algorithm = result.algo;
   return (fp8_plans_[key] = std::move(plan)).get();
 }
 

@@ -66,6 +66,32 @@ std::optional<GemmBackend> parse_gemm_backend(const std::string& name) {
   return std::nullopt;
 }
 
+double time_in_graph(cudaStream_t stream, int64_t calls, const std::function<void(int64_t)>& call,
+                     cudaGraphExec_t* exec_out) {
+  cudaGraph_t graph;
+  VT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int64_t i = 0; i < calls; ++i) call(i);
+  VT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  VT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaGraphDestroy(graph);
+  cudaEvent_t start, stop;
+  VT_CUDA_CHECK(cudaEventCreate(&start));
+  VT_CUDA_CHECK(cudaEventCreate(&stop));
+  VT_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm
+  VT_CUDA_CHECK(cudaEventRecord(start, stream));
+  VT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  VT_CUDA_CHECK(cudaEventRecord(stop, stream));
+  VT_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  VT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (exec_out) *exec_out = exec;
+  else cudaGraphExecDestroy(exec);
+  return 1000.0 * ms / double(calls);
+}
+
 int64_t gemm_bucket(int64_t m) {
   for (int64_t bound : kGemmBuckets)
     if (m <= bound) return bound;
@@ -170,27 +196,7 @@ std::string Fp8GemmRegistry::tune(const std::vector<GemmTuneShape>& shapes, int6
           };
           call(0);  // plans and lazy loads outside the capture
           VT_CUDA_CHECK(cudaStreamSynchronize(stream));
-          cudaGraph_t graph;
-          VT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-          for (int64_t i = 0; i < kTuneCalls; ++i) call(i);
-          VT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-          cudaGraphExec_t exec;
-          VT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-          cudaGraphDestroy(graph);
-          cudaEvent_t start, stop;
-          VT_CUDA_CHECK(cudaEventCreate(&start));
-          VT_CUDA_CHECK(cudaEventCreate(&stop));
-          VT_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm
-          VT_CUDA_CHECK(cudaEventRecord(start, stream));
-          VT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-          VT_CUDA_CHECK(cudaEventRecord(stop, stream));
-          VT_CUDA_CHECK(cudaEventSynchronize(stop));
-          float ms = 0;
-          VT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-          cudaEventDestroy(start);
-          cudaEventDestroy(stop);
-          cudaGraphExecDestroy(exec);
-          const double us = 1000.0 * ms / double(kTuneCalls);
+          const double us = time_in_graph(stream, kTuneCalls, call);
           if (best_us < 0 || us < best_us) best = backend, best_us = us;
         }
         cache[key][bucket_key] = {{"backend", gemm_backend_name(best)}, {"us", best_us}};

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -16,6 +17,8 @@
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/device_buffer.h"
 
+typedef struct CUgraphExec_st* cudaGraphExec_t;
+
 namespace vt::cuda {
 
 enum class GemmBackend { kGemv, kGemvSplitK, kGemvTma, kWarpRows, kMma, kCublasLt };
@@ -25,6 +28,13 @@ constexpr GemmBackend kAllGemmBackends[] = {GemmBackend::kGemv,     GemmBackend:
 const char* gemm_backend_name(GemmBackend backend);
 std::optional<GemmBackend> parse_gemm_backend(const std::string& name);
 Fp8GemmBackend kernel_backend(GemmBackend backend);  // vt's kernels (not kCublasLt)
+
+// Timing as a decode step runs GEMMs: `calls` back-to-back calls of call(i) captured into one
+// CUDA graph (plans and lazy loads must be made before), launched once to warm up, then timed over
+// one launch; returns microseconds per call. The graph is left in *exec when exec is not null (the
+// caller destroys it), else destroyed.
+double time_in_graph(cudaStream_t stream, int64_t calls, const std::function<void(int64_t)>& call,
+                     cudaGraphExec_t* exec = nullptr);
 
 // M buckets a choice is made for; a GEMM of m rows uses the bucket of the smallest bound >= m.
 constexpr int64_t kGemmBuckets[] = {1, 4, 8, 16, 32, 64, 128};
