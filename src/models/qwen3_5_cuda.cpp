@@ -12,9 +12,12 @@
 #include <sstream>
 
 #include "backends/cuda/check.h"
+#include "profile/intent.h"
 #include "core/error.h"
 
 namespace vt {
+
+using profile::OpGroup;
 
 struct Qwen35CudaModel::Workspace {
   int64_t max_tokens = 0, max_seqs = 0, max_blocks = 0;
@@ -42,6 +45,7 @@ struct Qwen35CudaModel::Workspace {
   cuda::DeviceBuffer metadata;            // i32: see upload_layout
   cuda::DeviceBuffer block_tables;        // [slots, max_blocks] i32 (static: slot s owns its own blocks)
   int32_t* host_metadata = nullptr;       // pinned staging for one step's metadata
+  int64_t kv_tokens = 0;                  // keys this step's tokens attend to (sum of position + 1)
   size_t metadata_ints = 0;
   cuda::StepLayout layout;
   const int32_t* token_ids = nullptr;
@@ -288,6 +292,8 @@ void Qwen35CudaModel::upload_layout(const std::vector<int32_t>& tokens, const st
   std::copy(seq_start.begin(), seq_start.end(), host + 3 * T);
   std::copy(slots.begin(), slots.end(), host + 3 * T + S + 1);
   std::copy(last_index.begin(), last_index.end(), host + 3 * T + 2 * S + 1);
+  w.kv_tokens = 0;
+  for (int32_t position : positions) w.kv_tokens += int64_t(position) + 1;
   VT_CUDA_CHECK(cudaMemcpyAsync(w.metadata.data(), host, w.metadata_ints * sizeof(int32_t), cudaMemcpyHostToDevice,
                                 stream_));
 }
@@ -341,8 +347,11 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
   const int64_t attention_splits =
       std::clamp<int64_t>(kAttentionBlocks / (T * c.num_heads), 1, (options_.max_context + 63) / 64);
   const int64_t keys_per_split = (options_.max_context + attention_splits - 1) / attention_splits;
-  cuda::embedding(w.x.data(), act, w.token_ids, T, weights_.embed_tokens.data(), weights_.embed_tokens.view().dtype, H,
-                  stream_);
+  {
+    profile::OpScope op("embed", OpGroup::kEmbed);
+    cuda::embedding(w.x.data(), act, w.token_ids, T, weights_.embed_tokens.data(), weights_.embed_tokens.view().dtype,
+                    H, stream_);
+  }
   const void* pending = nullptr;  // the previous block's output, added to x by the next norm
   // FP8 activations made by the op before a W8A8 linear (VT_FUSED_QUANT=0: each linear quantises).
   const auto fp8 = [&](const CudaLinear& linear) { return fuse_quant_ && linear.format == WeightFormat::kFp8Block; };
@@ -354,12 +363,19 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
     const CudaLayer& layer = weights_.layers[i];
     const bool gdn = layer.kind == LayerKind::kLinearAttention;
     const Fp8Rows mixer_in = codes(norm_fusable && fp8(gdn ? layer.in_proj : layer.qkv), normed_q);
-    cuda::add_rms_norm(w.normed.data(), w.x.data(), pending, layer.input_norm.as<float>(), T, H, eps, 1.0f, act,
-                       stream_, const_cast<uint8_t*>(mixer_in.codes), const_cast<float*>(mixer_in.scales));
+    {
+      profile::OpScope op("input_norm", OpGroup::kNorm);
+      cuda::add_rms_norm(w.normed.data(), w.x.data(), pending, layer.input_norm.as<float>(), T, H, eps, 1.0f, act,
+                         stream_, const_cast<uint8_t*>(mixer_in.codes), const_cast<float*>(mixer_in.scales));
+    }
     if (gdn) {
       const int64_t stride = layer.in_proj.n;  // [qkv | z]
-      linear(layer.in_proj, w.projected.data(), w.normed.data(), T, mixer_in);
-      linear(layer.in_proj_ba, w.ba.data(), w.normed.data(), T, fp8(layer.in_proj_ba) ? mixer_in : none);
+      {
+        profile::OpScope op("gdn.in_proj", OpGroup::kGemmGdnIn);
+        linear(layer.in_proj, w.projected.data(), w.normed.data(), T, mixer_in);
+        linear(layer.in_proj_ba, w.ba.data(), w.normed.data(), T, fp8(layer.in_proj_ba) ? mixer_in : none);
+      }
+      profile::OpScope gdn_op("gdn", OpGroup::kGdn);
       cuda::gdn_conv(w.conv_out.as<float>(), w.conv_state[i].as<float>(), w.projected.data(), stride,
                      layer.conv_weight.as<float>(), layout, delta_net, act, stream_);
       const Fp8Rows out_in = codes(fp8(layer.out_proj) && c.linear_value_head_dim == 128, inner_q);
@@ -367,9 +383,14 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
                           stride, c.conv_dim(), w.ba.data(), layer.a_log.as<float>(), layer.dt_bias.as<float>(),
                           layer.gdn_norm.as<float>(), layout, delta_net, act, stream_,
                           const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales));
+      profile::OpScope out_op("gdn.out_proj", OpGroup::kGemmOut);
       linear(layer.out_proj, w.branch.data(), w.mixer_out.data(), T, out_in);
     } else {
-      linear(layer.qkv, w.projected.data(), w.normed.data(), T, mixer_in);
+      {
+        profile::OpScope op("attn.qkv", OpGroup::kGemmAttnQkv);
+        linear(layer.qkv, w.projected.data(), w.normed.data(), T, mixer_in);
+      }
+      profile::OpScope attention_op("attention", OpGroup::kAttention);
       cuda::attention_prepare(w.q.as<float>(), w.gate.data(), w.k_cache[i].data(), w.v_cache[i].data(),
                               w.projected.data(), layer.q_norm.as<float>(), layer.k_norm.as<float>(), layout,
                               attention, act, stream_);
@@ -377,31 +398,46 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
       cuda::paged_attention(w.mixer_out.data(), w.attention_partials.as<float>(), w.q.as<float>(), w.gate.data(),
                             w.k_cache[i].data(), w.v_cache[i].data(), layout, attention, attention_splits,
                             keys_per_split, act, stream_, const_cast<uint8_t*>(o_in.codes),
-                            const_cast<float*>(o_in.scales));
+                            const_cast<float*>(o_in.scales), w.kv_tokens);
+      profile::OpScope out_op("attn.o_proj", OpGroup::kGemmOut);
       linear(layer.o_proj, w.branch.data(), w.mixer_out.data(), T, o_in);
     }
     const bool ffn_fp8 = layer.is_moe ? fuse_quant_ && layer.moe.format == WeightFormat::kFp8Block
                                       : fp8(layer.mlp.gate_up);
     const Fp8Rows ffn_in = codes(norm_fusable && ffn_fp8, normed_q);
-    cuda::add_rms_norm(w.normed.data(), w.x.data(), w.branch.data(), layer.post_attention_norm.as<float>(), T, H, eps,
-                       1.0f, act, stream_, const_cast<uint8_t*>(ffn_in.codes), const_cast<float*>(ffn_in.scales));
+    {
+      profile::OpScope op("post_attention_norm", OpGroup::kNorm);
+      cuda::add_rms_norm(w.normed.data(), w.x.data(), w.branch.data(), layer.post_attention_norm.as<float>(), T, H,
+                         eps, 1.0f, act, stream_, const_cast<uint8_t*>(ffn_in.codes),
+                         const_cast<float*>(ffn_in.scales));
+    }
     if (layer.is_moe) {
       moe(layer.moe, T, ffn_in);
     } else {
+      profile::OpScope mlp_op("mlp.gate_up", OpGroup::kGemmMlp);
       linear(layer.mlp.gate_up, w.projected.data(), w.normed.data(), T, ffn_in);
       const Fp8Rows down_in = codes(fp8(layer.mlp.down) && c.intermediate_size % 128 == 0, inner_q);
-      cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, c.intermediate_size, act, stream_,
-                     const_cast<uint8_t*>(down_in.codes), const_cast<float*>(down_in.scales));
+      {
+        profile::OpScope op("mlp.silu_mul", OpGroup::kElementwise);
+        cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, c.intermediate_size, act, stream_,
+                       const_cast<uint8_t*>(down_in.codes), const_cast<float*>(down_in.scales));
+      }
+      profile::OpScope down_op("mlp.down", OpGroup::kGemmMlp);
       linear(layer.mlp.down, w.branch.data(), w.mixer_out.data(), T, down_in);
     }
     pending = w.branch.data();
   }
+  profile::OpScope final_op("final_norm", OpGroup::kNorm);
   cuda::add_rms_norm(w.normed.data(), w.x.data(), pending, weights_.final_norm.as<float>(), T, H, eps, 1.0f, act,
                      stream_);
   // last_index selects the rows that need logits (the last token of each sequence, or all).
   const int64_t rows = logit_rows;
   cuda::gather_rows(w.last_hidden.data(), w.normed.data(), w.last_index, rows, H, act, stream_);
-  linear(weights_.lm_head, w.logits.data(), w.last_hidden.data(), rows);
+  {
+    profile::OpScope op("lm_head", OpGroup::kGemmLmHead);
+    linear(weights_.lm_head, w.logits.data(), w.last_hidden.data(), rows);
+  }
+  profile::OpScope sampling_op("argmax", OpGroup::kSampling);
   cuda::argmax_rows(w.next_tokens.as<int32_t>(), w.logits.data(), rows, c.vocab_size, act, stream_);
 }
 
@@ -416,12 +452,14 @@ void Qwen35CudaModel::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed_c
   // Router logits in f32 (bf16 inputs, fp32 accumulate): rounding them to bf16 flips near-tied
   // experts, which moved bf16 logits by 15-23% on the golden MoE cases.
   VT_CHECK(moe.router.format == WeightFormat::kDense && moe.router.parts.size() == 1, "MoE router must be dense");
+  profile::OpScope router_op("moe.router", OpGroup::kGemmRouter);
   if (cuda::dense_gemv_supports(T, c.num_experts, H))
     cuda::dense_gemv(w.router_logits.data(), DType::kF32, w.normed.data(), moe.router.parts[0].weight.data(), T,
                      c.num_experts, H, act, stream_);
   else
     gemm_->matmul(w.router_logits.data(), w.normed.data(), moe.router.parts[0].weight.data(), T, c.num_experts, H,
                   act, stream_, DType::kF32, true);
+  profile::OpScope experts_op("moe.experts", OpGroup::kMoe);
   cuda::moe_route(w.route_ids.as<int32_t>(), w.route_weights.as<float>(), w.router_logits.data(), T, c.num_experts, k,
                   c.norm_topk_prob, DType::kF32, stream_);
   // The experts read the normed rows as FP8 codes: fused into the norm, or quantised here.

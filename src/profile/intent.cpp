@@ -109,6 +109,23 @@ void intend(const char* kernel) {
   if (recording) records().push_back({kernel, kernel, "cuda", "", OpGroup::kOther, 0, 0});
 }
 
+namespace {
+thread_local OpContext current_context;
+}  // namespace
+
+OpContext current_op() { return current_context; }
+
+OpScope::OpScope(const char* op, OpGroup group) : saved_(current_context) { current_context = {op, group}; }
+
+OpScope::~OpScope() { current_context = saved_; }
+
+void intend(const char* kernel, const LaunchCost& cost) {
+  if (!recording) return;
+  const OpContext context = current_context;
+  intend(kernel, IntentInfo{context.op ? context.op : kernel, context.op ? context.group : cost.fallback, cost.backend,
+                            cost.shape, cost.bytes, cost.flops});
+}
+
 void intend(const char* kernel, const IntentInfo& info) {
   if (recording)
     records().push_back({kernel, info.op, info.backend, shape_text(info.shape), info.group,

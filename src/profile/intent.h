@@ -78,4 +78,33 @@ bool intents_active();
 void intend(const char* kernel);
 void intend(const char* kernel, const IntentInfo& info);
 
+// The op a model is running, for the launches it makes meanwhile (per thread; an inner scope
+// replaces an outer one until it ends). Launchers know their kernel, backend, bytes and FLOPs;
+// the model knows what the launch is for ("gdn.in_proj", kGemmGdnIn).
+struct OpContext {
+  const char* op = nullptr;
+  OpGroup group = OpGroup::kOther;
+};
+OpContext current_op();
+class OpScope {
+ public:
+  OpScope(const char* op, OpGroup group);
+  ~OpScope();
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+ private:
+  OpContext saved_;
+};
+
+// What a launch costs, stated by its launcher: intend(kernel, info) with op and group from the
+// innermost OpScope (or the kernel's name and `fallback` outside any scope).
+struct LaunchCost {
+  const char* backend = "cuda";
+  std::array<int64_t, 4> shape = {};
+  double bytes = 0, flops = 0;
+  OpGroup fallback = OpGroup::kOther;
+};
+void intend(const char* kernel, const LaunchCost& cost);
+
 }  // namespace vt::profile

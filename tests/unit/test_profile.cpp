@@ -48,6 +48,33 @@ std::string failure_of(const std::function<void()>& body) {
   return "";
 }
 
+// A launcher states its cost; the model's OpScope says what the launch is for, innermost first,
+// restored when a scope ends; outside any scope the kernel names itself with the fallback group.
+TEST(Intents, LaunchCostTakesOpAndGroupFromTheInnermostScope) {
+  begin_intents();
+  {
+    OpScope layer("gdn", OpGroup::kGdn);
+    {
+      OpScope gemm("gdn.in_proj", OpGroup::kGemmGdnIn);
+      intend("sm90_fp8_gemv", LaunchCost{"gemv", {1, 16384, 5120, 0}, 84e6, 1.6e8, OpGroup::kGemmOther});
+    }
+    intend("sm90_gdn_recurrent", LaunchCost{"cuda", {1, 48, 128, 128}, 6.3e6, 0, OpGroup::kOther});
+  }
+  intend("sm90_add_rms_norm_quant", LaunchCost{"cuda", {1, 5120, 0, 0}, 4e4, 0, OpGroup::kNorm});
+  const std::vector<Intent> records = end_intent_records();
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[0].op, "gdn.in_proj");
+  EXPECT_EQ(records[0].group, OpGroup::kGemmGdnIn);
+  EXPECT_EQ(records[0].backend, "gemv");
+  EXPECT_EQ(records[0].shape, "1x16384x5120");
+  EXPECT_DOUBLE_EQ(records[0].bytes, 84e6);
+  EXPECT_EQ(records[1].op, "gdn");
+  EXPECT_EQ(records[1].group, OpGroup::kGdn);
+  EXPECT_EQ(records[2].op, "sm90_add_rms_norm_quant");
+  EXPECT_EQ(records[2].group, OpGroup::kNorm);
+  EXPECT_EQ(current_op().op, nullptr);
+}
+
 TEST(ShortKernelName, StripsSignatureNamespacesAndTemplates) {
   EXPECT_EQ(short_kernel_name("void vt::cuda::(anonymous "
                               "namespace)::sm90_fp8_gemm_warp_rows<__nv_bfloat16, 1>(T1 *, long)"),

@@ -67,11 +67,12 @@ void attention_prepare(float* q_out, void* gate_out, void* k_cache, void* v_cach
 // `keys_per_split` (flash-decoding: more blocks when few tokens), merged in a fixed order;
 // partials holds [T, Hq, num_splits, D + 2] f32.
 // With q_codes set (head_dim % 128 == 0), also writes out's FP8 quantisation for the o_proj
-// ([T, Hq*D] e4m3, [T, Hq*D/128] scales).
+// ([T, Hq*D] e4m3, [T, Hq*D/128] scales). kv_tokens: the keys the step's tokens see in all
+// (sum of position + 1), for the bytes the profile reports (0 if unknown).
 void paged_attention(void* out, float* partials, const float* q, const void* gate, const void* k_cache,
                      const void* v_cache, const StepLayout& layout, const AttentionShape& shape, int64_t num_splits,
                      int64_t keys_per_split, DType act, cudaStream_t stream, uint8_t* q_codes = nullptr,
-                     float* q_scales = nullptr);
+                     float* q_scales = nullptr, int64_t kv_tokens = 0);
 
 struct DeltaNetShape {
   int64_t num_k_heads, num_v_heads, k_dim, v_dim, conv_kernel;

@@ -163,15 +163,21 @@ void silu_mul(void* out, const void* gate_up, int64_t rows, int64_t n, DType act
   VT_CHECK(rows >= 0 && rows <= 65535 && n > 0, "silu_mul: rows ", rows, " n ", n);
   VT_CHECK(!q || n % 128 == 0, "silu_mul: fused FP8 output needs n % 128 == 0 (n = ", n, ")");
   if (rows == 0) return;
+  const ::vt::profile::LaunchCost cost{"cuda",
+                                       {rows, n, 0, 0},
+                                       double(rows) * double(n) * 3 * double(dtype_size(act)) +
+                                           (q ? double(rows) * double(n) * (1 + 4.0 / 128) : 0),
+                                       0,
+                                       ::vt::profile::OpGroup::kElementwise};
   if (n % 128 == 0) {
     const dim3 grid(unsigned((n / 8 + kThreads - 1) / kThreads), unsigned(rows));
     VT_DISPATCH_ACT(act, T,
-                    launch("sm90_silu_mul_quant", sm90_silu_mul_quant<T>, grid, dim3(kThreads), 0, stream,
+                    launch("sm90_silu_mul_quant", cost, sm90_silu_mul_quant<T>, grid, dim3(kThreads), 0, stream,
                            static_cast<T*>(out), static_cast<const T*>(gate_up), q, q_scales, n));
     return;
   }
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_silu_mul", sm90_silu_mul<T>, dim3(blocks_for(rows * n)), dim3(kThreads), 0, stream,
+                  launch("sm90_silu_mul", cost, sm90_silu_mul<T>, dim3(blocks_for(rows * n)), dim3(kThreads), 0, stream,
                          static_cast<T*>(out), static_cast<const T*>(gate_up), rows, n));
 }
 
@@ -199,7 +205,11 @@ void gather_rows(void* out, const void* in, const int32_t* index, int64_t count,
 void argmax_rows(int32_t* out, const void* logits, int64_t rows, int64_t vocab, DType act, cudaStream_t stream) {
   if (rows == 0) return;
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_argmax_rows", sm90_argmax_rows<T>, dim3(unsigned(rows)), dim3(kThreads), 0, stream, out,
+                  launch("sm90_argmax_rows",
+                         ::vt::profile::LaunchCost{"cuda", {rows, vocab, 0, 0},
+                                                   double(rows) * double(vocab) * double(dtype_size(act)), 0,
+                                                   ::vt::profile::OpGroup::kSampling},
+                         sm90_argmax_rows<T>, dim3(unsigned(rows)), dim3(kThreads), 0, stream, out,
                          static_cast<const T*>(logits), vocab));
 }
 

@@ -213,14 +213,21 @@ void attention_prepare(float* q_out, void* gate_out, void* k_cache, void* v_cach
   if (layout.num_tokens == 0) return;
   PrepareArgs args{q_out, gate_out, k_cache, v_cache, projected, q_norm, k_norm, layout, shape};
   dim3 grid(unsigned(layout.num_tokens), unsigned(shape.num_heads + shape.num_kv_heads));
+  const double element = double(dtype_size(act)), d = double(shape.head_dim), tokens = double(layout.num_tokens);
+  const double width = double(shape.num_heads) * 2 * d + 2 * double(shape.num_kv_heads) * d;
+  const ::vt::profile::LaunchCost cost{"cuda",
+                                       {layout.num_tokens, shape.num_heads, shape.num_kv_heads, shape.head_dim},
+                                       tokens * width * element * 2 + tokens * double(shape.num_heads) * d * 4, 0,
+                                       ::vt::profile::OpGroup::kAttention};
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_attention_prepare", sm90_attention_prepare<T>, grid, dim3(kPrepareThreads), 0, stream,
+                  launch("sm90_attention_prepare", cost, sm90_attention_prepare<T>, grid, dim3(kPrepareThreads), 0, stream,
                          args));
 }
 
 void paged_attention(void* out, float* partials, const float* q, const void* gate, const void* k_cache,
                      const void* v_cache, const StepLayout& layout, const AttentionShape& shape, int64_t num_splits,
-                     int64_t keys_per_split, DType act, cudaStream_t stream, uint8_t* q_codes, float* q_scales) {
+                     int64_t keys_per_split, DType act, cudaStream_t stream, uint8_t* q_codes, float* q_scales,
+                     int64_t kv_tokens) {
   check_shape(shape);
   VT_CHECK(num_splits >= 1 && keys_per_split >= 1, "paged_attention: ", num_splits, " splits of ", keys_per_split);
   VT_CHECK(!q_codes || shape.head_dim % 128 == 0, "paged_attention: fused FP8 output needs head_dim % 128 == 0");
@@ -228,12 +235,27 @@ void paged_attention(void* out, float* partials, const float* q, const void* gat
   AttentionArgs args{out,       partials,       q, gate, k_cache, v_cache, layout, shape, 1.0f / sqrtf(float(shape.head_dim)),
                      num_splits, keys_per_split, q_codes, q_scales};
   dim3 grid(unsigned(layout.num_tokens), unsigned(shape.num_heads), unsigned(num_splits));
+  // K and V of every visible key once per KV head (the query heads of a group share them in L2),
+  // the partials written; the combine reads the partials and the gate and writes the output.
+  const double element = double(dtype_size(act)), d = double(shape.head_dim), tokens = double(layout.num_tokens);
+  const double partial_bytes = tokens * double(shape.num_heads) * double(num_splits) * (d + 2) * 4;
+  const ::vt::profile::LaunchCost partial_cost{
+      "cuda",
+      {layout.num_tokens, shape.num_heads, num_splits, shape.head_dim},
+      double(kv_tokens) * double(shape.num_kv_heads) * d * 2 * element + tokens * double(shape.num_heads) * d * 4 +
+          partial_bytes,
+      4.0 * double(kv_tokens) * double(shape.num_heads) * d,
+      ::vt::profile::OpGroup::kAttention};
+  const ::vt::profile::LaunchCost combine_cost{"cuda",
+                                               {layout.num_tokens, shape.num_heads, num_splits, shape.head_dim},
+                                               partial_bytes + tokens * double(shape.num_heads) * d * element * 2, 0,
+                                               ::vt::profile::OpGroup::kAttention};
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_paged_attention_partial", sm90_paged_attention_partial<T>, grid,
+                  launch("sm90_paged_attention_partial", partial_cost, sm90_paged_attention_partial<T>, grid,
                          dim3(kAttentionWarps * 32), 0, stream, args));
   dim3 combine_grid(unsigned(layout.num_tokens), unsigned(shape.num_heads));
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_attention_combine", sm90_attention_combine<T>, combine_grid, dim3(128), 0, stream,
+                  launch("sm90_attention_combine", combine_cost, sm90_attention_combine<T>, combine_grid, dim3(128), 0, stream,
                          args));
 }
 

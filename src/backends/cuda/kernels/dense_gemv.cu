@@ -64,12 +64,19 @@ void dense_gemv(void* y, DType out_dtype, const void* x, const void* w, int64_t 
   VT_CHECK(dense_gemv_supports(m, n, k), "dense_gemv: m ", m, " n ", n, " k ", k, " (m <= ", kMaxRows,
            ", k % 8 == 0)");
   VT_CHECK(out_dtype == act || out_dtype == DType::kF32, "dense_gemv: output ", dtype_name(out_dtype));
+  const double element = double(dtype_size(act));
+  const ::vt::profile::LaunchCost cost{"dense_gemv",
+                                       {m, n, k, 0},
+                                       (double(n) * double(k) + double(m) * double(k)) * element +
+                                           double(m) * double(n) * double(dtype_size(out_dtype)),
+                                       2.0 * double(m) * double(n) * double(k),
+                                       ::vt::profile::OpGroup::kGemmOther};
   VT_DISPATCH_ACT(act, T, {
     if (out_dtype == DType::kF32)
-      launch("sm90_dense_gemv", sm90_dense_gemv<T, float>, dim3(unsigned(n)), dim3(kThreads), 0, stream,
+      launch("sm90_dense_gemv", cost, sm90_dense_gemv<T, float>, dim3(unsigned(n)), dim3(kThreads), 0, stream,
              static_cast<float*>(y), static_cast<const T*>(x), static_cast<const T*>(w), m, n, k);
     else
-      launch("sm90_dense_gemv", sm90_dense_gemv<T, T>, dim3(unsigned(n)), dim3(kThreads), 0, stream,
+      launch("sm90_dense_gemv", cost, sm90_dense_gemv<T, T>, dim3(unsigned(n)), dim3(kThreads), 0, stream,
              static_cast<T*>(y), static_cast<const T*>(x), static_cast<const T*>(w), m, n, k);
   });
 }

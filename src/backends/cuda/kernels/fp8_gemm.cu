@@ -486,7 +486,12 @@ void fp8_quantize_rows(uint8_t* q, float* scales, const void* x, int64_t m, int6
   if (m == 0) return;
   dim3 grid(unsigned(m), unsigned((k + kGroup - 1) / kGroup));
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_fp8_quantize_rows", sm90_fp8_quantize_rows<T>, grid, dim3(kQuantThreads), 0, stream, q,
+                  launch("sm90_fp8_quantize_rows",
+                         ::vt::profile::LaunchCost{"cuda", {m, k, 0, 0},
+                                                   double(m) * double(k) * (double(dtype_size(act)) + 1) +
+                                                       double(m) * double(grid.y) * 4,
+                                                   0, ::vt::profile::OpGroup::kQuantize},
+                         sm90_fp8_quantize_rows<T>, grid, dim3(kQuantThreads), 0, stream, q,
                          scales, static_cast<const T*>(x), k));
 }
 
@@ -525,6 +530,19 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
   }
   VT_CHECK(backend != Fp8GemmBackend::kGemv || m == 1, "fp8_block_gemm: the gemv backend serves M = 1, not ", m);
   if (backend == Fp8GemmBackend::kAuto && !forced && m == 1) backend = Fp8GemmBackend::kGemv;
+  // What every backend must move: the weights and their scales once, the activation codes and
+  // scales, the output; 2mnk FLOPs.
+  const auto cost_rows = [&](const char* backend_name, int64_t rows) {
+    const double k_blocks = double((k + kGroup - 1) / kGroup), n_blocks = double((n + kGroup - 1) / kGroup);
+    return ::vt::profile::LaunchCost{backend_name,
+                                     {rows, n, k, 0},
+                                     double(n) * double(k) + n_blocks * k_blocks * 4 + double(rows) * double(k) +
+                                         double(rows) * k_blocks * 4 +
+                                         double(rows) * double(n) * double(dtype_size(act)),
+                                     2.0 * double(rows) * double(n) * double(k),
+                                     ::vt::profile::OpGroup::kGemmOther};
+  };
+  const auto cost = [&](const char* backend_name) { return cost_rows(backend_name, m); };
   if (backend == Fp8GemmBackend::kGemvTma) {
     VT_CHECK(m == 1, "fp8_block_gemm: the gemv_tma backend serves M = 1, not ", m);
     static_assert(kTmaRows == 2 * kWarpsPerBlock, "two rows per warp");
@@ -536,7 +554,7 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
                                            int(kTmaSharedBytes)));
         attribute_set = true;
       }
-      launch("sm90_fp8_gemv_tma", sm90_fp8_gemv_tma<T>, blocks, threads, kTmaSharedBytes, stream,
+      launch("sm90_fp8_gemv_tma", cost("gemv_tma"), sm90_fp8_gemv_tma<T>, blocks, threads, kTmaSharedBytes, stream,
              static_cast<T*>(y), q, a_scales, w, w_scales, n, k);
     });
     return;
@@ -545,7 +563,7 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
     VT_CHECK(m == 1, "fp8_block_gemm: the gemv_splitk backend serves M = 1, not ", m);
     const dim3 blocks(unsigned((n + kSplitRowsPerBlock - 1) / kSplitRowsPerBlock)), threads(kWarpsPerBlock * 32);
     VT_DISPATCH_ACT(act, T,
-                    launch("sm90_fp8_gemv_splitk", sm90_fp8_gemv_splitk<T>, blocks, threads, 0, stream,
+                    launch("sm90_fp8_gemv_splitk", cost("gemv_splitk"), sm90_fp8_gemv_splitk<T>, blocks, threads, 0, stream,
                            static_cast<T*>(y), q, a_scales, w, w_scales, n, k));
     return;
   }
@@ -565,7 +583,7 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
     VT_CHECK(ldy >= n, "fp8_block_gemm: ldy");
     VT_DISPATCH_ACT(act, T, {
       auto kernel = unroll == 4 ? sm90_fp8_gemv<T, 4> : unroll == 8 ? sm90_fp8_gemv<T, 8> : sm90_fp8_gemv<T, 12>;
-      launch("sm90_fp8_gemv", kernel, blocks, threads, 0, stream, static_cast<T*>(y), q, a_scales, w, w_scales, n, k);
+      launch("sm90_fp8_gemv", cost("gemv"), kernel, blocks, threads, 0, stream, static_cast<T*>(y), q, a_scales, w, w_scales, n, k);
     });
     return;
   }
@@ -580,7 +598,7 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
         auto kernel = rows <= 16 ? sm90_fp8_gemm_mma_splitk<T, 1>
                       : rows <= 32 ? sm90_fp8_gemm_mma_splitk<T, 2>
                                    : sm90_fp8_gemm_mma_splitk<T, 4>;
-        launch("sm90_fp8_gemm_mma_splitk", kernel, dim3(blocks), dim3(kMmaWarps * 32), 0, stream,
+        launch("sm90_fp8_gemm_mma_splitk", cost_rows("mma", rows), kernel, dim3(blocks), dim3(kMmaWarps * 32), 0, stream,
                reinterpret_cast<T*>(static_cast<char*>(y) + m0 * ldy * element), ldy, q + m0 * k,
                a_scales + m0 * k_blocks, w, w_scales, rows, n, k);
       });
@@ -593,7 +611,7 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
                   : m <= 4 ? sm90_fp8_gemm_warp_rows<T, 4>
                   : m <= 8 ? sm90_fp8_gemm_warp_rows<T, 8>
                            : sm90_fp8_gemm_warp_rows<T, 16>;
-    launch("sm90_fp8_gemm_warp_rows", kernel, blocks, threads, 0, stream, static_cast<T*>(y), ldy, q, a_scales, w,
+    launch("sm90_fp8_gemm_warp_rows", cost("warp_rows"), kernel, blocks, threads, 0, stream, static_cast<T*>(y), ldy, q, a_scales, w,
            w_scales, m, n, k);
   });
 }

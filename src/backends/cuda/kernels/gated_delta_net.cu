@@ -159,8 +159,16 @@ void gdn_conv(float* conv_out, float* conv_state, const void* projected, int64_t
   if (layout.num_seqs == 0) return;
   const int64_t channels = 2 * shape.num_k_heads * shape.k_dim + shape.num_v_heads * shape.v_dim;
   dim3 grid(unsigned(layout.num_seqs), unsigned((channels + kConvThreads - 1) / kConvThreads));
+  // Mixed inputs read, f32 outputs written, each sequence's rolling state read and written.
+  const double tokens = double(layout.num_tokens), seqs = double(layout.num_seqs), history = double(shape.conv_kernel - 1);
+  const ::vt::profile::LaunchCost cost{"cuda",
+                                       {layout.num_tokens, channels, shape.conv_kernel, 0},
+                                       tokens * double(channels) * (double(dtype_size(act)) + 4) +
+                                           seqs * double(channels) * history * 8 + double(channels * shape.conv_kernel) * 4,
+                                       2.0 * tokens * double(channels * shape.conv_kernel),
+                                       ::vt::profile::OpGroup::kGdn};
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_gdn_conv", sm90_gdn_conv<T>, grid, dim3(kConvThreads), 0, stream, conv_out, conv_state,
+                  launch("sm90_gdn_conv", cost, sm90_gdn_conv<T>, grid, dim3(kConvThreads), 0, stream, conv_out, conv_state,
                          static_cast<const T*>(projected), projected_stride, conv_weight, layout, channels,
                          int(shape.conv_kernel)));
 }
@@ -175,8 +183,20 @@ void gdn_recurrent(void* out, float* recurrent, const float* conv_out, const voi
   RecurrentArgs args{out,    recurrent, conv_out, projected, projected_stride, z_offset, ba,
                      a_log,  dt_bias,   norm_w,   layout,    shape,            q_codes,  q_scales};
   dim3 grid(unsigned(layout.num_seqs), unsigned(shape.num_v_heads));
+  // The recurrent state [dk, dv] f32 of every (sequence, value head) read and written once; per
+  // token q, k (f32), v, z, b, a in and the output (and its FP8 codes) out.
+  const double tokens = double(layout.num_tokens), element = double(dtype_size(act));
+  const double hv = double(shape.num_v_heads), dk = double(shape.k_dim), dv = double(shape.v_dim);
+  const ::vt::profile::LaunchCost cost{
+      "cuda",
+      {layout.num_tokens, shape.num_v_heads, shape.k_dim, shape.v_dim},
+      double(layout.num_seqs) * hv * dk * dv * 8 +
+          tokens * (double(2 * shape.num_k_heads) * dk * 4 + hv * dv * 4 + hv * dv * element + 2 * hv * element +
+                    hv * dv * element + (q_codes ? hv * dv + hv * 4 : 0)),
+      tokens * hv * dk * dv * 6,
+      ::vt::profile::OpGroup::kGdn};
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_gdn_recurrent", sm90_gdn_recurrent<T>, grid, dim3(kStateThreads), 0, stream, args));
+                  launch("sm90_gdn_recurrent", cost, sm90_gdn_recurrent<T>, grid, dim3(kStateThreads), 0, stream, args));
 }
 
 }  // namespace vt::cuda

@@ -7,6 +7,8 @@
 
 #include <cuda_runtime.h>
 
+#include <utility>
+
 #include "backends/cuda/check.h"
 
 namespace vt::cuda {
@@ -14,8 +16,8 @@ namespace vt::cuda {
 bool pdl_enabled();  // VT_PDL, default on; read once
 
 template <typename... Params, typename... Args>
-void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-            cudaStream_t stream, Args&&... args) {
+void launch_only(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                 Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -27,7 +29,23 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
   config.attrs = attribute;
   config.numAttrs = pdl_enabled() ? 1 : 0;
   VT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+}
+
+// Launches and records the intent to run `name`.
+template <typename... Params, typename... Args>
+void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+            cudaStream_t stream, Args&&... args) {
+  launch_only(kernel, grid, block, shared_bytes, stream, std::forward<Args>(args)...);
   ::vt::profile::intend(name);
+}
+
+// The same, with what the launch costs (bytes it must move, FLOPs, backend, shape): the op and
+// group come from the model's profile::OpScope.
+template <typename... Params, typename... Args>
+void launch(const char* name, const ::vt::profile::LaunchCost& cost, void (*kernel)(Params...), dim3 grid, dim3 block,
+            size_t shared_bytes, cudaStream_t stream, Args&&... args) {
+  launch_only(kernel, grid, block, shared_bytes, stream, std::forward<Args>(args)...);
+  ::vt::profile::intend(name, cost);
 }
 
 }  // namespace vt::cuda

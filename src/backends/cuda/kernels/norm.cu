@@ -99,16 +99,24 @@ void add_rms_norm(void* out, void* residual, const void* branch, const float* w,
   const bool vector = n % 128 == 0 && n / 8 <= int64_t(kMaxChunks) * kThreads;
   VT_CHECK(!q || vector, "add_rms_norm: fused FP8 output needs n % 128 == 0 (n = ", n, ")");
   if (rows == 0) return;
+  // Residual read (and written back when a branch is added), branch read, output written, weight.
+  const double row_bytes = double(n) * double(dtype_size(act));
+  const ::vt::profile::LaunchCost cost{
+      "cuda",
+      {rows, n, 0, 0},
+      double(rows) * row_bytes * (branch ? 4 : 2) + double(n) * 4 + (q ? double(rows) * double(n) * (1 + 4.0 / 128) : 0),
+      0,
+      ::vt::profile::OpGroup::kNorm};
   if (vector) {
     const int threads = int(std::min<int64_t>(kThreads, (n / 8 + 31) / 32 * 32));
     VT_DISPATCH_ACT(act, T,
-                    launch("sm90_add_rms_norm_quant", sm90_add_rms_norm_quant<T>, dim3(unsigned(rows)), dim3(threads),
+                    launch("sm90_add_rms_norm_quant", cost, sm90_add_rms_norm_quant<T>, dim3(unsigned(rows)), dim3(threads),
                            0, stream, static_cast<T*>(out), static_cast<T*>(residual), static_cast<const T*>(branch), w,
                            q, q_scales, n, eps, weight_offset));
     return;
   }
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_add_rms_norm", sm90_add_rms_norm<T>, dim3(unsigned(rows)), dim3(kThreads), 0, stream,
+                  launch("sm90_add_rms_norm", cost, sm90_add_rms_norm<T>, dim3(unsigned(rows)), dim3(kThreads), 0, stream,
                          static_cast<T*>(out), static_cast<T*>(residual), static_cast<const T*>(branch), w, n, eps,
                          weight_offset));
 }
