@@ -568,23 +568,14 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
     return;
   }
   if (backend == Fp8GemmBackend::kGemv) {
-    // Rounds of 512 x unroll bytes per row. `vt bench gemm` on the H200 (docs/perf): 4 beats 8
-    // and 12 on six of the seven 27B shapes (fewer registers, more warps in flight);
-    // VT_FP8_GEMV_UNROLL=4|8|12 forces one (A/B runs).
-    static const int forced_unroll = [] {
-      const char* text = std::getenv("VT_FP8_GEMV_UNROLL");
-      if (!text) return 0;
-      const std::string value(text);
-      VT_CHECK(value == "4" || value == "8" || value == "12", "VT_FP8_GEMV_UNROLL='", value, "': expected 4, 8 or 12");
-      return std::stoi(value);
-    }();
-    const int unroll = forced_unroll ? forced_unroll : 4;
+    // Four 512-byte loads per lane per round: `vt bench gemm` on the H200 (commit afef4cf and
+    // before, docs/perf) found 4 faster than 8 and 12 on six of the seven 27B shapes (fewer
+    // registers, more warps in flight), so only 4 is built.
     const dim3 blocks(unsigned((n + kWarpsPerBlock - 1) / kWarpsPerBlock)), threads(kWarpsPerBlock * 32);
     VT_CHECK(ldy >= n, "fp8_block_gemm: ldy");
-    VT_DISPATCH_ACT(act, T, {
-      auto kernel = unroll == 4 ? sm90_fp8_gemv<T, 4> : unroll == 8 ? sm90_fp8_gemv<T, 8> : sm90_fp8_gemv<T, 12>;
-      launch("sm90_fp8_gemv", cost("gemv"), kernel, blocks, threads, 0, stream, static_cast<T*>(y), q, a_scales, w, w_scales, n, k);
-    });
+    VT_DISPATCH_ACT(act, T,
+                    launch("sm90_fp8_gemv", cost("gemv"), sm90_fp8_gemv<T, 4>, blocks, threads, 0, stream,
+                           static_cast<T*>(y), q, a_scales, w, w_scales, n, k));
     return;
   }
   const bool simple = backend != Fp8GemmBackend::kAuto ? backend == Fp8GemmBackend::kWarpRows : forced == 1;
