@@ -2,7 +2,7 @@
 // contracts; keep them stable:
 //   vt generate --model DIR|FILE.gguf (--prompt-ids 1,2,3 | --prompt TEXT) --max-new-tokens N
 //              [--temperature 0] [--json] [--logits-out FILE] [--device cpu|cuda]
-//              [--speculative ngram|draft [--draft-model DIR|FILE.gguf] [--num-draft K]]
+//              [--speculative ngram|draft|mtp [--draft-model DIR|FILE.gguf] [--num-draft K]]
 //   vt inspect --model DIR|FILE.gguf
 // With --prompt the text is tokenized with the model's tokenizer and the output streamed as text.
 #include <CLI/CLI.hpp>
@@ -21,7 +21,9 @@
 #include "io/gguf.h"
 #include "io/weight_store.h"
 #include "models/registry.h"
+#include "models/qwen3_5.h"
 #include "spec/draft_model_drafter.h"
+#include "spec/mtp_drafter.h"
 #include "spec/ngram_drafter.h"
 #include "spec/speculative.h"
 #include "tokenizer/streaming_detokenizer.h"
@@ -56,7 +58,7 @@ struct GenerateArgs {
   int64_t max_new_tokens = 16;
   vt::SamplingParams sampling;
   bool json = false;
-  std::string speculative, draft_model;  // speculative: "", "ngram" or "draft"
+  std::string speculative, draft_model;  // speculative: "", "ngram", "draft" or "mtp"
   int64_t num_draft = 4;
   bool adaptive_draft = false;
 };
@@ -93,6 +95,7 @@ std::unique_ptr<vt::Model> open_model(const GenerateArgs& args, int64_t context)
 #endif
   }
   vt::LoadOptions load_options;
+  load_options.load_mtp = args.speculative == "mtp";
   load_options.fp8_activations =
       args.fp8_activations == "float" ? vt::Fp8Activations::kFloat : vt::Fp8Activations::kQuantized;
   return vt::apps::load_model_with_progress(args.model, load_options);
@@ -145,6 +148,14 @@ void run_generate(const GenerateArgs& args) {
     vt::SamplingParams draft_sampling = args.sampling;
     draft_sampling.seed = args.sampling.seed + 1;
     drafter = std::make_unique<vt::DraftModelDrafter>(*draft_model, draft_sampling);
+  }
+  if (args.speculative == "mtp") {
+    auto* qwen = dynamic_cast<vt::Qwen35Model*>(model.get());
+    VT_CHECK(qwen, "--speculative mtp: runs on the CPU reference of the Qwen3.5 family (not ",
+             model->info().architecture, " on --device ", args.device, ")");
+    vt::SamplingParams draft_sampling = args.sampling;
+    draft_sampling.seed = args.sampling.seed + 1;
+    drafter = std::make_unique<vt::MtpDrafter>(*qwen, draft_sampling);
   }
   vt::SpeculativeResult result;
   if (drafter) {
@@ -232,8 +243,8 @@ void add_model_commands(CLI::App& app) {
   generate->add_option("--fp8-activations", args->fp8_activations,
                        "FP8 checkpoints: 'quantized' (W8A8 as on the GPU) or 'float' (weight-only)")
       ->check(CLI::IsMember({"quantized", "float"}));
-  generate->add_option("--speculative", args->speculative, "speculative decoding: ngram (prompt lookup) or draft")
-      ->check(CLI::IsMember({"ngram", "draft"}));
+  generate->add_option("--speculative", args->speculative, "speculative decoding: ngram (prompt lookup), draft (--draft-model) or mtp (the checkpoint's MTP head)")
+      ->check(CLI::IsMember({"ngram", "draft", "mtp"}));
   generate->add_option("--draft-model", args->draft_model, "draft model (HF folder or GGUF) for --speculative draft");
   generate->add_option("--num-draft", args->num_draft, "drafted tokens verified per step (k)")->check(CLI::Range(1, 64));
   generate->add_flag("--adaptive-draft", args->adaptive_draft, "adapt k in [1, --num-draft] to the acceptance");

@@ -136,8 +136,10 @@ void Qwen35Model::forward(std::span<const int32_t> tokens, SequenceState& base_s
   for (int layer = 0; layer < int(config_.num_layers); ++layer) {
     const LayerWeights& w = weights_.layers[layer];
     ops::rms_norm(normed, x, w.input_norm, config_.rms_norm_eps, 1.0f);
-    if (w.kind == LayerKind::kLinearAttention) gated_delta_net(branch, normed, layer, state, options.delta_rule);
-    else attention(branch, normed, layer, state);
+    if (w.kind == LayerKind::kLinearAttention)
+      gated_delta_net(branch, normed, layer, state, options.delta_rule);
+    else
+      attention(branch, normed, w.attention, state.slots[layer].k_cache, state.slots[layer].v_cache, state.start());
     if (all_reduce_) all_reduce_(branch);
     tap("mixer_out", layer, branch);
     ops::add_in_place(x, branch);
@@ -151,10 +153,18 @@ void Qwen35Model::forward(std::span<const int32_t> tokens, SequenceState& base_s
     tap("layer_out", layer, x);
   }
 
-  TensorView last = x.view().rows(num_tokens - logit_rows, num_tokens);
-  Buffer final_normed(DType::kF32, {logit_rows, hidden});
-  ops::rms_norm(final_normed, last, weights_.final_norm, config_.rms_norm_eps, 1.0f);
-  weights_.lm_head.forward(logits, final_normed);
+  if (keep_hidden_states_) {
+    // Every position's lm_head input, for the MTP drafter; the logits read their rows from it.
+    last_hidden_states_ = Buffer(DType::kF32, {num_tokens, hidden});
+    last_hidden_states_start_ = state.start();
+    ops::rms_norm(last_hidden_states_, x, weights_.final_norm, config_.rms_norm_eps, 1.0f);
+    weights_.lm_head.forward(logits, last_hidden_states_.view().rows(num_tokens - logit_rows, num_tokens));
+  } else {
+    TensorView last = x.view().rows(num_tokens - logit_rows, num_tokens);
+    Buffer final_normed(DType::kF32, {logit_rows, hidden});
+    ops::rms_norm(final_normed, last, weights_.final_norm, config_.rms_norm_eps, 1.0f);
+    weights_.lm_head.forward(logits, final_normed);
+  }
   state.advance(num_tokens);
 }
 
@@ -247,11 +257,9 @@ void Qwen35Model::rollback(SequenceState& base_state, int64_t length) {
 void Qwen35Model::commit(SequenceState& base_state) { dynamic_cast<State&>(base_state).close_window(); }
 
 // Gated attention: q (+ per-head gate), q/k norm, partial RoPE, causal GQA, sigmoid gate, o_proj.
-void Qwen35Model::attention(const TensorView& out, const TensorView& x, int layer, State& state) {
-  const AttentionWeights& w = weights_.layers[layer].attention;
-  State::Slot& slot = state.slots[layer];
+void Qwen35Model::attention(const TensorView& out, const TensorView& x, const AttentionWeights& w,
+                            const TensorView& k_cache, const TensorView& v_cache, int64_t start) {
   const int64_t T = x.dim(0), hq = config_.num_heads, hkv = config_.num_kv_heads, d = config_.head_dim;
-  const int64_t start = state.start();
 
   Buffer projected(DType::kF32, {T, hq * 2 * d + 2 * hkv * d});  // [q|gate per head] k v
   w.qkv.forward(projected, x);
@@ -264,8 +272,8 @@ void Qwen35Model::attention(const TensorView& out, const TensorView& x, int laye
       std::memcpy(gate.f32() + (t * hq + h) * d, head + d, d * sizeof(float));
     }
   // New keys and values go straight into the cache rows [start, start + T).
-  TensorView k_new = slot.k_cache.view().rows(start, start + T);
-  TensorView v_new = slot.v_cache.view().rows(start, start + T);
+  TensorView k_new = k_cache.rows(start, start + T);
+  TensorView v_new = v_cache.rows(start, start + T);
   copy_columns(k_new, projected, hq * 2 * d);
   copy_columns(v_new, projected, hq * 2 * d + hkv * d);
 
@@ -277,7 +285,7 @@ void Qwen35Model::attention(const TensorView& out, const TensorView& x, int laye
   ops::rope_neox(k_new, positions, config_.rotary_dim, config_.rope_theta);
 
   Buffer attended(DType::kF32, {T, hq, d});
-  ops::attention_causal(attended, q, slot.k_cache, slot.v_cache, start, 1.0f / std::sqrt(float(d)));
+  ops::attention_causal(attended, q, k_cache, v_cache, start, 1.0f / std::sqrt(float(d)));
   for (int64_t i = 0; i < attended.numel(); ++i) attended.f32()[i] *= sigmoid(gate.f32()[i]);
   w.o_proj.forward(out, attended.view().reshape({T, hq * d}));
 }

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,11 +52,22 @@ struct LayerWeights {
   MoeWeights moe;  // MoE FFN
 };
 
+// The multi-token-prediction head (checkpoint `mtp.*`): for the target's lm_head input h at
+// position p and the token x at p + 1, out = norm(layer(fc([norm_e(embed(x)) | norm_h(h)]))) is
+// its own lm_head input, predicting the token at p + 2. Embeddings and lm_head are the model's.
+struct MtpWeights {
+  Buffer pre_fc_norm_embedding, pre_fc_norm_hidden;  // [H], zero-centred
+  Linear fc;                                         // [H, 2H]: input [embedding | hidden]
+  LayerWeights layer;                                // one full-attention decoder layer
+  Buffer norm;                                       // [H], zero-centred
+};
+
 struct Qwen35Weights {
   TensorView embed_tokens;  // [V, H], in the checkpoint's dtype (mmap'd)
   std::vector<LayerWeights> layers;
   Buffer final_norm;  // [H]
   Linear lm_head;     // [V, H]
+  std::optional<MtpWeights> mtp;  // loaded with Qwen35LoadOptions::load_mtp
 };
 
 // Tensor parallelism: sums one rank's partial [T, H] across the ranks, in place. A rank's model
@@ -65,6 +77,8 @@ using AllReduceHook = std::function<void(const TensorView& partial)>;
 
 struct Qwen35LoadOptions {
   Fp8Activations fp8_activations = Fp8Activations::kQuantized;
+  // Load the `mtp.*` head (required then; every tensor of it consumed). Off: declared ignored.
+  bool load_mtp = false;
 };
 
 // Reads every weight through the store (checking shapes and dtypes) and calls finish().
@@ -92,15 +106,37 @@ class Qwen35Model final : public Model {
   void commit(SequenceState& state) override;
   const Qwen35Config& config() const { return config_; }
 
+  // For the MTP drafter: keep the lm_head input (after the final norm) of every position each
+  // forward runs. Off by default (it norms all T rows, not only the logits' rows).
+  void set_keep_hidden_states(bool keep) { keep_hidden_states_ = keep; }
+  // The kept rows of the last forward, [T, H] f32 (empty before one), and the first one's position.
+  TensorView last_hidden_states() const { return last_hidden_states_.view(); }
+  int64_t last_hidden_states_start() const { return last_hidden_states_start_; }
+
+  // The MTP head (qwen3_5_mtp.cpp). Its sequence is the KV cache of its attention layer: position
+  // p holds the pair (hidden at p, token at p + 1), rotated at position p as vLLM does.
+  bool has_mtp() const { return weights_.mtp.has_value(); }
+  std::unique_ptr<SequenceState> new_mtp_sequence(int64_t capacity) const;
+  // Runs T pairs after what `state` holds: tokens [T], hidden [T, H] (lm_head inputs, the target's
+  // or the head's own when chaining); writes hidden_out [T, H] (its lm_head inputs) and logits
+  // [1, vocab] of the last pair.
+  void mtp_forward(std::span<const int32_t> tokens, const TensorView& hidden, SequenceState& state,
+                   const TensorView& hidden_out, const TensorView& logits);
+  // Drops the pairs after the first `length` (a KV cache only shortens).
+  void mtp_rollback(SequenceState& state, int64_t length) const;
+
  private:
   class State;
+  class MtpState;
   void gated_delta_net(const TensorView& out, const TensorView& x, int layer, State& state,
                        DeltaRuleChoice choice);
   // The GDN core after the projections: mixed [T, conv_dim] and b|a [T, 2*Hv] -> core [T, Hv, dv],
   // advancing the conv and recurrent states. Rollback replays it from the window's checkpoint.
   void gdn_core(const TensorView& core, const TensorView& mixed, const TensorView& ba, int layer,
                 const TensorView& conv_state, const TensorView& recurrent_state, bool recurrent);
-  void attention(const TensorView& out, const TensorView& x, int layer, State& state);
+  // Gated attention of `weights` over k/v caches [capacity, Hkv, D] holding `start` tokens.
+  void attention(const TensorView& out, const TensorView& x, const AttentionWeights& weights,
+                 const TensorView& k_cache, const TensorView& v_cache, int64_t start);
   void mlp(const TensorView& out, const TensorView& x, const MlpWeights& weights);
   void moe(const TensorView& out, const TensorView& x, const MoeWeights& weights);
 
@@ -109,6 +145,9 @@ class Qwen35Model final : public Model {
   Qwen35Weights weights_;
   ModelInfo info_;
   AllReduceHook all_reduce_;  // empty on a single rank
+  bool keep_hidden_states_ = false;
+  Buffer last_hidden_states_;  // [T, H] of the last forward when keeping
+  int64_t last_hidden_states_start_ = 0;
 };
 
 }  // namespace vt

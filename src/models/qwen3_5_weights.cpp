@@ -1,5 +1,6 @@
 // Loading Qwen3.5-family checkpoints into Qwen35Weights: HF tensor names, merged projections,
 // Qwen3-Next's interleaved GDN projections put into Qwen3.5's order, both MoE expert layouts.
+#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/cpu_ops.h"
@@ -116,6 +117,30 @@ struct Loader {
     }
     return w;
   }
+
+  // The MTP head under `mtp.` (top level in every layout): one full-attention decoder layer whose
+  // FFN is the family's layer-0 kind (dense or MoE), as vLLM's qwen3_next_mtp / qwen3_5_mtp.
+  MtpWeights mtp() {
+    const int64_t hidden = config.hidden_size;
+    VT_CHECK(store.contains("mtp.fc.weight"), store.dir(),
+             ": the checkpoint has no MTP head (no mtp.fc.weight), needed by MTP drafting");
+    VT_CHECK(config.mtp_num_layers <= 1 && !store.contains("mtp.layers.1.input_layernorm.weight"), store.dir(),
+             ": an MTP head of ", std::max<int64_t>(config.mtp_num_layers, 2), " layers; vt runs one");
+    MtpWeights w;
+    w.pre_fc_norm_embedding = vector("mtp.pre_fc_norm_embedding.weight", hidden);
+    w.pre_fc_norm_hidden = vector("mtp.pre_fc_norm_hidden.weight", hidden);
+    w.fc = linear({{"mtp.fc", hidden}}, 2 * hidden);
+    const std::string p = "mtp.layers.0.";
+    w.layer.kind = LayerKind::kFullAttention;
+    w.layer.input_norm = vector(p + "input_layernorm.weight", hidden);
+    w.layer.post_attention_norm = vector(p + "post_attention_layernorm.weight", hidden);
+    w.layer.attention = attention(p + "self_attn.");
+    w.layer.is_moe = config.layer_is_moe(0);
+    if (w.layer.is_moe) w.layer.moe = moe(p + "mlp.");
+    else w.layer.mlp = mlp(p + "mlp.", config.intermediate_size);
+    w.norm = vector("mtp.norm.weight", hidden);
+    return w;
+  }
 };
 
 }  // namespace
@@ -158,7 +183,8 @@ Qwen35Weights load_qwen35_weights(WeightStore& store, const Qwen35Config& config
     weights.lm_head = load.linear({{"lm_head", config.vocab_size}}, hidden);
   }
   if (config.has_vision_tower) store.ignore_prefix("model.visual.", "vision tower (text-only inference)");
-  store.ignore_prefix("mtp.", "multi-token-prediction head (used by speculative decoding, not yet)");
+  if (options.load_mtp) weights.mtp = load.mtp();
+  else store.ignore_prefix("mtp.", "multi-token-prediction head (loaded for --speculative mtp)");
   store.finish();
   return weights;
 }

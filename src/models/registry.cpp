@@ -11,7 +11,10 @@
 namespace vt {
 
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
-  if (is_gguf_path(dir)) return std::make_unique<LlamaModel>(dir, options.progress);
+  if (is_gguf_path(dir)) {
+    VT_CHECK(!options.load_mtp, dir, ": a GGUF (llama) model has no MTP head");
+    return std::make_unique<LlamaModel>(dir, options.progress);
+  }
   const std::string config_path = dir + "/config.json";
   if (!std::filesystem::exists(config_path)) VT_FAIL(dir, ": no config.json (not an HF model folder?)");
   nlohmann::json json = read_json_file(config_path);
@@ -22,6 +25,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   if (is_qwen35_architecture(architecture)) {
     Qwen35LoadOptions qwen_options;
     qwen_options.fp8_activations = options.fp8_activations;
+    qwen_options.load_mtp = options.load_mtp;
     return std::make_unique<Qwen35Model>(dir, qwen_options);
   }
   VT_FAIL(config_path, ": unknown architecture '", architecture,

@@ -12,6 +12,7 @@ namespace vt {
 struct LoadOptions {
   Fp8Activations fp8_activations = Fp8Activations::kQuantized;
   LoadProgress progress;  // optional
+  bool load_mtp = false;  // the checkpoint's MTP head too (Qwen3.5 family; --speculative mtp)
 };
 
 // `path` is an HF model folder or a .gguf file (architecture 'llama').

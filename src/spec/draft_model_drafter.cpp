@@ -20,13 +20,7 @@ void DraftModelDrafter::start(std::span<const int32_t> prompt, int64_t max_lengt
 }
 
 int32_t DraftModelDrafter::pick(const float* logits, Draft& draft) {
-  const int64_t vocab = model_.info().vocab_size;
-  if (sampler_.greedy()) return argmax(logits, vocab);
-  std::vector<float> q;
-  sampler_.distribution(logits, vocab, q);
-  const int32_t token = sampler_.draw(q);
-  draft.probs.insert(draft.probs.end(), q.begin(), q.end());
-  return token;
+  return pick_draft_token(sampler_, logits, model_.info().vocab_size, draft);
 }
 
 void DraftModelDrafter::propose(std::span<const int32_t> context, int64_t max_tokens,

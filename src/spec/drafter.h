@@ -18,6 +18,12 @@ struct Draft {
   std::vector<float> probs;
 };
 
+class Sampler;
+
+// The next draft token from a draft distribution's logits [vocab]: the argmax when `sampler` is
+// greedy, else a draw from its distribution q, whose row is appended to draft.probs.
+int32_t pick_draft_token(Sampler& sampler, const float* logits, int64_t vocab, Draft& draft);
+
 class Drafter {
  public:
   virtual ~Drafter() = default;

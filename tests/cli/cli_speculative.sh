@@ -39,7 +39,52 @@ expect_error "draft model without --speculative draft" "--draft-model goes with 
   generate --model "$golden/qwen3_5_dense" --prompt-ids 1,2 --speculative ngram --draft-model "$golden/qwen3_5_moe"
 expect_error "draft model of another vocabulary" "--draft-model: vocabulary of 128 tokens, the model has 320" \
   generate --model "$golden/qwen3_5_dense" --prompt-ids 1,2 --speculative draft --draft-model "$golden/gguf/tiny_llama.gguf"
-expect_error "unknown drafter" "--speculative" generate --model "$golden/qwen3_5_dense" --prompt-ids 1,2 --speculative mtp
+expect_error "unknown drafter" "--speculative" generate --model "$golden/qwen3_5_dense" --prompt-ids 1,2 --speculative eagle
+expect_error "MTP without mtp.* weights" "no MTP head (no mtp.fc.weight)" \
+  generate --model "$golden/qwen3_5_dense" --prompt-ids 1,2 --speculative mtp
+expect_error "MTP on a GGUF model" "has no MTP head" \
+  generate --model "$golden/gguf/tiny_llama.gguf" --prompt-ids 1,2 --speculative mtp
+
+# --speculative mtp on a copy of the dense golden model given random f32 mtp.* weights.
+mtp_dir=$(mktemp -d)
+trap 'rm -f "$errors"; rm -rf "$mtp_dir"' EXIT
+cp "$golden/qwen3_5_dense"/* "$mtp_dir"/
+python3 - "$mtp_dir" <<'PY'
+import json, random, struct, sys
+path = sys.argv[1] + "/model.safetensors"
+config = json.load(open(sys.argv[1] + "/config.json"))
+H, D, I = config["hidden_size"], config["head_dim"], config["intermediate_size"]
+Hq, Hkv = config["num_attention_heads"], config["num_key_value_heads"]
+shapes = {"fc": [H, 2 * H], "pre_fc_norm_embedding": [H], "pre_fc_norm_hidden": [H], "norm": [H],
+          "layers.0.input_layernorm": [H], "layers.0.post_attention_layernorm": [H],
+          "layers.0.self_attn.q_proj": [Hq * D * 2, H], "layers.0.self_attn.k_proj": [Hkv * D, H],
+          "layers.0.self_attn.v_proj": [Hkv * D, H], "layers.0.self_attn.o_proj": [H, Hq * D],
+          "layers.0.self_attn.q_norm": [D], "layers.0.self_attn.k_norm": [D],
+          "layers.0.mlp.gate_proj": [I, H], "layers.0.mlp.up_proj": [I, H], "layers.0.mlp.down_proj": [H, I]}
+image = open(path, "rb").read()
+length = struct.unpack("<Q", image[:8])[0]
+header, data = json.loads(image[8:8 + length]), bytearray(image[8 + length:])
+random.seed(5)
+for name, shape in shapes.items():
+    count = shape[0] * (shape[1] if len(shape) > 1 else 1)
+    scale = 0.3 if len(shape) == 1 else 1.7 / shape[1] ** 0.5
+    begin = len(data)
+    data += struct.pack("<%df" % count, *(random.uniform(-scale, scale) for _ in range(count)))
+    header["mtp." + name + ".weight"] = {"dtype": "F32", "shape": shape, "data_offsets": [begin, len(data)]}
+text = json.dumps(header).encode()
+open(path, "wb").write(struct.pack("<Q", len(text)) + text + bytes(data))
+PY
+plain_mtp=$("$vt" generate --model "$mtp_dir" --prompt-ids "$ids" --max-new-tokens 24 --json 2>/dev/null)
+for k in 1 3; do
+  spec=$("$vt" generate --model "$mtp_dir" --prompt-ids "$ids" --max-new-tokens 24 --json --speculative mtp --num-draft $k 2>"$errors")
+  python3 - "$plain_mtp" "$plain" "$spec" <<'PY' && echo "ok: --speculative mtp --num-draft $k" || fail "mtp k=$k: $spec $(cat "$errors")"
+import json, sys
+plain_mtp, plain, spec = (json.loads(arg) for arg in sys.argv[1:])
+assert plain_mtp["output_ids"] == plain["output_ids"]  # mtp.* is ignored without --speculative mtp
+assert spec["output_ids"] == plain["output_ids"], (spec["output_ids"], plain["output_ids"])
+assert spec["speculative"]["drafter"] == "mtp" and spec["speculative"]["drafted"] > 0
+PY
+done
 
 [ $failures -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "cli_speculative: all passed"

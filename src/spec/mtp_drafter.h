@@ -1,0 +1,38 @@
+// MTP drafter: the checkpoint's multi-token-prediction head proposes from the target's last
+// hidden state and the last token, then chains on its own hidden state for k > 1.
+#pragma once
+
+#include <memory>
+
+#include "engine/sampler.h"
+#include "models/qwen3_5.h"
+#include "spec/drafter.h"
+
+namespace vt {
+
+class MtpDrafter final : public Drafter {
+ public:
+  // `target` is the model being verified, loaded with its MTP head (Qwen35LoadOptions::load_mtp);
+  // the drafter turns on its hidden-state keeping until destroyed. Drafts greedily when
+  // `sampling` is greedy; otherwise samples with it and reports q.
+  MtpDrafter(Qwen35Model& target, const SamplingParams& sampling);
+  ~MtpDrafter() override;
+  std::string name() const override { return "mtp"; }
+  // Makes the head's KV cache; the target's prefill must run with this drafter alive.
+  void start(std::span<const int32_t> prompt, int64_t max_length) override;
+  // Drops the previous call's chained entries, runs the pairs (target hidden at p, context token
+  // at p + 1) the context adds, whose hidden states the target's last forward kept (so call it
+  // after each target forward), then chains max_tokens - 1 steps on its own output.
+  void propose(std::span<const int32_t> context, int64_t max_tokens, Draft& draft) override;
+
+ private:
+  int32_t pick(const float* logits, Draft& draft);  // next draft token (+ its q when sampling)
+
+  Qwen35Model& target_;
+  Sampler sampler_;
+  std::unique_ptr<SequenceState> state_;
+  int64_t pairs_ = 0;  // positions whose target pair the head's cache holds (chained ones after)
+  Buffer logits_;      // [1, vocab]
+};
+
+}  // namespace vt

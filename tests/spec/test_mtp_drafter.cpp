@@ -1,0 +1,501 @@
+// The MTP drafter on golden tiny models given random `mtp.*` weights (written at test time): its
+// first proposals equal a re-computation of the head from its definition written here; greedy
+// speculative output equals plain greedy output for k = 1..4; its state after any accepted
+// prefix equals a fresh drafter's; loading is strict. No HF reference exists (transformers does
+// not implement the MTP head); the definition followed is vLLM's qwen3_next_mtp / qwen3_5_mtp.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../numerics.h"
+#include "../unit/checkpoint_fixture.h"
+#include "engine/generate.h"
+#include "io/json_config.h"
+#include "io/weight_store.h"
+#include "models/qwen3_5.h"
+#include "spec/mtp_drafter.h"
+#include "spec/speculative.h"
+
+namespace vt {
+namespace {
+
+using Tensors = std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>;
+
+std::vector<int32_t> golden_prompt(const std::string& name, int index) {
+  const auto reference =
+      read_json_file(std::string(VT_SOURCE_DIR) + "/tests/golden/" + name + "/reference.json");
+  return reference["prompts"][index]["ids"].get<std::vector<int32_t>>();
+}
+
+// Random f32 MTP tensors for `config`, named and shaped as Qwen3.5 / Qwen3-Next checkpoints ship.
+Tensors random_mtp_tensors(const Qwen35Config& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Tensors tensors;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale) {
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    std::uniform_real_distribution<float> uniform(-scale, scale);
+    std::vector<float> values(static_cast<size_t>(count));
+    for (float& v : values) v = uniform(rng);
+    tensors["mtp." + name] = {std::move(shape), std::move(values)};
+  };
+  const int64_t H = c.hidden_size, D = c.head_dim;
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
+    add(name, {rows, cols}, 1.7f / std::sqrt(float(cols)));
+  };
+  for (const char* norm : {"pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm",
+                           "layers.0.input_layernorm", "layers.0.post_attention_layernorm"})
+    add(std::string(norm) + ".weight", {H}, 0.3f);
+  matrix("fc.weight", H, 2 * H);
+  const std::string a = "layers.0.self_attn.";
+  matrix(a + "q_proj.weight", c.num_heads * D * 2, H);
+  matrix(a + "k_proj.weight", c.num_kv_heads * D, H);
+  matrix(a + "v_proj.weight", c.num_kv_heads * D, H);
+  matrix(a + "o_proj.weight", H, c.num_heads * D);
+  add(a + "q_norm.weight", {D}, 0.3f);
+  add(a + "k_norm.weight", {D}, 0.3f);
+  auto mlp = [&](const std::string& p, int64_t inter) {
+    matrix(p + "gate_proj.weight", inter, H);
+    matrix(p + "up_proj.weight", inter, H);
+    matrix(p + "down_proj.weight", H, inter);
+  };
+  if (c.layer_is_moe(0)) {
+    matrix("layers.0.mlp.gate.weight", c.num_experts, H);
+    for (int64_t e = 0; e < c.num_experts; ++e)
+      mlp("layers.0.mlp.experts." + std::to_string(e) + ".", c.moe_intermediate_size);
+    mlp("layers.0.mlp.shared_expert.", c.shared_expert_intermediate_size);
+    matrix("layers.0.mlp.shared_expert_gate.weight", 1, H);
+  } else {
+    mlp("layers.0.mlp.", c.intermediate_size);
+  }
+  return tensors;
+}
+
+// A scratch copy of a golden checkpoint with `tensors` appended (f32) to model.safetensors.
+class MtpCheckpoint {
+ public:
+  MtpCheckpoint(const std::string& golden_case, const Tensors& tensors) : scratch_(golden_case) {
+    std::string data;  // filled by the edit, then appended (edit_header takes it by reference)
+    scratch_.edit_header(
+        "model.safetensors",
+        [&](nlohmann::json& header) {
+          size_t end = 0;
+          for (const auto& [name, entry] : header.items())
+            if (name != "__metadata__") end = std::max(end, entry["data_offsets"][1].get<size_t>());
+          for (const auto& [name, tensor] : tensors) {
+            const size_t begin = end + data.size();
+            data.append(reinterpret_cast<const char*>(tensor.second.data()),
+                        tensor.second.size() * sizeof(float));
+            header[name] = {{"dtype", "F32"},
+                            {"shape", tensor.first},
+                            {"data_offsets", {begin, end + data.size()}}};
+          }
+        },
+        data);
+  }
+  const std::string& dir() const { return scratch_.dir(); }
+
+ private:
+  testing::ScratchCheckpoint scratch_;
+};
+
+Qwen35Config golden_config(const std::string& name) {
+  return parse_qwen35_config(std::string(VT_SOURCE_DIR) + "/tests/golden/" + name + "/config.json");
+}
+
+std::unique_ptr<Qwen35Model> load_with_mtp(const std::string& dir) {
+  Qwen35LoadOptions options;
+  options.load_mtp = true;
+  return std::make_unique<Qwen35Model>(dir, options);
+}
+
+template <typename Body>
+void expect_error(Body body, const std::string& fragment) {
+  try {
+    body();
+    ADD_FAILURE() << "no error; expected one containing '" << fragment << "'";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos) << error.what();
+  }
+}
+
+// ---- The MTP head from its definition, written independently of the model code -------------
+
+struct Reference {
+  const Qwen35Config& c;
+  const Tensors& mtp;
+  std::vector<float> embed, lm_head;  // [V, H] f32
+
+  const std::vector<float>& w(const std::string& name) const {
+    return mtp.at("mtp." + name).second;
+  }
+  // y = W x, W [rows, cols] row-major.
+  std::vector<float> matvec(const std::vector<float>& W, const float* x, int64_t rows,
+                            int64_t cols) const {
+    std::vector<float> y(size_t(rows), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (int64_t k = 0; k < cols; ++k) sum += double(W[r * cols + k]) * x[k];
+      y[r] = float(sum);
+    }
+    return y;
+  }
+  // Zero-centred RMSNorm: x / rms(x) * (1 + w).
+  std::vector<float> norm(const float* x, const std::vector<float>& weight) const {
+    const int64_t n = int64_t(weight.size());
+    double squares = 0;
+    for (int64_t i = 0; i < n; ++i) squares += double(x[i]) * x[i];
+    const double inv = 1.0 / std::sqrt(squares / n + c.rms_norm_eps);
+    std::vector<float> y(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) y[i] = float(x[i] * inv * (1.0 + weight[i]));
+    return y;
+  }
+  // NeoX rotation of the first rotary_dim dims of one head at `position`.
+  void rope(float* head, int64_t position) const {
+    const int64_t half = c.rotary_dim / 2;
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = position * std::pow(double(c.rope_theta), -2.0 * i / c.rotary_dim);
+      const double x1 = head[i], x2 = head[i + half];
+      head[i] = float(x1 * std::cos(angle) - x2 * std::sin(angle));
+      head[i + half] = float(x2 * std::cos(angle) + x1 * std::sin(angle));
+    }
+  }
+  static float silu(float x) { return x / (1.0f + std::exp(-x)); }
+  std::vector<float> swiglu(const std::string& p, const std::vector<float>& x,
+                            int64_t inter) const {
+    const int64_t H = c.hidden_size;
+    auto gate = matvec(w(p + "gate_proj.weight"), x.data(), inter, H);
+    auto up = matvec(w(p + "up_proj.weight"), x.data(), inter, H);
+    for (int64_t i = 0; i < inter; ++i) gate[i] = silu(gate[i]) * up[i];
+    return matvec(w(p + "down_proj.weight"), gate.data(), H, inter);
+  }
+  std::vector<float> ffn(const std::vector<float>& x) const {
+    if (!c.layer_is_moe(0)) return swiglu("layers.0.mlp.", x, c.intermediate_size);
+    const int64_t H = c.hidden_size, E = c.num_experts;
+    auto router = matvec(w("layers.0.mlp.gate.weight"), x.data(), E, H);
+    const float top = *std::max_element(router.begin(), router.end());
+    std::vector<double> probs(static_cast<size_t>(E));
+    double total = 0;
+    for (int64_t e = 0; e < E; ++e) total += probs[e] = std::exp(double(router[e]) - top);
+    std::vector<int64_t> order(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) order[e] = e;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t l, int64_t r) { return probs[l] > probs[r]; });
+    double chosen = 0;
+    for (int64_t j = 0; j < c.num_experts_per_tok; ++j) chosen += probs[order[j]];
+    std::vector<float> out(size_t(H), 0.0f);
+    for (int64_t j = 0; j < c.num_experts_per_tok; ++j) {
+      const int64_t e = order[j];
+      const double weight = c.norm_topk_prob ? probs[e] / chosen : probs[e] / total;
+      auto y =
+          swiglu("layers.0.mlp.experts." + std::to_string(e) + ".", x, c.moe_intermediate_size);
+      for (int64_t i = 0; i < H; ++i) out[i] += float(weight * y[i]);
+    }
+    auto shared = swiglu("layers.0.mlp.shared_expert.", x, c.shared_expert_intermediate_size);
+    const float gate = matvec(w("layers.0.mlp.shared_expert_gate.weight"), x.data(), 1, H)[0];
+    for (int64_t i = 0; i < H; ++i) out[i] += shared[i] / (1.0f + std::exp(-gate));
+    return out;
+  }
+
+  // Runs pairs (hidden[t], tokens[t]) at positions 0..T-1; returns each row's lm_head input.
+  std::vector<std::vector<float>> run(const std::vector<std::vector<float>>& hidden,
+                                      const std::vector<int32_t>& tokens) const {
+    const int64_t T = int64_t(tokens.size()), H = c.hidden_size, D = c.head_dim;
+    const int64_t hq = c.num_heads, hkv = c.num_kv_heads;
+    std::vector<std::vector<float>> x(T), q(T), gate(T), k(T), v(T), out(T);
+    for (int64_t t = 0; t < T; ++t) {
+      auto e = norm(embed.data() + tokens[t] * H, w("pre_fc_norm_embedding.weight"));
+      auto h = norm(hidden[t].data(), w("pre_fc_norm_hidden.weight"));
+      e.insert(e.end(), h.begin(), h.end());  // [embedding | hidden]
+      x[t] = matvec(w("fc.weight"), e.data(), H, 2 * H);
+      auto normed = norm(x[t].data(), w("layers.0.input_layernorm.weight"));
+      auto qg = matvec(w("layers.0.self_attn.q_proj.weight"), normed.data(), hq * 2 * D, H);
+      k[t] = matvec(w("layers.0.self_attn.k_proj.weight"), normed.data(), hkv * D, H);
+      v[t] = matvec(w("layers.0.self_attn.v_proj.weight"), normed.data(), hkv * D, H);
+      for (int64_t head = 0; head < hq; ++head) {  // per head [q | gate]
+        auto qn = norm(qg.data() + head * 2 * D, w("layers.0.self_attn.q_norm.weight"));
+        rope(qn.data(), t);
+        q[t].insert(q[t].end(), qn.begin(), qn.end());
+        gate[t].insert(gate[t].end(), qg.begin() + head * 2 * D + D,
+                       qg.begin() + (head + 1) * 2 * D);
+      }
+      for (int64_t head = 0; head < hkv; ++head) {
+        auto kn = norm(k[t].data() + head * D, w("layers.0.self_attn.k_norm.weight"));
+        rope(kn.data(), t);
+        std::copy(kn.begin(), kn.end(), k[t].begin() + head * D);
+      }
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<float> attended(size_t(hq * D), 0.0f);
+      for (int64_t head = 0; head < hq; ++head) {
+        const int64_t kv_head = head / (hq / hkv);
+        std::vector<double> scores(static_cast<size_t>(t + 1));
+        double top = -1e300, total = 0;
+        for (int64_t s = 0; s <= t; ++s) {
+          double dot = 0;
+          for (int64_t i = 0; i < D; ++i) dot += double(q[t][head * D + i]) * k[s][kv_head * D + i];
+          top = std::max(top, scores[s] = dot / std::sqrt(double(D)));
+        }
+        for (double& score : scores) total += score = std::exp(score - top);
+        for (int64_t i = 0; i < D; ++i) {
+          double sum = 0;
+          for (int64_t s = 0; s <= t; ++s) sum += scores[s] / total * v[s][kv_head * D + i];
+          const float g = gate[t][head * D + i];
+          attended[head * D + i] = float(sum) / (1.0f + std::exp(-g));
+        }
+      }
+      auto branch = matvec(w("layers.0.self_attn.o_proj.weight"), attended.data(), H, hq * D);
+      for (int64_t i = 0; i < H; ++i) x[t][i] += branch[i];
+      auto ffn_out = ffn(norm(x[t].data(), w("layers.0.post_attention_layernorm.weight")));
+      for (int64_t i = 0; i < H; ++i) x[t][i] += ffn_out[i];
+      out[t] = norm(x[t].data(), w("norm.weight"));
+    }
+    return out;
+  }
+  std::vector<float> logits(const std::vector<float>& hidden) const {
+    return matvec(lm_head, hidden.data(), c.vocab_size, c.hidden_size);
+  }
+};
+
+double relative_l2(const float* a, const float* b, int64_t count) {
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < count; ++i)
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), norm += double(b[i]) * b[i];
+  return std::sqrt(diff / norm);
+}
+
+const char* const kCases[] = {"qwen3_5_dense", "qwen3_5_moe"};  // dense MLP; MoE + VL layout
+
+// The drafter's first three proposals after a prefill, and the head's hidden states and logits,
+// equal the definition run here on the target's kept hidden states (which are the lm_head's
+// inputs).
+TEST(MtpDrafter, ProposalsEqualTheHeadsDefinition) {
+  for (const char* name : kCases) {
+    SCOPED_TRACE(name);
+    const Qwen35Config config = golden_config(name);
+    const Tensors mtp = random_mtp_tensors(config, 7);
+    MtpCheckpoint checkpoint(name, mtp);
+    auto model = load_with_mtp(checkpoint.dir());
+    const int64_t V = config.vocab_size, H = config.hidden_size;
+    WeightStore store = WeightStore::open(checkpoint.dir());
+    Reference reference{config, mtp, {}, {}};
+    Buffer embed = load_f32(store, config.weight_prefix + "embed_tokens.weight", {V, H});
+    Buffer lm_head = load_f32(store, "lm_head.weight", {V, H});
+    reference.embed.assign(embed.f32(), embed.f32() + V * H);
+    reference.lm_head.assign(lm_head.f32(), lm_head.f32() + V * H);
+
+    const std::vector<int32_t> full = golden_prompt(name, 1);
+    const std::vector<int32_t> prompt(full.begin(), full.begin() + 12);
+    const int64_t P = int64_t(prompt.size());
+    MtpDrafter drafter(*model, {});
+    auto state = model->new_sequence(64);
+    Buffer logits(DType::kF32, {P, V});
+    ForwardOptions all;
+    all.all_logits = true;
+    model->forward(prompt, *state, logits, all);
+    drafter.start(prompt, 64);
+
+    // The kept rows are the lm_head inputs: lm_head(row) gives the logits of every position.
+    const TensorView kept = model->last_hidden_states();
+    ASSERT_EQ(kept.shape, Shape({P, H}));
+    EXPECT_EQ(model->last_hidden_states_start(), 0);
+    double worst_logits = 0;
+    std::vector<std::vector<float>> hidden;
+    for (int64_t t = 0; t < P; ++t) {
+      hidden.emplace_back(kept.f32() + t * H, kept.f32() + (t + 1) * H);
+      auto want = reference.logits(hidden.back());
+      worst_logits = std::max(worst_logits, relative_l2(logits.f32() + t * V, want.data(), V));
+    }
+    EXPECT_LE(worst_logits, numerics::kSamePathRelL2);
+
+    std::vector<int32_t> context = prompt;
+    context.push_back(argmax(logits.f32() + (P - 1) * V, V));
+    Draft draft;
+    drafter.propose(context, 3, draft);
+    ASSERT_EQ(draft.tokens.size(), 3u);
+    EXPECT_TRUE(draft.probs.empty());
+
+    // Pairs (hidden at t, token at t + 1) for t < P, then chained steps (own output, last draft).
+    std::vector<int32_t> tokens(context.begin() + 1, context.end());
+    const auto out = reference.run(hidden, tokens);
+    const auto first = reference.logits(out.back());
+    for (size_t i = 0; i < draft.tokens.size(); ++i) {
+      const auto chained = i == 0 ? out : reference.run(hidden, tokens);
+      const auto want = reference.logits(chained.back());
+      EXPECT_EQ(draft.tokens[i], argmax(want.data(), V)) << "draft " << i;
+      hidden.push_back(chained.back());
+      tokens.push_back(draft.tokens[i]);
+    }
+
+    // The head's own numbers on the same pairs, through the model's MTP API.
+    auto mtp_state = model->new_mtp_sequence(64);
+    Buffer hidden_out(DType::kF32, {P, H}), head_logits(DType::kF32, {1, V});
+    model->mtp_forward(std::span<const int32_t>(context).subspan(1), kept.rows(0, P), *mtp_state,
+                       hidden_out, head_logits);
+    double worst_hidden = 0;
+    for (int64_t t = 0; t < P; ++t)
+      worst_hidden =
+          std::max(worst_hidden, relative_l2(hidden_out.f32() + t * H, out[t].data(), H));
+    const double logits_error = relative_l2(head_logits.f32(), first.data(), V);
+    EXPECT_LE(worst_hidden, numerics::kSamePathRelL2);
+    EXPECT_LE(logits_error, numerics::kSamePathRelL2);
+    std::printf(
+        "%s: MTP head vs its definition: hidden rel L2 %.3g, logits %.3g; drafts %d %d %d\n", name,
+        worst_hidden, logits_error, draft.tokens[0], draft.tokens[1], draft.tokens[2]);
+  }
+}
+
+// Greedy speculative output with the MTP drafter is plain greedy output, k = 1..4.
+TEST(MtpDrafter, GreedySpeculativeEqualsPlainGreedy) {
+  for (const char* name : kCases) {
+    SCOPED_TRACE(name);
+    MtpCheckpoint checkpoint(name, random_mtp_tensors(golden_config(name), 11));
+    auto model = load_with_mtp(checkpoint.dir());
+    for (int index : {0, 1}) {
+      const std::vector<int32_t> prompt = golden_prompt(name, index);
+      GenerateOptions options;
+      options.max_new_tokens = 20;
+      const auto plain = generate(*model, prompt, options);
+      for (int64_t k = 1; k <= 4; ++k) {
+        SCOPED_TRACE("prompt " + std::to_string(index) + ", k " + std::to_string(k));
+        MtpDrafter drafter(*model, {});
+        SpeculativeOptions speculative;
+        speculative.num_draft = k;
+        const auto result = generate_speculative(*model, drafter, prompt, options, speculative);
+        EXPECT_EQ(result.output_ids, plain.output_ids);
+        EXPECT_GT(result.stats.drafted, 0);
+      }
+    }
+  }
+}
+
+// Forces a chosen number of accepted drafts each step (the target's own greedy tokens, then a
+// wrong one) while the MTP drafter runs alongside; records what the MTP drafter proposed.
+class AcceptanceForcingDrafter final : public Drafter {
+ public:
+  AcceptanceForcingDrafter(MtpDrafter& mtp, std::vector<int32_t> target_output,
+                           int64_t prompt_length, int64_t vocab)
+      : mtp_(mtp),
+        output_(std::move(target_output)),
+        prompt_length_(prompt_length),
+        vocab_(vocab) {}
+  std::string name() const override { return "forcing"; }
+  void start(std::span<const int32_t> prompt, int64_t max_length) override {
+    mtp_.start(prompt, max_length);
+  }
+  void propose(std::span<const int32_t> context, int64_t max_tokens, Draft& draft) override {
+    Draft mtp_draft;
+    mtp_.propose(context, max_tokens, mtp_draft);
+    records.push_back({{context.begin(), context.end()}, mtp_draft.tokens});
+    const int64_t made = int64_t(context.size()) - prompt_length_;
+    const int64_t accept =
+        std::min<int64_t>(int64_t(records.size()) % (max_tokens + 1), max_tokens);
+    draft.tokens.assign(output_.begin() + made, output_.begin() + made + accept);
+    if (accept < max_tokens) draft.tokens.push_back((output_[made + accept] + 1) % int32_t(vocab_));
+    accepted_counts.push_back(accept);
+  }
+  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>>
+      records;  // context, MTP drafts
+  std::vector<int64_t> accepted_counts;
+
+ private:
+  MtpDrafter& mtp_;
+  std::vector<int32_t> output_;
+  int64_t prompt_length_, vocab_;
+};
+
+// After any number of accepted drafts (0..k) the drafter proposes what a fresh drafter proposes
+// from a prefill of the same context: the hidden rows it takes from the verify forward and the
+// rollback of its own cache are right.
+TEST(MtpDrafter, StateAfterAnyAcceptanceEqualsAFreshDrafter) {
+  const std::string name = "qwen3_5_dense";
+  MtpCheckpoint checkpoint(name, random_mtp_tensors(golden_config(name), 13));
+  auto model = load_with_mtp(checkpoint.dir());
+  const int64_t V = model->info().vocab_size, k = 4;
+  const std::vector<int32_t> prompt = golden_prompt(name, 0);
+  GenerateOptions options;
+  options.max_new_tokens = 24;
+  // One more plain token than generated, for the wrong draft after the last accepted one.
+  GenerateOptions longer = options;
+  longer.max_new_tokens += 1;
+  const auto plain = generate(*model, prompt, longer);
+
+  MtpDrafter mtp(*model, {});
+  AcceptanceForcingDrafter forcing(mtp, plain.output_ids, int64_t(prompt.size()), V);
+  SpeculativeOptions speculative;
+  speculative.num_draft = k;
+  const auto result = generate_speculative(*model, forcing, prompt, options, speculative);
+  EXPECT_EQ(result.output_ids,
+            std::vector<int32_t>(plain.output_ids.begin(), plain.output_ids.end() - 1));
+  std::vector<int64_t> seen(k + 1, 0);
+  for (size_t step = 0; step < forcing.accepted_counts.size(); ++step)
+    if (step + 1 < forcing.accepted_counts.size()) ++seen[forcing.accepted_counts[step]];
+  for (int64_t a = 0; a <= k; ++a) EXPECT_GT(seen[a], 0) << "no step accepted " << a << " drafts";
+
+  ForwardOptions recurrent;
+  recurrent.delta_rule = DeltaRuleChoice::kRecurrent;  // as the verify forwards
+  for (const auto& [context, drafted] : forcing.records) {
+    auto state = model->new_sequence(64);
+    Buffer logits(DType::kF32, {1, V});
+    MtpDrafter fresh(*model, {});
+    model->forward(std::span<const int32_t>(context).first(context.size() - 1), *state, logits,
+                   recurrent);
+    fresh.start(context, 64);
+    Draft draft;
+    fresh.propose(context, int64_t(drafted.size()), draft);
+    EXPECT_EQ(draft.tokens, drafted) << "context of " << context.size() << " tokens";
+  }
+}
+
+// Loading: mtp.* is ignored unless asked for; asked for, it must be there, well shaped and whole.
+TEST(MtpDrafter, LoadingIsStrict) {
+  const std::string name = "qwen3_5_dense";
+  const Qwen35Config config = golden_config(name);
+  const std::string golden = std::string(VT_SOURCE_DIR) + "/tests/golden/" + name;
+  expect_error([&] { load_with_mtp(golden); }, "no MTP head (no mtp.fc.weight)");
+  Qwen35Model plain(golden, {});
+  EXPECT_FALSE(plain.has_mtp());
+  expect_error([&] { MtpDrafter drafter(plain, {}); }, "loaded without its MTP head");
+
+  Tensors tensors = random_mtp_tensors(config, 3);
+  {
+    MtpCheckpoint checkpoint(name, tensors);
+    EXPECT_TRUE(load_with_mtp(checkpoint.dir())->has_mtp());
+    Qwen35Model without(checkpoint.dir(), {});  // declared ignored
+    EXPECT_FALSE(without.has_mtp());
+    EXPECT_NE(without.describe().find("ignored: mtp.*"), std::string::npos);
+  }
+  for (const char* broken : {"mtp.fc.weight", "mtp.layers.0.self_attn.k_norm.weight",
+                             "mtp.layers.0.mlp.down_proj.weight"}) {
+    SCOPED_TRACE(broken);
+    Tensors wrong = tensors;
+    auto& [shape, values] = wrong.at(broken);
+    shape.back() -= 1;
+    values.resize(values.size() / (shape.back() + 1) * shape.back());
+    MtpCheckpoint checkpoint(name, wrong);
+    expect_error([&] { load_with_mtp(checkpoint.dir()); }, broken);
+    Qwen35Model without(checkpoint.dir(), {});  // not read: not checked
+  }
+  {
+    Tensors extra = tensors;
+    extra["mtp.layers.0.mlp.extra_proj.weight"] = {{2, 2}, {1, 2, 3, 4}};
+    MtpCheckpoint checkpoint(name, extra);
+    expect_error([&] { load_with_mtp(checkpoint.dir()); }, "'mtp.layers.0.mlp.extra_proj.weight'");
+  }
+  {
+    Tensors two_layers = tensors;
+    two_layers["mtp.layers.1.input_layernorm.weight"] = {{config.hidden_size},
+                                                         std::vector<float>(config.hidden_size)};
+    MtpCheckpoint checkpoint(name, two_layers);
+    expect_error([&] { load_with_mtp(checkpoint.dir()); }, "vt runs one");
+  }
+}
+
+}  // namespace
+}  // namespace vt
