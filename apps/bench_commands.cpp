@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "apps/cli_lists.h"
 #include "apps/commands.h"
 #include "core/error.h"
 #include "engine/sampler.h"
@@ -40,21 +41,7 @@ struct BenchArgs {
   bool json = false, no_graph = false;
 };
 
-std::vector<int64_t> parse_list(const std::string& text) {
-  std::vector<int64_t> values;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    try {
-      values.push_back(std::stoll(item));
-    } catch (const std::exception&) {
-      VT_FAIL("--batch: '", item, "' is not an integer");
-    }
-    VT_CHECK(values.back() > 0 && values.back() <= 1024, "--batch: ", values.back(), " out of range [1, 1024]");
-  }
-  VT_CHECK(!values.empty(), "--batch: empty list");
-  return values;
-}
+std::vector<int64_t> parse_list(const std::string& text) { return vt::apps::parse_int_list(text, "--batch", 1, 1024); }
 
 // "cpu" or "cuda": --device, else the GPU where vt was built with CUDA.
 std::string resolve_device(const BenchArgs& args) {
@@ -282,10 +269,8 @@ std::unique_ptr<vt::Qwen35CudaModel> open_cuda_model(const BenchArgs& args, cons
   vt::profile::check_backend_overrides(decode_gemm_shapes(config, batches));
   std::unique_ptr<vt::Qwen35CudaModel> model;
   if (!args.synthetic.empty()) {
-    VT_CHECK(args.weights == "fp8" || args.weights == "bf16", "--weights fp8|bf16");
-    auto weights = vt::synthetic_cuda_weights(config, args.weights == "fp8", 1234);
-    *name = args.synthetic + " (synthetic, " + args.weights + ")";
-    model = std::make_unique<vt::Qwen35CudaModel>(config, std::move(weights), options, *name);
+    model = vt::make_synthetic_cuda_model(args.synthetic, args.weights, options, 1234);
+    *name = model->describe();
   } else {
     model = vt::load_qwen35_cuda(args.model, options);
     *name = args.model;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/cli_lists.h"
 #include "apps/commands.h"
 #include "core/error.h"
 #ifdef VT_WITH_CUDA
@@ -61,21 +62,6 @@ std::vector<GemmShape> decode_shapes(const Qwen35Config& c) {
   return shapes;
 }
 
-std::vector<int64_t> parse_m_list(const std::string& text) {
-  std::vector<int64_t> values;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    try {
-      values.push_back(std::stoll(item));
-    } catch (const std::exception&) {
-      VT_FAIL("--m: '", item, "' is not an integer");
-    }
-    VT_CHECK(values.back() >= 1 && values.back() <= 4096, "--m: ", values.back(), " out of range [1, 4096]");
-  }
-  VT_CHECK(!values.empty(), "--m: empty list");
-  return values;
-}
 
 constexpr size_t kColdBytes = size_t(256) << 20;  // weight copies per timing: > 5x the H200's L2
 
@@ -108,7 +94,7 @@ Timing time_graph(cudaStream_t stream, int64_t iters, int64_t copies, const char
 void run_bench_gemm(const GemmArgs& args) {
   VT_CHECK(cuda::device_count() > 0, "vt bench gemm needs a CUDA GPU");
   const Qwen35Config config = synthetic_config(args.synthetic);
-  const std::vector<int64_t> ms = parse_m_list(args.m_list);
+  const std::vector<int64_t> ms = parse_int_list(args.m_list, "--m", 1, 4096);
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());
   const double bandwidth = cuda::measure_read_bandwidth(size_t(4) << 30);
   cudaStream_t stream;

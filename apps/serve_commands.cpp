@@ -65,10 +65,7 @@ void run_serve(ServeArgs args) {
     if (args.synthetic.empty()) {
       model = vt::load_qwen35_cuda(args.model, options);
     } else {
-      vt::Qwen35Config config = vt::synthetic_config(args.synthetic);
-      VT_CHECK(args.weights == "fp8" || args.weights == "bf16", "serve: --weights fp8|bf16");
-      model = std::make_unique<vt::Qwen35CudaModel>(config, vt::synthetic_cuda_weights(config, args.weights == "fp8", 1),
-                                                    options, args.synthetic + " (synthetic, " + args.weights + ")");
+      model = vt::make_synthetic_cuda_model(args.synthetic, args.weights, options, 1);
     }
 #else
     VT_FAIL("serve: --device cuda / --synthetic need a CUDA build of vt");

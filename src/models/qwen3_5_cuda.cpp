@@ -45,6 +45,7 @@ struct Qwen35CudaModel::Workspace {
   cuda::DeviceBuffer metadata;            // i32: see upload_layout
   cuda::DeviceBuffer block_tables;        // [slots, max_blocks] i32 (static: slot s owns its own blocks)
   int32_t* host_metadata = nullptr;       // pinned staging for one step's metadata
+  uint16_t* host_logits = nullptr;        // pinned staging for bf16 logits [rows, V] on their way to f32
   int64_t kv_tokens = 0;                  // keys this step's tokens attend to (sum of position + 1)
   size_t metadata_ints = 0;
   cuda::StepLayout layout;
@@ -54,6 +55,7 @@ struct Qwen35CudaModel::Workspace {
   std::vector<cuda::DeviceBuffer> conv_state, recurrent;  // per layer (GDN layers only)
   ~Workspace() {
     if (host_metadata) cudaFreeHost(host_metadata);
+    if (host_logits) cudaFreeHost(host_logits);
   }
 };
 
@@ -161,6 +163,9 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   w.metadata_ints = size_t(3 * T + 2 * S + 1 + logit_rows);
   w.metadata = cuda::DeviceBuffer(DType::kI32, {int64_t(w.metadata_ints)});
   VT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&w.host_metadata), w.metadata_ints * sizeof(int32_t)));
+  if (act == DType::kBF16)
+    VT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&w.host_logits),
+                                 size_t(logit_rows * config_.vocab_size) * sizeof(uint16_t)));
   int32_t* base = w.metadata.as<int32_t>();
   w.token_ids = base;
   w.layout.token_seq = base + T;
@@ -245,7 +250,8 @@ void Qwen35CudaModel::setup_fp8_gemms() {
     for (const auto& shape : list)
       for (int64_t m : {int64_t(1), max_m})
         VT_CHECK(fp8_gemm_->supports(*forced, m, shape.n, shape.k, shape.n, options_.activations),
-                 "VT_GEMM_BACKEND=", cuda::gemm_backend_name(*forced), " cannot serve the ", shape.n, " x ", shape.k,
+                 "the forced GEMM backend ", cuda::gemm_backend_name(*forced),
+                 " (VT_GEMM_BACKEND / VT_FP8_GEMM) cannot serve the ", shape.n, " x ", shape.k,
                  " FP8 GEMM at M = ", m, "; unset it or pick a backend that can");
   }
   if (options_.tune_gemms) {
@@ -310,9 +316,7 @@ void Qwen35CudaModel::linear(const CudaLinear& linear, void* y, const void* x, i
     }
     // Parts that could not merge (rows not whole 128-blocks) write their own column range.
     for (const auto& part : linear.parts) {
-      cuda::GemmBackend backend = fp8_gemm_->choose(m, part.n, linear.k);
-      if (!fp8_gemm_->forced() && !fp8_gemm_->supports(backend, m, part.n, linear.k, linear.n, act))
-        backend = m == 1 ? cuda::GemmBackend::kGemv : cuda::GemmBackend::kMma;
+      const cuda::GemmBackend backend = fp8_gemm_->choose(m, part.n, linear.k, linear.n, act);
       fp8_gemm_->run(backend, static_cast<char*>(y) + part.column * element, linear.n, input.codes, input.scales,
                      part.weight.as<uint8_t>(), part.scales.as<float>(), m, part.n, linear.k, act, stream_);
     }
@@ -544,10 +548,9 @@ void Qwen35CudaModel::copy_logits_to_host(float* destination, int64_t rows) {
     VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return;
   }
-  std::vector<uint16_t> staging(static_cast<size_t>(count));
-  VT_CUDA_CHECK(cudaMemcpyAsync(staging.data(), w.logits.data(), count * 2, cudaMemcpyDeviceToHost, stream_));
+  VT_CUDA_CHECK(cudaMemcpyAsync(w.host_logits, w.logits.data(), count * 2, cudaMemcpyDeviceToHost, stream_));
   VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (int64_t i = 0; i < count; ++i) destination[i] = bf16_to_f32(staging[size_t(i)]);
+  for (int64_t i = 0; i < count; ++i) destination[i] = bf16_to_f32(w.host_logits[i]);
 }
 
 void Qwen35CudaModel::launch_decode_graph(int64_t batch, const std::function<void()>& upload) {
@@ -640,15 +643,10 @@ void Qwen35CudaModel::decode_step(const std::vector<int32_t>& tokens, const std:
   VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-std::vector<float> Qwen35CudaModel::last_logits(int64_t rows) const {
-  const auto& w = *workspace_;
-  VT_CHECK(rows > 0 && rows <= w.logits.shape()[0], "last_logits: ", rows, " rows");
-  const int64_t count = rows * config_.vocab_size;
-  cuda::DeviceBuffer f32(DType::kF32, {count});
-  cuda::convert(f32.data(), DType::kF32, w.logits.data(), options_.activations, count, stream_);
-  std::vector<float> host(size_t(count), 0.0f);
-  VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  cuda::copy_to_host(host.data(), f32.data(), size_t(count) * sizeof(float));
+std::vector<float> Qwen35CudaModel::last_logits(int64_t rows) {
+  VT_CHECK(rows > 0 && rows <= workspace_->logits.shape()[0], "last_logits: ", rows, " rows");
+  std::vector<float> host(size_t(rows * config_.vocab_size));
+  copy_logits_to_host(host.data(), rows);
   return host;
 }
 
@@ -687,6 +685,15 @@ double Qwen35CudaModel::decode_bytes(int64_t batch, int64_t context) const {
     }
   }
   return bytes + double(batch) * per_sequence;
+}
+
+std::unique_ptr<Qwen35CudaModel> make_synthetic_cuda_model(const std::string& name, const std::string& weights,
+                                                           const CudaModelOptions& options, uint64_t seed) {
+  VT_CHECK(weights == "fp8" || weights == "bf16", "synthetic weights: expected fp8 or bf16, got '", weights, "'");
+  Qwen35Config config = synthetic_config(name);
+  CudaWeights synthetic = synthetic_cuda_weights(config, weights == "fp8", seed);
+  return std::make_unique<Qwen35CudaModel>(std::move(config), std::move(synthetic), options,
+                                           name + " (synthetic, " + weights + ")");
 }
 
 std::unique_ptr<Qwen35CudaModel> load_qwen35_cuda(const std::string& dir, const CudaModelOptions& options) {

@@ -123,7 +123,7 @@ class Qwen35CudaModel final : public Model {
   void decode_step(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
                    std::vector<int32_t>* next_tokens, bool use_graph);
   // The logits [rows, vocab] of the last step, as f32 on the host (tests).
-  std::vector<float> last_logits(int64_t rows) const;
+  std::vector<float> last_logits(int64_t rows);
   // Fills KV cache and GDN states with random values (benchmarks at a context length).
   void randomize_state(uint64_t seed);
   // Bytes one decode step must move at `batch` and `context`: weights + state + KV (floor).
@@ -167,5 +167,9 @@ class Qwen35CudaModel final : public Model {
 
 // Opens a checkpoint folder for CUDA.
 std::unique_ptr<Qwen35CudaModel> load_qwen35_cuda(const std::string& dir, const CudaModelOptions& options);
+// A synthetic model: `name`'s real architecture (synthetic_config), random weights ("fp8" 128x128
+// blocks or "bf16"), described as "NAME (synthetic, WEIGHTS)".
+std::unique_ptr<Qwen35CudaModel> make_synthetic_cuda_model(const std::string& name, const std::string& weights,
+                                                           const CudaModelOptions& options, uint64_t seed);
 
 }  // namespace vt

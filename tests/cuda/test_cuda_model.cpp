@@ -28,6 +28,14 @@ const std::string kGolden = std::string(VT_SOURCE_DIR) + "/tests/golden/";
 
 class CudaModel : public testing::GpuTest {};
 
+// A real architecture's layer shapes with only its first `layers` layers (short tests).
+Qwen35Config reduced_config(const std::string& name, int64_t layers) {
+  Qwen35Config config = synthetic_config(name);
+  config.num_layers = layers;
+  config.layer_types.resize(size_t(layers));
+  return config;
+}
+
 std::vector<float> read_f32(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   std::vector<float> values(size_t(in.tellg()) / sizeof(float));
@@ -128,9 +136,7 @@ TEST_F(CudaModel, Deterministic) {
 
 // Synthetic 27B at real shapes: builds, runs a batched decode step, produces valid token ids.
 TEST_F(CudaModel, SyntheticRealShapesDecode) {
-  Qwen35Config config = synthetic_config("qwen3.5-27b");
-  config.num_layers = 4;  // the real layer shapes, fewer layers to keep the test short
-  config.layer_types.resize(4);
+  Qwen35Config config = reduced_config("qwen3.5-27b", 4);
   CudaModelOptions options;
   options.max_sequences = 4;
   options.max_context = 128;
@@ -145,9 +151,7 @@ TEST_F(CudaModel, SyntheticRealShapesDecode) {
 
 // Synthetic 35B-A3B (MoE) at real shapes, four layers: routed decode runs and yields valid ids.
 TEST_F(CudaModel, SyntheticMoeDecode) {
-  Qwen35Config config = synthetic_config("qwen3.5-35b-a3b");
-  config.num_layers = 4;
-  config.layer_types.resize(4);
+  Qwen35Config config = reduced_config("qwen3.5-35b-a3b", 4);
   CudaModelOptions options;
   options.max_sequences = 8;
   options.max_context = 64;
@@ -209,9 +213,7 @@ TEST_F(CudaModel, EngineBatchedStepsGiveHfGreedyTokens) {
 // A forced GEMM backend that cannot serve a shape the model will run is refused at start-up,
 // naming the shape (never a silent fallback): the M = 1 gemv kernel with 4 sequences.
 TEST_F(CudaModel, ForcedGemmBackendThatCannotServeIsRefused) {
-  Qwen35Config config = synthetic_config("qwen3.5-27b");
-  config.num_layers = 1;
-  config.layer_types.resize(1);
+  Qwen35Config config = reduced_config("qwen3.5-27b", 1);
   config.vocab_size = 1024;
   CudaModelOptions options;
   options.max_sequences = 4;
@@ -231,9 +233,7 @@ TEST_F(CudaModel, ForcedGemmBackendThatCannotServeIsRefused) {
 // The start-up tuning keeps, per shape and M bucket, a backend that serves it, and the model
 // decodes with the tuned table to the same tokens as with the built-in rule.
 TEST_F(CudaModel, TunedGemmPlanServesEveryBucket) {
-  Qwen35Config config = synthetic_config("qwen3.5-27b");
-  config.num_layers = 2;
-  config.layer_types.resize(2);
+  Qwen35Config config = reduced_config("qwen3.5-27b", 2);
   config.vocab_size = 2048;
   CudaModelOptions options;
   options.max_sequences = 16;
@@ -261,9 +261,7 @@ TEST_F(CudaModel, TunedGemmPlanServesEveryBucket) {
 // The FP8 output layer (quantised at load from the BF16 one) stays within the W8A8 bound of the
 // BF16 output layer's logits, at the real 27B hidden size with a reduced vocabulary.
 TEST_F(CudaModel, Fp8LmHeadWithinBound) {
-  Qwen35Config config = synthetic_config("qwen3.5-27b");
-  config.num_layers = 2;
-  config.layer_types.resize(2);
+  Qwen35Config config = reduced_config("qwen3.5-27b", 2);
   config.vocab_size = 8192 + 40;  // a partial last 128-row block
   CudaModelOptions options;
   options.max_sequences = 2;
@@ -289,9 +287,7 @@ TEST_F(CudaModel, Fp8LmHeadWithinBound) {
 // 27B and 35B-A3B layer shapes (where every fused path applies).
 TEST_F(CudaModel, FusedQuantisationIsBitIdentical) {
   for (const char* name : {"qwen3.5-27b", "qwen3.5-35b-a3b"}) {
-    Qwen35Config config = synthetic_config(name);
-    config.num_layers = 4;
-    config.layer_types.resize(4);
+    Qwen35Config config = reduced_config(name, 4);
     CudaModelOptions options;
     options.max_sequences = 3;
     options.max_context = 64;

@@ -120,7 +120,7 @@ void fp8_quantize_weight_blocks(uint8_t* q, float* scales, const void* w, DType 
 // Backends: kGemv (M = 1 only: CUDA cores, a warp per output column with its row in flight before
 // the previous kernel ends), kWarpRows (CUDA cores, M tiles of up to 16 rows), kMma (tensor-core
 // m16n8k32 e4m3, K split over a block's warps, up to 64 rows per weight pass); kAuto: kGemv at
-// M = 1, else kMma (VT_FP8_GEMM=simple|mma overrides); kGemvSplitK (M = 1: four warps per column,
+// M = 1, else kMma (measured choices and overrides: fp8_gemm_registry.h); kGemvSplitK (M = 1: four warps per column,
 // K split between them), kGemvTma (M = 1: weight rows streamed into shared memory by bulk copies).
 enum class Fp8GemmBackend { kAuto, kGemv, kWarpRows, kMma, kGemvSplitK, kGemvTma };
 const char* fp8_gemm_kernel_name(Fp8GemmBackend backend);  // the kernel a backend launches

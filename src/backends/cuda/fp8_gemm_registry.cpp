@@ -100,9 +100,17 @@ int64_t gemm_bucket(int64_t m) {
 
 Fp8GemmRegistry::Fp8GemmRegistry(int64_t max_m, int64_t max_k)
     : scales_t_(DType::kF32, {std::max<int64_t>(1, (max_k + 127) / 128 * max_m)}), max_m_(max_m), max_k_(max_k) {
-  if (const char* name = std::getenv("VT_GEMM_BACKEND")) {
+  const char* name = std::getenv("VT_GEMM_BACKEND");
+  const char* older = std::getenv("VT_FP8_GEMM");  // the first session's spelling: gemv|simple|mma
+  VT_CHECK(!name || !older, "VT_GEMM_BACKEND and VT_FP8_GEMM are both set: set one");
+  if (name) {
     forced_ = parse_gemm_backend(name);
     VT_CHECK(forced_, "VT_GEMM_BACKEND='", name, "': expected gemv, gemv_splitk, gemv_tma, warp_rows, mma or cublaslt");
+  } else if (older) {
+    const std::string value(older);
+    VT_CHECK(value == "gemv" || value == "simple" || value == "mma", "VT_FP8_GEMM='", value,
+             "': expected 'gemv', 'simple' or 'mma'");
+    forced_ = value == "gemv" ? GemmBackend::kGemv : value == "simple" ? GemmBackend::kWarpRows : GemmBackend::kMma;
   }
 }
 
@@ -132,14 +140,12 @@ void Fp8GemmRegistry::run(GemmBackend backend, void* y, int64_t ldy, const uint8
   cublas_.matmul_fp8_block(y, ldy, q, scales_t_.as<float>(), w, w_scales, m, n, k, act, stream);
 }
 
-GemmBackend Fp8GemmRegistry::choose(int64_t m, int64_t n, int64_t k) const {
-  if (forced_) return *forced_;
+GemmBackend Fp8GemmRegistry::choose(int64_t m, int64_t n, int64_t k, int64_t ldy, DType act) {
+  if (forced_) return *forced_;  // refused at start-up where it cannot serve
+  // The bucket's measured choice serves its largest M; a smaller m it cannot serve (cuBLASLt at
+  // M = 1, say) takes the built-in rule.
   auto it = table_.find({n, k, gemm_bucket(m)});
-  const bool m1_only = it != table_.end() && (it->second == GemmBackend::kGemv || it->second == GemmBackend::kGemvSplitK ||
-                                              it->second == GemmBackend::kGemvTma);
-  if (it != table_.end() && (!m1_only || m == 1) &&
-      (it->second != GemmBackend::kWarpRows || m <= 16))
-    return it->second;
+  if (it != table_.end() && supports(it->second, m, n, k, ldy, act)) return it->second;
   return m == 1 ? GemmBackend::kGemv : GemmBackend::kMma;
 }
 
@@ -217,7 +223,7 @@ std::string Fp8GemmRegistry::tune(const std::vector<GemmTuneShape>& shapes, int6
     if (out) out << cache.dump(1) << "\n";
     if (!out) std::fprintf(stderr, "vt: could not write the GEMM plan cache %s\n", path.c_str());
   }
-  if (forced_) log << "  VT_GEMM_BACKEND=" << gemm_backend_name(*forced_) << " overrides this table\n";
+  if (forced_) log << "  forced backend " << gemm_backend_name(*forced_) << " (environment) overrides this table\n";
   return log.str();
 }
 

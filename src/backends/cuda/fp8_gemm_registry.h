@@ -2,7 +2,8 @@
 // at start-up every backend that can serve a shape is timed at each M bucket over the model's own
 // weights (cycled across layers, so reads come from HBM as in a decode step), the fastest is kept,
 // the table is logged and cached on disk (keyed by GPU, vt version, shape), and VT_GEMM_BACKEND
-// forces one backend for A/B runs (refused at start-up for a shape it cannot serve).
+// (or the older VT_FP8_GEMM=gemv|simple|mma, simple being warp_rows) forces one backend for A/B
+// runs (refused at start-up for a shape it cannot serve).
 #pragma once
 
 #include <cstdint>
@@ -56,12 +57,13 @@ class Fp8GemmRegistry {
   // y [m, n] act (row stride ldy) from activation codes [m, k] + scales [m, k/128] (vt's layout).
   void run(GemmBackend backend, void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
            const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream);
-  // The chosen backend for a call (tuned table, else the built-in rule: gemv at M = 1, mma above).
-  GemmBackend choose(int64_t m, int64_t n, int64_t k) const;
+  // The backend for a call: the forced one, else the tuned table's when it serves this m, else
+  // the built-in rule (gemv at M = 1, mma above).
+  GemmBackend choose(int64_t m, int64_t n, int64_t k, int64_t ldy, DType act);
   // Times each backend that serves (n, k) at each bucket up to max_m, keeps the fastest; reuses
   // the disk cache when it holds every entry. Returns the table as text (for the start-up log).
   std::string tune(const std::vector<GemmTuneShape>& shapes, int64_t max_m, DType act, cudaStream_t stream);
-  // The forced backend (VT_GEMM_BACKEND), if any.
+  // The forced backend (VT_GEMM_BACKEND or VT_FP8_GEMM), if any.
   std::optional<GemmBackend> forced() const { return forced_; }
 
  private:

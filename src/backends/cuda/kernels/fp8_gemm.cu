@@ -106,6 +106,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemm_warp_rows(
 }
 
 
+// One lane's 16 e4m3 weights against the 16 activation codes at `a`: their dot product times the
+// two 1x128 / 128x128 block scales' product (the M = 1 kernels' inner step).
+__device__ __forceinline__ float dot16_scaled(const uint4& weights, const uint8_t* a, float scale) {
+  float r_wf[kBytesPerLane], r_af[kBytesPerLane];
+  device::fp8x16_to_float(weights, r_wf);
+  device::fp8x16_to_float(*reinterpret_cast<const uint4*>(a), r_af);
+  float dot = 0.0f;
+#pragma unroll
+  for (int e = 0; e < kBytesPerLane; ++e) dot += r_af[e] * r_wf[e];
+  return dot * scale;
+}
+
 // M = 1 (single-stream decode): one warp per output column, and the warp's first kUnroll x 512
 // bytes of its weight row are loaded into registers before waiting on the previous kernel
 // (weights are constant), so at K <= 6,144 the whole row is in flight while the previous kernel
@@ -137,14 +149,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemv(
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t k0 = round + int64_t(lane) * kBytesPerLane + int64_t(u) * 32 * kBytesPerLane;
       if (k0 >= k) break;
-      float r_wf[kBytesPerLane], r_af[kBytesPerLane];
-      device::fp8x16_to_float(r_w[u], r_wf);
-      device::fp8x16_to_float(*reinterpret_cast<const uint4*>(g_a + k0), r_af);
-      float dot = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kBytesPerLane; ++e) dot += r_af[e] * r_wf[e];
-      const int64_t block = k0 / kGroup;
-      acc += dot * (g_a_scales[block] * weight_scales[block]);
+      acc += dot16_scaled(r_w[u], g_a + k0, g_a_scales[k0 / kGroup] * weight_scales[k0 / kGroup]);
     }
     if (round + kRound >= k) break;
 #pragma unroll
@@ -197,14 +202,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemv_splitk(
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t k0 = round + int64_t(u) * kPiece + int64_t(lane) * kBytesPerLane;
         if (k0 >= end) break;
-        float r_wf[kBytesPerLane], r_af[kBytesPerLane];
-        device::fp8x16_to_float(r_w[u], r_wf);
-        device::fp8x16_to_float(*reinterpret_cast<const uint4*>(g_a + k0), r_af);
-        float dot = 0.0f;
-#pragma unroll
-        for (int e = 0; e < kBytesPerLane; ++e) dot += r_af[e] * r_wf[e];
-        const int64_t block = k0 / kGroup;
-        acc += dot * (g_a_scales[block] * weight_scales[block]);
+        acc += dot16_scaled(r_w[u], g_a + k0, g_a_scales[k0 / kGroup] * weight_scales[k0 / kGroup]);
       }
       const int64_t next = round + kUnroll * kPiece;
       if (next >= end) break;
@@ -512,24 +510,11 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
   VT_CHECK(reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0,
            "fp8_block_gemm: operands must be 16-byte aligned");
   if (m == 0 || n == 0) return;
-  // Backend ladder, from ncu on the H200 (docs/perf/2026-11-29-decode-first-cuda.md): at M = 1
-  // the CUDA-core kernel streams the 27B shapes faster (gate_up 54 vs 73 us); from M = 2 on the
-  // tensor-core kernel wins by 2-10x. VT_FP8_GEMM=simple|mma forces one for A/B runs; the
-  // per-shape measured choice is the GEMM registry's job.
-  static const int forced = [] {
-    const char* choice = std::getenv("VT_FP8_GEMM");
-    if (!choice) return 0;
-    const std::string value(choice);
-    VT_CHECK(value == "simple" || value == "mma" || value == "gemv", "VT_FP8_GEMM='", value,
-             "': expected 'gemv', 'simple' or 'mma'");
-    return value == "simple" ? 1 : value == "mma" ? 2 : 3;
-  }();
-  if (backend == Fp8GemmBackend::kAuto && forced == 3) {
-    VT_CHECK(m == 1, "VT_FP8_GEMM=gemv cannot serve M = ", m, " (", n, " x ", k, "): the gemv kernel is M = 1 only");
-    backend = Fp8GemmBackend::kGemv;
-  }
+  // kAuto: the CUDA-core gemv at M = 1, tensor cores above (ncu on the H200,
+  // docs/perf/2026-11-29-decode-first-cuda.md). The per-shape measured choice, and the
+  // VT_GEMM_BACKEND / VT_FP8_GEMM overrides, are the GEMM registry's (fp8_gemm_registry.h).
   VT_CHECK(backend != Fp8GemmBackend::kGemv || m == 1, "fp8_block_gemm: the gemv backend serves M = 1, not ", m);
-  if (backend == Fp8GemmBackend::kAuto && !forced && m == 1) backend = Fp8GemmBackend::kGemv;
+  if (backend == Fp8GemmBackend::kAuto) backend = m == 1 ? Fp8GemmBackend::kGemv : Fp8GemmBackend::kMma;
   // What every backend must move: the weights and their scales once, the activation codes and
   // scales, the output; 2mnk FLOPs.
   const auto cost_rows = [&](const char* backend_name, int64_t rows) {
@@ -578,9 +563,8 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
                            static_cast<T*>(y), q, a_scales, w, w_scales, n, k));
     return;
   }
-  const bool simple = backend != Fp8GemmBackend::kAuto ? backend == Fp8GemmBackend::kWarpRows : forced == 1;
   const size_t element = dtype_size(act);
-  if (!simple) {
+  if (backend == Fp8GemmBackend::kMma) {
     const int64_t k_blocks = (k + kGroup - 1) / kGroup;
     for (int64_t m0 = 0; m0 < m; m0 += kMmaRows) {
       const int64_t rows = std::min<int64_t>(kMmaRows, m - m0);
