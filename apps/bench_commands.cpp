@@ -32,12 +32,16 @@
 #include "profile/kernel_gate.h"
 #include "profile/kernel_recorder.h"
 #endif
+#ifdef VT_WITH_NCCL
+#include "parallel/tensor_parallel_cuda_model.h"
+#endif
 
 namespace {
 
 struct BenchArgs {
   std::string model, synthetic, weights = "fp8", batches = "1", predict, device, trace, lm_head = "bf16";
   int64_t context = 1024, steps = 64;
+  int tensor_parallel = 1;
   bool json = false, no_graph = false;
 };
 
@@ -250,11 +254,9 @@ std::vector<vt::profile::GemmShape> decode_gemm_shapes(const vt::Qwen35Config& c
   return shapes;
 }
 
-// The model a benchmark runs: a checkpoint folder or a synthetic model, BF16 activations, with
-// random KV cache and GDN state (the contents do not change the work done). Backend overrides in
-// the environment are checked against its GEMM shapes before anything is built.
-std::unique_ptr<vt::Qwen35CudaModel> open_cuda_model(const BenchArgs& args, const std::vector<int64_t>& batches,
-                                                     std::string* name) {
+// The options a benchmark model is built with (BF16 activations, room for the batches and steps);
+// backend overrides in the environment are checked against the GEMM shapes before anything is built.
+vt::CudaModelOptions bench_model_options(const BenchArgs& args, const std::vector<int64_t>& batches) {
   VT_CHECK(args.model.empty() != args.synthetic.empty(), "give exactly one of --model or --synthetic");
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   vt::CudaModelOptions options;
@@ -264,8 +266,22 @@ std::unique_ptr<vt::Qwen35CudaModel> open_cuda_model(const BenchArgs& args, cons
   options.max_step_tokens = max_batch;
   VT_CHECK(args.lm_head == "bf16" || args.lm_head == "fp8", "--lm-head: expected bf16 or fp8, got '", args.lm_head, "'");
   options.fp8_lm_head = args.lm_head == "fp8";
-  const vt::Qwen35Config config =
-      args.synthetic.empty() ? vt::parse_qwen35_config(args.model + "/config.json") : vt::synthetic_config(args.synthetic);
+  return options;
+}
+
+vt::Qwen35Config bench_config(const BenchArgs& args) {
+  return args.synthetic.empty() ? vt::parse_qwen35_config(args.model + "/config.json")
+                                : vt::synthetic_config(args.synthetic);
+}
+
+size_t weight_bytes(const vt::Qwen35CudaModel& model) { return model.weights().bytes(); }
+
+// The model a benchmark runs: a checkpoint folder or a synthetic model, with random KV cache and
+// GDN state (the contents do not change the work done).
+std::unique_ptr<vt::Qwen35CudaModel> open_cuda_model(const BenchArgs& args, const std::vector<int64_t>& batches,
+                                                     std::string* name) {
+  const vt::CudaModelOptions options = bench_model_options(args, batches);
+  const vt::Qwen35Config config = bench_config(args);
   vt::profile::check_backend_overrides(decode_gemm_shapes(config, batches));
   std::unique_ptr<vt::Qwen35CudaModel> model;
   if (!args.synthetic.empty()) {
@@ -279,11 +295,38 @@ std::unique_ptr<vt::Qwen35CudaModel> open_cuda_model(const BenchArgs& args, cons
   return model;
 }
 
+#ifdef VT_WITH_NCCL
+size_t weight_bytes(const vt::TensorParallelCudaModel& model) { return model.weight_bytes(); }
+
+// As open_cuda_model, split over --tensor-parallel GPUs (each rank checks its own GEMM shapes).
+std::unique_ptr<vt::TensorParallelCudaModel> open_tensor_parallel_model(const BenchArgs& args,
+                                                                        const std::vector<int64_t>& batches,
+                                                                        std::string* name) {
+  vt::CudaModelOptions options = bench_model_options(args, batches);
+  const vt::Qwen35Config config = bench_config(args);
+  const vt::TensorParallelPlan plan(config, args.tensor_parallel);
+  for (int rank = 0; rank < args.tensor_parallel; ++rank)
+    vt::profile::check_backend_overrides(decode_gemm_shapes(plan.rank_config(rank), batches));
+  std::unique_ptr<vt::TensorParallelCudaModel> model;
+  if (!args.synthetic.empty()) {
+    VT_CHECK(args.weights == "fp8" || args.weights == "bf16", "--weights: expected fp8 or bf16, got '", args.weights, "'");
+    model = vt::TensorParallelCudaModel::synthetic(config, args.weights == "fp8", args.tensor_parallel, options, 1234,
+                                                   args.synthetic + " (synthetic, " + args.weights + ")");
+  } else {
+    model = vt::TensorParallelCudaModel::load(args.model, args.tensor_parallel, options);
+  }
+  *name = model->describe().substr(0, model->describe().find('\n'));
+  model->randomize_state(99);
+  return model;
+}
+#endif
+
 // The kernel-ran gate: one step's launches are recorded as intents (an ungraphed step runs the
 // same launch sequence the graph captured), then graphed steps run under CUPTI. Every kernel vt
 // meant to launch must have run exactly intended x steps times; otherwise this throws naming the
 // op, the backend and what ran instead. Returns the step's intents.
-std::vector<vt::profile::Intent> check_kernels_ran(vt::Qwen35CudaModel& model, std::vector<int32_t> tokens,
+template <class CudaModel>
+std::vector<vt::profile::Intent> check_kernels_ran(CudaModel& model, std::vector<int32_t> tokens,
                                                    const std::vector<int32_t>& positions, bool use_graph) {
   std::vector<int32_t> next;
   vt::profile::begin_intents();
@@ -327,18 +370,18 @@ void run_profile_decode_cuda(const BenchArgs& args, int64_t batch) {
                title, report, spans);
 }
 
-void run_bench_decode_cuda(const BenchArgs& args, const std::vector<int64_t>& batches) {
-  VT_CHECK(vt::cuda::device_count() > 0, "vt bench decode needs a CUDA GPU (or --device cpu)");
-  VT_CHECK(args.context >= 1 && args.steps >= 1, "--context and --steps must be positive");
+// The timed rows of `vt bench decode` on one GPU or a tensor-parallel world (the floor: the
+// busiest GPU's bytes over one GPU's bandwidth).
+template <class CudaModel>
+void bench_decode_rows(const BenchArgs& args, const std::vector<int64_t>& batches, CudaModel* model,
+                       const std::string& name, double bandwidth) {
   BenchTable table(args, batches);
-  const double bandwidth = vt::cuda::measure_read_bandwidth(size_t(4) << 30);  // GB/s
-  std::string name;
-  auto model = open_cuda_model(args, batches, &name);
-  char title[256];
-  std::snprintf(title, sizeof(title), "%s, context %lld, read bandwidth %.0f GB/s, weights %.2f GB", name.c_str(),
-                (long long)args.context, bandwidth, model->weights().bytes() / 1e9);
+  char title[512];
+  std::snprintf(title, sizeof(title), "%s, context %lld, read bandwidth %.0f GB/s per GPU, weights %.2f GB",
+                name.c_str(), (long long)args.context, bandwidth, weight_bytes(*model) / 1e9);
   table.begin({{"model", name}, {"device", "cuda"}, {"context", args.context}, {"bandwidth_gbps", bandwidth},
-               {"weight_bytes", model->weights().bytes()}, {"graphs", !args.no_graph}},
+               {"weight_bytes", weight_bytes(*model)}, {"graphs", !args.no_graph},
+               {"tensor_parallel", args.tensor_parallel}},
               title);
   for (int64_t batch : batches) {
     std::vector<int32_t> tokens(batch), positions(batch, int32_t(args.context)), next;
@@ -359,11 +402,29 @@ void run_bench_decode_cuda(const BenchArgs& args, const std::vector<int64_t>& ba
   }
   table.finish();
 }
+
+void run_bench_decode_cuda(const BenchArgs& args, const std::vector<int64_t>& batches) {
+  VT_CHECK(vt::cuda::device_count() > 0, "vt bench decode needs a CUDA GPU (or --device cpu)");
+  VT_CHECK(args.context >= 1 && args.steps >= 1, "--context and --steps must be positive");
+  const double bandwidth = vt::cuda::measure_read_bandwidth(size_t(4) << 30);  // GB/s
+  std::string name;
+  if (args.tensor_parallel > 1) {
+#ifdef VT_WITH_NCCL
+    auto model = open_tensor_parallel_model(args, batches, &name);
+    return bench_decode_rows(args, batches, model.get(), name, bandwidth);
+#else
+    VT_FAIL("--tensor-parallel ", args.tensor_parallel, ": this vt was built without NCCL");
+#endif
+  }
+  auto model = open_cuda_model(args, batches, &name);
+  bench_decode_rows(args, batches, model.get(), name, bandwidth);
+}
 #endif
 
 void run_profile_decode(const BenchArgs& args) {
   const std::vector<int64_t> batches = parse_list(args.batches);
   VT_CHECK(batches.size() == 1, "vt profile decode takes one --batch");
+  VT_CHECK(args.tensor_parallel == 1, "vt profile decode runs on one GPU (--tensor-parallel 1)");
   VT_CHECK(args.steps >= 1, "--steps must be positive");
   if (resolve_device(args) == "cpu") return run_profile_decode_cpu(args, batches[0]);
 #ifdef VT_WITH_CUDA
@@ -396,6 +457,8 @@ void add_decode_options(CLI::App* decode, BenchArgs& args, const char* batch_hel
   decode->add_option("--lm-head", args.lm_head, "output layer: bf16 (as stored) or fp8 (128x128 blocks, quantised at load)");
   decode->add_flag("--no-graph", args.no_graph, "launch kernels one by one instead of a CUDA graph");
   decode->add_flag("--json", args.json, "print a JSON report");
+  decode->add_option("--tensor-parallel", args.tensor_parallel, "GPUs to split the model over (NCCL; bench decode)")
+      ->check(CLI::Range(1, 64));
 }
 
 }  // namespace

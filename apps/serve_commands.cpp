@@ -23,12 +23,16 @@
 #ifdef VT_WITH_CUDA
 #include "models/qwen3_5_cuda.h"
 #endif
+#ifdef VT_WITH_NCCL
+#include "parallel/tensor_parallel_cuda_model.h"
+#endif
 
 namespace {
 
 struct ServeArgs {
   std::string model, served_model_name, device = "cpu", synthetic, tokenizer, weights = "fp8";
   int64_t max_context = 4096;
+  int tensor_parallel = 1;
   vt::server::ServerOptions server;
   vt::EngineOptions engine;
   int64_t cache_tokens = 65536;
@@ -50,6 +54,8 @@ void run_serve(ServeArgs args) {
   ::signal(SIGPIPE, SIG_IGN);  // a client that hangs up is a failed write, not a dead server
 
   VT_CHECK(args.model.empty() != args.synthetic.empty(), "serve: give --model or --synthetic (one of them)");
+  VT_CHECK(args.tensor_parallel == 1 || args.device == "cuda" || !args.synthetic.empty(),
+           "serve: --tensor-parallel splits a model over GPUs: it needs --device cuda");
   VT_CHECK(args.synthetic.empty() || !args.tokenizer.empty(), "serve: --synthetic needs --tokenizer DIR");
   auto text = vt::apps::load_model_text(args.tokenizer.empty() ? args.model : args.tokenizer);
   std::unique_ptr<vt::Model> model;
@@ -62,7 +68,20 @@ void run_serve(ServeArgs args) {
     options.max_context = args.max_context;
     options.max_step_tokens = std::max(args.engine.step_token_budget, args.engine.max_running);
     options.max_logit_rows = args.engine.max_running;
-    if (args.synthetic.empty()) {
+    if (args.tensor_parallel > 1) {
+#ifdef VT_WITH_NCCL
+      if (args.synthetic.empty()) {
+        model = vt::TensorParallelCudaModel::load(args.model, args.tensor_parallel, options);
+      } else {
+        VT_CHECK(args.weights == "fp8" || args.weights == "bf16", "serve: --weights fp8|bf16, got '", args.weights, "'");
+        model = vt::TensorParallelCudaModel::synthetic(vt::synthetic_config(args.synthetic), args.weights == "fp8",
+                                                       args.tensor_parallel, options, 1,
+                                                       args.synthetic + " (synthetic, " + args.weights + ")");
+      }
+#else
+      VT_FAIL("serve: --tensor-parallel ", args.tensor_parallel, " needs a vt built with NCCL");
+#endif
+    } else if (args.synthetic.empty()) {
       model = vt::load_qwen35_cuda(args.model, options);
     } else {
       model = vt::make_synthetic_cuda_model(args.synthetic, args.weights, options, 1);
@@ -121,6 +140,8 @@ void add_serve_commands(CLI::App& app) {
   serve->add_option("--synthetic", args->synthetic, "CUDA: qwen3.5-27b | qwen3.5-35b-a3b | qwen3-next-80b, random weights");
   serve->add_option("--weights", args->weights, "--synthetic weights: fp8 (128x128 blocks, default) or bf16");
   serve->add_option("--tokenizer", args->tokenizer, "folder with tokenizer.json (default: the model's own)");
+  serve->add_option("--tensor-parallel", args->tensor_parallel, "CUDA: GPUs to split the model over (NCCL), default 1")
+      ->check(CLI::Range(1, 64));
   serve->add_option("--max-context", args->max_context, "CUDA: tokens per sequence (default 4096)")
       ->check(CLI::Range(16, 1 << 20));
   serve->add_option("--host", args->server.host, "address to bind (default 127.0.0.1: this machine only)");

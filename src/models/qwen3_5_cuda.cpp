@@ -106,6 +106,7 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
     : config_(std::move(config)), weights_(std::move(weights)), options_(options),
       description_(std::move(description)) {
   VT_CHECK(options_.activations == DType::kF32 || options_.activations == DType::kBF16, "CUDA activations f32 or bf16");
+  VT_CUDA_CHECK(cudaSetDevice(options_.device));
   info_.architecture = config_.architecture;
   info_.vocab_size = config_.vocab_size;
   info_.max_positions = std::min(config_.max_position_embeddings, options_.max_context);
@@ -389,6 +390,7 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
                           const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales));
       profile::OpScope out_op("gdn.out_proj", OpGroup::kGemmOut);
       linear(layer.out_proj, w.branch.data(), w.mixer_out.data(), T, out_in);
+      reduce_branch(T);
     } else {
       {
         profile::OpScope op("attn.qkv", OpGroup::kGemmAttnQkv);
@@ -405,6 +407,7 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
                             const_cast<float*>(o_in.scales), w.kv_tokens);
       profile::OpScope out_op("attn.o_proj", OpGroup::kGemmOut);
       linear(layer.o_proj, w.branch.data(), w.mixer_out.data(), T, o_in);
+      reduce_branch(T);
     }
     const bool ffn_fp8 = layer.is_moe ? fuse_quant_ && layer.moe.format == WeightFormat::kFp8Block
                                       : fp8(layer.mlp.gate_up);
@@ -429,6 +432,7 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
       profile::OpScope down_op("mlp.down", OpGroup::kGemmMlp);
       linear(layer.mlp.down, w.branch.data(), w.mixer_out.data(), T, down_in);
     }
+    reduce_branch(T);  // the FFN's partial (dense down or MoE combine)
     pending = w.branch.data();
   }
   profile::OpScope final_op("final_norm", OpGroup::kNorm);
@@ -443,6 +447,17 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
   }
   profile::OpScope sampling_op("argmax", OpGroup::kSampling);
   cuda::argmax_rows(w.next_tokens.as<int32_t>(), w.logits.data(), rows, c.vocab_size, act, stream_);
+}
+
+void Qwen35CudaModel::set_all_reduce(DeviceAllReduce all_reduce) {
+  all_reduce_ = std::move(all_reduce);
+  graphs_ = std::make_unique<Graphs>();  // graphs captured before it lack the collectives
+}
+
+void Qwen35CudaModel::reduce_branch(int64_t num_tokens) {
+  if (!all_reduce_) return;
+  profile::OpScope op("all_reduce", OpGroup::kCollective);
+  all_reduce_(workspace_->branch.data(), num_tokens * config_.hidden_size, options_.activations, stream_);
 }
 
 // MoE FFN on normed [T, H] -> branch [T, H]: route, expert GEMVs per (token, expert) pair
@@ -542,6 +557,10 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
 
 void Qwen35CudaModel::copy_logits_to_host(float* destination, int64_t rows) {
   const auto& w = *workspace_;
+  if (!emit_logits_) {
+    VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return;
+  }
   const int64_t count = rows * config_.vocab_size;
   if (options_.activations == DType::kF32) {
     VT_CUDA_CHECK(cudaMemcpyAsync(destination, w.logits.data(), count * sizeof(float), cudaMemcpyDeviceToHost, stream_));

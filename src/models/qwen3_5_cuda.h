@@ -85,10 +85,22 @@ struct CudaModelOptions {
   // Time the FP8 GEMM backends on this model's shapes at start-up and keep the fastest per M
   // bucket (cached on disk); off: the built-in rule (gemv at M = 1, tensor-core MMA above).
   bool tune_gemms = true;
+  // The CUDA device the model lives on (a tensor-parallel rank's GPU); its weights must have been
+  // made there, and every call must come from a thread with it current.
+  int device = 0;
 };
 
-// Loads a checkpoint folder's weights onto the device (checks shapes/dtypes, consumes all).
-CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DType activations);
+// Tensor parallelism: sums a rank's partial [count] elements of `dtype` across the ranks, in place,
+// enqueued on `stream` (NCCL; captured into CUDA graphs with the rest of the step).
+using DeviceAllReduce = std::function<void(void* data, int64_t count, DType dtype, cudaStream_t stream)>;
+
+class TensorParallelPlan;
+
+// Loads a checkpoint folder's weights onto the current device (checks shapes/dtypes, consumes
+// all). With a plan: only rank `rank`'s slices (its heads, channels, rows and columns), for a
+// model built with plan->rank_config(rank).
+CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DType activations,
+                              const TensorParallelPlan* plan = nullptr, int rank = 0);
 // Random weights at the config's real shapes, made on the device (FP8 block-scaled or BF16).
 CudaWeights synthetic_cuda_weights(const Qwen35Config& config, bool fp8, uint64_t seed);
 // The real architectures by name: "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3-next-80b".
@@ -133,6 +145,13 @@ class Qwen35CudaModel final : public Model {
   cudaStream_t stream() const { return stream_; }
   // The FP8 GEMM choices made at start-up (empty for a BF16 model).
   const std::string& gemm_plan() const { return gemm_plan_; }
+  // Tensor parallelism: this model is one rank (built with the plan's rank config and slices);
+  // `all_reduce` sums the row-parallel outputs (o_proj, out_proj, down, MoE combine) across the
+  // ranks. Set before the first step (captured graphs contain it).
+  void set_all_reduce(DeviceAllReduce all_reduce);
+  // Off for every rank but one: steps leave the logits on the device (no host copy, no host
+  // writes to the caller's buffer; next tokens still made on the device).
+  void set_emit_logits(bool emit) { emit_logits_ = emit; }
 
  private:
   struct Workspace;
@@ -158,6 +177,9 @@ class Qwen35CudaModel final : public Model {
   std::unique_ptr<Graphs> graphs_;
   mutable std::vector<bool> slot_used_;
   bool fuse_quant_ = true;
+  bool emit_logits_ = true;
+  DeviceAllReduce all_reduce_;
+  void reduce_branch(int64_t num_tokens);  // all_reduce_ over workspace branch [T, H], when set
   std::string gemm_plan_;
   void setup_fp8_gemms();
   void convert_lm_head_fp8();

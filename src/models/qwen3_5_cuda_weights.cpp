@@ -6,6 +6,7 @@
 #include "backends/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "models/qwen3_5_cuda.h"
+#include "parallel/tensor_parallel_plan.h"
 
 namespace vt {
 namespace {
@@ -49,12 +50,110 @@ struct Reader {
     return part;
   }
 
-  cuda::DeviceBuffer vector(const std::string& name, const Shape& shape) {
+  Buffer host_vector(const std::string& name, const Shape& shape) {
     TensorView view = store.take(name, shape, {DType::kF32, DType::kBF16, DType::kF16});
     Buffer host(DType::kF32, shape);
     cpu::to_f32(host.f32(), view.data, view.dtype, view.numel());
-    return cuda::to_device(host);
+    return host;
   }
+
+  cuda::DeviceBuffer vector(const std::string& name, const Shape& shape) {
+    return cuda::to_device(host_vector(name, shape));
+  }
+};
+
+// ---- tensor-parallel slices (parallel/tensor_parallel_plan.h) ----
+
+// Rows [begin, end) of a part. FP8 rows go in whole 128-row scale blocks (the plan checks that
+// every rank's widths are multiples of the block).
+HostPart slice_rows(const HostPart& part, int64_t begin, int64_t end) {
+  HostPart out;
+  out.format = part.format;
+  out.rows = end - begin;
+  out.k = part.k;
+  const int64_t k = part.k;
+  if (part.format == WeightFormat::kDense) {
+    out.dense.assign(part.dense.begin() + begin * k, part.dense.begin() + end * k);
+    return out;
+  }
+  VT_CHECK(begin % kFp8Block == 0 && (end % kFp8Block == 0 || end == part.rows), "FP8 rows [", begin, ", ", end,
+           ") of a tensor-parallel slice do not cover whole 128-row scale blocks");
+  const int64_t scale_cols = (k + kFp8Block - 1) / kFp8Block;
+  out.codes.assign(part.codes.begin() + begin * k, part.codes.begin() + end * k);
+  out.scales.assign(part.scales.begin() + (begin / kFp8Block) * scale_cols,
+                    part.scales.begin() + ((end + kFp8Block - 1) / kFp8Block) * scale_cols);
+  return out;
+}
+
+// Columns (input features) [begin, end) of every row: a row-parallel projection's slice.
+HostPart slice_columns(const HostPart& part, IndexRange columns) {
+  HostPart out;
+  out.format = part.format;
+  out.rows = part.rows;
+  out.k = columns.size();
+  const int64_t k = part.k, width = columns.size();
+  if (part.format == WeightFormat::kDense) {
+    out.dense.resize(size_t(part.rows * width));
+    for (int64_t r = 0; r < part.rows; ++r)
+      std::memcpy(&out.dense[r * width], &part.dense[r * k + columns.begin], width * sizeof(float));
+    return out;
+  }
+  VT_CHECK(columns.begin % kFp8Block == 0 && (columns.end % kFp8Block == 0 || columns.end == k), "FP8 columns [",
+           columns.begin, ", ", columns.end, ") of a tensor-parallel slice do not cover whole 128-column scale blocks");
+  out.codes.resize(size_t(part.rows * width));
+  for (int64_t r = 0; r < part.rows; ++r)
+    std::memcpy(&out.codes[r * width], &part.codes[r * k + columns.begin], width);
+  const int64_t scale_cols = (k + kFp8Block - 1) / kFp8Block, first = columns.begin / kFp8Block,
+                kept = (width + kFp8Block - 1) / kFp8Block;
+  for (int64_t rb = 0; rb < (part.rows + kFp8Block - 1) / kFp8Block; ++rb)
+    out.scales.insert(out.scales.end(), part.scales.begin() + rb * scale_cols + first,
+                      part.scales.begin() + rb * scale_cols + first + kept);
+  return out;
+}
+
+// The rows `ranges` name in the parts stacked along N (as upload() merges them), in the ranges'
+// order: one part per piece of a range that falls in one source part.
+std::vector<HostPart> select_rows(const std::vector<HostPart>& parts, const std::vector<IndexRange>& ranges) {
+  std::vector<HostPart> out;
+  for (const IndexRange& range : ranges) {
+    int64_t offset = 0;
+    for (const HostPart& part : parts) {
+      const int64_t begin = std::max(range.begin, offset), end = std::min(range.end, offset + part.rows);
+      if (begin < end) out.push_back(slice_rows(part, begin - offset, end - offset));
+      offset += part.rows;
+    }
+  }
+  return out;
+}
+
+// Rows of an f32 host tensor [rows, ...] kept by `ranges`, on the device.
+cuda::DeviceBuffer vector_rows(const Buffer& host, const std::vector<IndexRange>& ranges) {
+  const int64_t rows = host.shape()[0], width = host.numel() / rows;
+  int64_t kept = 0;
+  for (const IndexRange& range : ranges) kept += range.size();
+  Shape shape = host.shape();
+  shape[0] = kept;
+  Buffer out(DType::kF32, shape);
+  int64_t offset = 0;
+  for (const IndexRange& range : ranges) {
+    std::memcpy(out.f32() + offset * width, host.f32() + range.begin * width, size_t(range.size() * width) * sizeof(float));
+    offset += range.size();
+  }
+  return cuda::to_device(out);
+}
+
+// What one rank keeps (everything when there is no plan).
+struct Slicer {
+  const TensorParallelPlan* plan = nullptr;
+  int rank = 0;
+  std::vector<HostPart> rows(std::vector<HostPart> parts, const std::vector<IndexRange>& ranges) const {
+    return plan ? select_rows(parts, ranges) : parts;
+  }
+  HostPart columns(HostPart part, IndexRange range) const { return plan ? slice_columns(part, range) : part; }
+  cuda::DeviceBuffer vector(const Buffer& host, const std::vector<IndexRange>& ranges) const {
+    return plan ? vector_rows(host, ranges) : cuda::to_device(host);
+  }
+  const RankShard& shard() const { return plan->shard(rank); }
 };
 
 // Rows reordered: destination row r is source row source_row[r]. FP8 rows move in whole blocks.
@@ -186,11 +285,14 @@ void stack_experts(const std::vector<std::vector<HostPart>>& experts, DType acti
   *scales = cuda::to_device(block_scales);
 }
 
-CudaMoe load_moe(Reader& read, const std::string& p, const Qwen35Config& config, DType activations) {
+// Routed experts and the shared expert split like the dense MLP (a slice of each expert's
+// intermediate); the router and the shared expert's gate are replicated.
+CudaMoe load_moe(Reader& read, const std::string& p, const Qwen35Config& config, DType activations,
+                 const Slicer& slice) {
   const int64_t hidden = config.hidden_size, experts = config.num_experts, inter = config.moe_intermediate_size;
   CudaMoe moe;
   moe.experts = experts;
-  moe.intermediate = inter;
+  moe.intermediate = slice.plan ? slice.shard().moe_intermediate.size() : inter;
   moe.router = upload({read.read(p + "gate", experts, hidden)}, activations);
   std::vector<std::vector<HostPart>> gate_up(experts), down(experts);
   if (read.store.contains(p + "experts.gate_up_proj")) {
@@ -217,15 +319,24 @@ CudaMoe load_moe(Reader& read, const std::string& p, const Qwen35Config& config,
     }
   }
   moe.format = gate_up.front().front().format;
+  if (slice.plan) {
+    const IndexRange own = slice.shard().moe_intermediate;
+    for (int64_t e = 0; e < experts; ++e) {
+      gate_up[e] = slice.rows(std::move(gate_up[e]), TensorParallelPlan::gate_up_rows(own, inter));
+      down[e] = {slice.columns(std::move(down[e].front()), own)};
+    }
+  }
   stack_experts(gate_up, activations, &moe.gate_up, &moe.gate_up_scales);
   stack_experts(down, activations, &moe.down, &moe.down_scales);
   if (config.shared_expert_intermediate_size > 0) {
     const int64_t shared = config.shared_expert_intermediate_size;
     moe.has_shared = true;
-    moe.shared.gate_up = upload({read.read(p + "shared_expert.gate_proj", shared, hidden),
-                                 read.read(p + "shared_expert.up_proj", shared, hidden)},
+    const IndexRange own = slice.plan ? slice.shard().shared_expert_intermediate : IndexRange{0, shared};
+    moe.shared.gate_up = upload(slice.rows({read.read(p + "shared_expert.gate_proj", shared, hidden),
+                                            read.read(p + "shared_expert.up_proj", shared, hidden)},
+                                           TensorParallelPlan::gate_up_rows(own, shared)),
                                 activations);
-    moe.shared.down = upload({read.read(p + "shared_expert.down_proj", hidden, shared)}, activations);
+    moe.shared.down = upload({slice.columns(read.read(p + "shared_expert.down_proj", hidden, shared), own)}, activations);
     moe.shared_gate = upload({read.read(p + "shared_expert_gate", 1, hidden)}, activations);
   }
   return moe;
@@ -255,8 +366,10 @@ size_t CudaWeights::bytes() const {
   return total;
 }
 
-CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DType activations) {
+CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DType activations,
+                              const TensorParallelPlan* plan, int rank) {
   Reader read{store, config, activations};
+  const Slicer slice{plan, rank};
   const std::string& prefix = config.weight_prefix;
   const int64_t hidden = config.hidden_size, hv = config.linear_num_value_heads, d = config.head_dim;
   CudaWeights weights;
@@ -272,39 +385,51 @@ CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DT
     if (layer.kind == LayerKind::kLinearAttention) {
       const std::string a = p + "linear_attn.";
       const int64_t conv_dim = config.conv_dim(), value_dim = config.linear_value_dim();
+      std::vector<HostPart> in_proj, in_proj_ba;
       if (config.variant == Qwen35Variant::kQwen3Next) {
-        layer.in_proj = upload({permute_rows(read.read(a + "in_proj_qkvz", conv_dim + value_dim, hidden),
-                                             next_qkvz_order(config))}, activations);
-        layer.in_proj_ba = upload({permute_rows(read.read(a + "in_proj_ba", 2 * hv, hidden), next_ba_order(config))},
-                                  activations);
+        in_proj = {permute_rows(read.read(a + "in_proj_qkvz", conv_dim + value_dim, hidden), next_qkvz_order(config))};
+        in_proj_ba = {permute_rows(read.read(a + "in_proj_ba", 2 * hv, hidden), next_ba_order(config))};
       } else {
-        layer.in_proj = upload({read.read(a + "in_proj_qkv", conv_dim, hidden), read.read(a + "in_proj_z", value_dim, hidden)},
-                               activations);
-        layer.in_proj_ba = upload({read.read(a + "in_proj_b", hv, hidden), read.read(a + "in_proj_a", hv, hidden)}, activations);
+        in_proj = {read.read(a + "in_proj_qkv", conv_dim, hidden), read.read(a + "in_proj_z", value_dim, hidden)};
+        in_proj_ba = {read.read(a + "in_proj_b", hv, hidden), read.read(a + "in_proj_a", hv, hidden)};
       }
-      layer.conv_weight = read.vector(a + "conv1d.weight", {conv_dim, 1, config.linear_conv_kernel});
-      layer.a_log = read.vector(a + "A_log", {hv});
-      layer.dt_bias = read.vector(a + "dt_bias", {hv});
+      const IndexRange value_heads = plan ? slice.shard().linear_value_heads : IndexRange{0, hv};
+      layer.in_proj = upload(slice.rows(std::move(in_proj), plan ? plan->gdn_in_proj_rows(rank) : std::vector<IndexRange>{}),
+                             activations);
+      layer.in_proj_ba =
+          upload(slice.rows(std::move(in_proj_ba), plan ? plan->gdn_ba_rows(rank) : std::vector<IndexRange>{}), activations);
+      layer.conv_weight = slice.vector(read.host_vector(a + "conv1d.weight", {conv_dim, 1, config.linear_conv_kernel}),
+                                       plan ? plan->gdn_conv_channels(rank) : std::vector<IndexRange>{});
+      layer.a_log = slice.vector(read.host_vector(a + "A_log", {hv}), {value_heads});
+      layer.dt_bias = slice.vector(read.host_vector(a + "dt_bias", {hv}), {value_heads});
       layer.gdn_norm = read.vector(a + "norm.weight", {config.linear_value_head_dim});
-      layer.out_proj = upload({read.read(a + "out_proj", hidden, value_dim)}, activations);
+      layer.out_proj = upload({slice.columns(read.read(a + "out_proj", hidden, value_dim),
+                                             plan ? plan->gdn_out_proj_columns(rank) : IndexRange{0, value_dim})},
+                              activations);
     } else {
       const std::string a = p + "self_attn.";
-      layer.qkv = upload({read.read(a + "q_proj", config.num_heads * d * 2, hidden),
-                          read.read(a + "k_proj", config.num_kv_heads * d, hidden),
-                          read.read(a + "v_proj", config.num_kv_heads * d, hidden)},
+      layer.qkv = upload(slice.rows({read.read(a + "q_proj", config.num_heads * d * 2, hidden),
+                                     read.read(a + "k_proj", config.num_kv_heads * d, hidden),
+                                     read.read(a + "v_proj", config.num_kv_heads * d, hidden)},
+                                    plan ? plan->attention_qkv_rows(rank) : std::vector<IndexRange>{}),
                          activations);
       layer.q_norm = read.vector(a + "q_norm.weight", {d});
       layer.k_norm = read.vector(a + "k_norm.weight", {d});
-      layer.o_proj = upload({read.read(a + "o_proj", hidden, config.num_heads * d)}, activations);
+      layer.o_proj = upload({slice.columns(read.read(a + "o_proj", hidden, config.num_heads * d),
+                                           plan ? plan->attention_o_proj_columns(rank) : IndexRange{0, config.num_heads * d})},
+                            activations);
     }
     layer.is_moe = config.layer_is_moe(i);
     if (layer.is_moe) {
-      layer.moe = load_moe(read, p + "mlp.", config, activations);
+      layer.moe = load_moe(read, p + "mlp.", config, activations, slice);
     } else {
       const int64_t inter = config.intermediate_size;
-      layer.mlp.gate_up = upload({read.read(p + "mlp.gate_proj", inter, hidden), read.read(p + "mlp.up_proj", inter, hidden)},
+      const IndexRange own = plan ? slice.shard().intermediate : IndexRange{0, inter};
+      layer.mlp.gate_up = upload(slice.rows({read.read(p + "mlp.gate_proj", inter, hidden),
+                                             read.read(p + "mlp.up_proj", inter, hidden)},
+                                            TensorParallelPlan::gate_up_rows(own, inter)),
                                  activations);
-      layer.mlp.down = upload({read.read(p + "mlp.down_proj", hidden, inter)}, activations);
+      layer.mlp.down = upload({slice.columns(read.read(p + "mlp.down_proj", hidden, inter), own)}, activations);
     }
     weights.layers.push_back(std::move(layer));
   }

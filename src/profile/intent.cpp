@@ -1,12 +1,22 @@
 #include "profile/intent.h"
 
+#include <atomic>
+#include <mutex>
+
 namespace vt::profile {
 namespace {
 
-bool recording = false;
+// Tensor-parallel ranks launch from one thread each: recording is shared, appends are locked.
+std::atomic<bool> recording = false;
+std::mutex records_mutex;
 std::vector<Intent>& records() {
   static std::vector<Intent> instance;
   return instance;
+}
+
+void append(Intent intent) {
+  std::lock_guard<std::mutex> lock(records_mutex);
+  records().push_back(std::move(intent));
 }
 
 bool contains(std::string_view text, std::string_view part) {
@@ -47,6 +57,8 @@ const char* op_group_name(OpGroup group) {
       return "sampling";
     case OpGroup::kEmbed:
       return "embed";
+    case OpGroup::kCollective:
+      return "collective";
     case OpGroup::kOther:
       return "other";
   }
@@ -86,11 +98,13 @@ std::string shape_text(const std::array<int64_t, 4>& shape) {
 }
 
 void begin_intents() {
+  std::lock_guard<std::mutex> lock(records_mutex);
   records().clear();
   recording = true;
 }
 
 std::vector<Intent> end_intent_records() {
+  std::lock_guard<std::mutex> lock(records_mutex);
   recording = false;
   return std::move(records());
 }
@@ -106,7 +120,7 @@ bool intents_active() {
 }
 
 void intend(const char* kernel) {
-  if (recording) records().push_back({kernel, kernel, "cuda", "", OpGroup::kOther, 0, 0});
+  if (recording) append({kernel, kernel, "cuda", "", OpGroup::kOther, 0, 0});
 }
 
 namespace {
@@ -126,10 +140,18 @@ void intend(const char* kernel, const LaunchCost& cost) {
                             cost.shape, cost.bytes, cost.flops});
 }
 
+void intend_optional(const char* kernel, const LaunchCost& cost) {
+  if (!recording) return;
+  const OpContext context = current_op();
+  Intent intent{kernel, context.op ? context.op : kernel, cost.backend, shape_text(cost.shape),
+                context.op ? context.group : cost.fallback, cost.bytes, cost.flops};
+  intent.optional = true;
+  append(std::move(intent));
+}
+
 void intend(const char* kernel, const IntentInfo& info) {
   if (recording)
-    records().push_back({kernel, info.op, info.backend, shape_text(info.shape), info.group,
-                         info.bytes, info.flops});
+    append({kernel, info.op, info.backend, shape_text(info.shape), info.group, info.bytes, info.flops});
 }
 
 }  // namespace vt::profile

@@ -31,6 +31,7 @@ enum class OpGroup : uint8_t {
   kMoe,          // routing, gather/scatter of expert rows
   kSampling,     // argmax, top-k/top-p
   kEmbed,        // token embedding gather
+  kCollective,   // tensor-parallel all-reduce (NCCL)
   kOther,
 };
 inline constexpr int kNumOpGroups = int(OpGroup::kOther) + 1;
@@ -58,6 +59,9 @@ struct Intent {
   std::string op, backend, shape;  // shape as "1x5120x10240"
   OpGroup group = OpGroup::kOther;
   double bytes = 0, flops = 0;
+  // A helper a library may or may not launch (cuBLASLt's split-K reduction): its time is
+  // attributed to the op when it runs; the kernel-ran gate does not require it.
+  bool optional = false;
 };
 
 // "1x5120x10240" (trailing zeros dropped; "" for none).
@@ -106,5 +110,7 @@ struct LaunchCost {
   OpGroup fallback = OpGroup::kOther;
 };
 void intend(const char* kernel, const LaunchCost& cost);
+// As intend(kernel, cost) for a kernel that may not run (Intent::optional).
+void intend_optional(const char* kernel, const LaunchCost& cost);
 
 }  // namespace vt::profile

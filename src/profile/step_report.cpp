@@ -153,6 +153,15 @@ std::vector<StepSpan> spans_from_kernels(const std::vector<KernelRecord>& record
     if (found == by_kernel.end()) {
       span.op = "(not intended)";
       span.backend = "?";
+    } else if (found->second.front()->optional && !spans.empty()) {
+      // A helper a library runs for some calls only (cuBLASLt's split-K reduction): it belongs
+      // to the launch just before it, whose op, backend and shape it takes.
+      const StepSpan& owner = spans.back();
+      span.intended = true;
+      span.op = owner.op;
+      span.backend = owner.backend;
+      span.group = owner.group;
+      span.where = owner.where;
     } else {
       const Intent& intent = *found->second[seen[key]++ % found->second.size()];
       span.intended = true;
@@ -161,6 +170,8 @@ std::vector<StepSpan> spans_from_kernels(const std::vector<KernelRecord>& record
       span.group = intent.group;
       span.bytes = intent.bytes;
       span.flops = intent.flops;
+      // The launcher's shape ("1x5120x10240") says more than the grid: one row per GEMM shape.
+      if (!intent.shape.empty()) span.where = intent.shape;
     }
     spans.push_back(std::move(span));
   }
@@ -287,7 +298,7 @@ std::string report_text(const StepReport& report) {
         "time no earlier %s was running; raw durations are in --json\n",
         options.unit.c_str(), report.span_us - report.busy_us, options.unit.c_str());
   text += "\n";
-  text += "| " + options.unit + " [" + (options.unit == "kernel" ? "grid" : "shape") +
+  text += "| " + options.unit + " [" + (options.unit == "kernel" ? "shape, else grid" : "shape") +
           "] | op | group | backend | calls/step | us/step | share | MB/step | GB/s | of floor |\n"
           "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const ReportRow& row : report.rows)

@@ -6,9 +6,11 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_ops.h"
+#include "models/qwen3_5_cuda.h"
 
 namespace vt::testing {
 
@@ -21,6 +23,14 @@ class GpuTest : public ::testing::Test {
     }
   }
 };
+
+// A real architecture's layer shapes with only its first `layers` layers (short tests).
+inline Qwen35Config reduced_config(const std::string& name, int64_t layers) {
+  Qwen35Config config = synthetic_config(name);
+  config.num_layers = layers;
+  config.layer_types.resize(size_t(layers));
+  return config;
+}
 
 // ||a - b|| / ||b||; infinite when `a` holds a non-finite value (an unwritten, poisoned element).
 inline double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <cmath>
 #include <cstdlib>
@@ -18,6 +19,10 @@
 #include "engine/generate.h"
 #include "io/json_config.h"
 #include "models/qwen3_5_cuda.h"
+#include "profile/intent.h"
+#include "profile/kernel_gate.h"
+#include "profile/kernel_recorder.h"
+#include "profile/step_report.h"
 
 namespace vt {
 namespace {
@@ -28,13 +33,7 @@ const std::string kGolden = std::string(VT_SOURCE_DIR) + "/tests/golden/";
 
 class CudaModel : public testing::GpuTest {};
 
-// A real architecture's layer shapes with only its first `layers` layers (short tests).
-Qwen35Config reduced_config(const std::string& name, int64_t layers) {
-  Qwen35Config config = synthetic_config(name);
-  config.num_layers = layers;
-  config.layer_types.resize(size_t(layers));
-  return config;
-}
+using testing::reduced_config;
 
 std::vector<float> read_f32(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
@@ -308,6 +307,53 @@ TEST_F(CudaModel, FusedQuantisationIsBitIdentical) {
     for (float v : logits[0]) norm += double(v) * v;
     EXPECT_GT(norm, 0.0) << name;
   }
+}
+
+
+// Issue 7 on the GPU, from CUPTI's records of a real step: with the fused FP8 quantisation
+// disabled, the report names the quantise kernels that ran instead under the ops of the linears
+// they feed; the kernel-ran gate passes on each step's own intents, and fails, naming them, when
+// the unfused step's intents meet the fused step's kernels (what ran is not what was selected).
+TEST_F(CudaModel, ProfileNamesTheUnfusedFallbackAndTheGateCatchesIt) {
+  Qwen35Config config = reduced_config("qwen3.5-27b", 4);
+  CudaModelOptions options;
+  options.max_context = 64;
+  options.max_step_tokens = 1;
+  options.tune_gemms = false;
+  struct Step {
+    std::vector<profile::Intent> intents;
+    std::vector<profile::KernelRecord> records;
+  };
+  std::map<std::string, Step> steps;
+  for (const char* fused : {"1", "0"}) {
+    setenv("VT_FUSED_QUANT", fused, 1);
+    Qwen35CudaModel model(config, synthetic_cuda_weights(config, true, 11), options, "synthetic");
+    std::vector<int32_t> next;
+    model.decode_step({5}, {9}, &next, false);  // lazy module loads outside the window
+    profile::KernelRecorder recorder;
+    recorder.start();
+    profile::begin_intents();
+    model.decode_step({6}, {10}, &next, false);
+    Step& step = steps[fused];
+    step.intents = profile::end_intent_records();
+    step.records = recorder.stop();
+  }
+  unsetenv("VT_FUSED_QUANT");
+  const auto quantise_rows = [](const Step& step) {
+    const auto report = profile::build_step_report(profile::spans_from_kernels(step.records, step.intents), {1, 1e3, 1e3});
+    std::string ops;
+    for (const auto& row : report.rows)
+      if (row.kernel == "sm90_fp8_quantize_rows") ops += row.ops + ";";
+    return ops;
+  };
+  for (const auto& [fused, step] : steps) EXPECT_EQ(profile::kernel_gate_failure(step.intents, step.records, 1), "") << fused;
+  EXPECT_EQ(quantise_rows(steps["1"]), "");
+  const std::string fallback = quantise_rows(steps["0"]);
+  for (const char* op : {"gdn.in_proj", "gdn.out_proj", "attn.qkv", "mlp.gate_up", "mlp.down"})
+    EXPECT_NE(fallback.find(op), std::string::npos) << op << " not in " << fallback;
+  const std::string failure = profile::kernel_gate_failure(steps["0"].intents, steps["1"].records, 1);
+  EXPECT_NE(failure.find("intended kernel sm90_fp8_quantize_rows"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("but it ran 0 times"), std::string::npos) << failure;
 }
 
 }  // namespace

@@ -91,9 +91,10 @@ TEST(StepReport, SharesIdleBandwidthAndGroups) {
     records.push_back(record("void gemm_kernel<float>(float*)", t + 0, t + 40'000, 64));
     records.push_back(record("norm_kernel", t + 40'000, t + 50'000));
   }
-  const std::vector<Intent> intents = {
+  std::vector<Intent> intents = {
       intent("gemm_kernel", "mlp.down", OpGroup::kGemmMlp, "fp8_mma", 1e6),
       intent("norm_kernel", "rms_norm", OpGroup::kNorm, "cuda", 1e4)};
+  intents[1].shape = "";  // a launcher that states no shape: its row is named by the grid
   const auto spans = spans_from_kernels(records, intents);
   const StepReport report = build_step_report(spans, {2, 200.0, 100.0});
   EXPECT_DOUBLE_EQ(report.step_us, 100.0);
@@ -103,7 +104,8 @@ TEST(StepReport, SharesIdleBandwidthAndGroups) {
   EXPECT_DOUBLE_EQ(report.graph_fraction, 1.0);
   ASSERT_EQ(report.rows.size(), 2u);
   const ReportRow& gemm = report.rows[0];
-  EXPECT_EQ(gemm.name, "gemm_kernel [64x1x1]");
+  EXPECT_EQ(gemm.name, "gemm_kernel [1x1024x1024]");  // the launcher's shape, not the grid
+  EXPECT_EQ(report.rows[1].name, "norm_kernel [1x1x1]");
   EXPECT_EQ(gemm.ops, "mlp.down");
   EXPECT_EQ(gemm.group, "gemm.mlp");
   EXPECT_EQ(gemm.backend, "fp8_mma");
@@ -123,7 +125,7 @@ TEST(StepReport, SharesIdleBandwidthAndGroups) {
   EXPECT_TRUE(json["shares_consistent"].get<bool>());
   const std::string text = report_text(report);
   EXPECT_NE(
-      text.find("| gemm_kernel [64x1x1] | mlp.down | gemm.mlp | fp8_mma | 1.0 | 40.0 | 40.0% |"),
+      text.find("| gemm_kernel [1x1024x1024] | mlp.down | gemm.mlp | fp8_mma | 1.0 | 40.0 | 40.0% |"),
       std::string::npos)
       << text;
   EXPECT_NE(text.find("within 2%"), std::string::npos);
@@ -294,6 +296,33 @@ TEST(KernelGate, LibraryKernelsMatchByPrefix) {
             std::string::npos)
       << message;
   EXPECT_NE(message.find("cutlass_80_tensorop_gemm x2"), std::string::npos) << message;
+}
+
+TEST(KernelGate, OptionalHelperMayRunOrNotAndBelongsToTheLaunchBeforeIt) {
+  // cuBLASLt's split-K reduction runs for some shapes only: intended as optional with each GEMM.
+  std::vector<Intent> intents = {
+      intent("nvjet*", "mlp.down", OpGroup::kGemmMlp, "cublaslt", 5e6),
+      intent("splitKreduce_kernel", "mlp.down", OpGroup::kGemmMlp, "cublaslt", 0),
+      intent("nvjet*", "lm_head", OpGroup::kGemmLmHead, "cublaslt", 9e6),
+      intent("splitKreduce_kernel", "lm_head", OpGroup::kGemmLmHead, "cublaslt", 0)};
+  intents[1].optional = intents[3].optional = true;
+  intents[2].shape = "1x248320x5120";
+  // mlp.down ran without a reduction, lm_head with one.
+  std::vector<KernelRecord> records = {record("nvjet_sm90_tst_64x8_TNT", 0, 10),
+                                       record("nvjet_sm90_tst_512x8_splitK_TNT", 10, 20),
+                                       record("splitKreduce_kernel", 20, 25)};
+  EXPECT_EQ(kernel_gate_failure(intents, records, 1), "");
+  const auto spans = spans_from_kernels(records, intents);
+  ASSERT_EQ(spans.size(), 3u);
+  EXPECT_EQ(spans[2].op, "lm_head");
+  EXPECT_EQ(spans[2].group, OpGroup::kGemmLmHead);
+  EXPECT_EQ(spans[2].where, "1x248320x5120");
+  EXPECT_DOUBLE_EQ(spans[2].bytes, 0);
+  // Without the reduction at all: still fine; more reductions than GEMMs: not.
+  records.pop_back();
+  EXPECT_EQ(kernel_gate_failure(intents, records, 1), "");
+  for (int i = 0; i < 3; ++i) records.push_back(record("splitKreduce_kernel", 30, 31));
+  EXPECT_NE(kernel_gate_failure(intents, records, 1).find("splitKreduce_kernel"), std::string::npos);
 }
 
 TEST(KernelGate, NoIntentsFails) {

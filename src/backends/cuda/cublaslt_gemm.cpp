@@ -4,6 +4,7 @@
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/device_buffer.h"
+#include "profile/intent.h"
 
 #define VT_CUBLAS_CHECK(call)                                                                \
   do {                                                                                       \
@@ -15,6 +16,20 @@
 namespace vt::cuda {
 
 namespace {
+
+// What a cuBLASLt GEMM is expected to launch: one Hopper GEMM kernel (its "nvjet*" names vary by
+// tile and algorithm, CUPTI records on the H200) and, for split-K algorithms, maybe a reduction.
+// `backend`: "cublaslt" (FP8 block-scaled, as `vt bench gemm` names it with "fp8_") or
+// "cublaslt_bf16" / "cublaslt_f32" (dense).
+void intend_cublaslt(const char* backend, int64_t m, int64_t n, int64_t k, double weight_bytes, double input_bytes,
+                     double output_bytes) {
+  if (!profile::intents_active()) return;
+  const double bytes = weight_bytes + input_bytes + output_bytes;
+  profile::intend("nvjet*", profile::LaunchCost{backend, {m, n, k, 0}, bytes, 2.0 * double(m) * double(n) * double(k),
+                                                 profile::OpGroup::kGemmOther});
+  profile::intend_optional("splitKreduce_kernel",
+                           profile::LaunchCost{backend, {m, n, k, 0}, 0, 0, profile::OpGroup::kGemmOther});
+}
 
 // A TN plan (A = w transposed, B = x), fp32 compute: row-major y = x w^T as column-major
 // y^T [N, M] = w [K, N]^T x^T [K, M], with the output's leading dimension ldy.
@@ -96,6 +111,9 @@ void CublasLtGemm::matmul(void* y, const void* x, const void* w, int64_t m, int6
                           cudaStream_t stream, DType out_dtype, bool out_dtype_given) {
   if (m == 0 || n == 0) return;
   Plan& p = plan(m, n, k, dtype, out_dtype_given ? out_dtype : dtype);
+  const double in_size = double(dtype_size(dtype)), out_size = double(dtype_size(out_dtype_given ? out_dtype : dtype));
+  intend_cublaslt(dtype == DType::kBF16 ? "cublaslt_bf16" : dtype == DType::kF32 ? "cublaslt_f32" : "cublaslt_dense", m,
+                  n, k, double(n) * double(k) * in_size, double(m) * double(k) * in_size, double(m) * double(n) * out_size);
   const float alpha = 1.0f, beta = 0.0f;
   VT_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.operation, &alpha, w, p.a, x, p.b, &beta,
                                  y, p.c, y, p.c, &p.algorithm, workspace_, workspace_bytes_, stream));
@@ -139,6 +157,9 @@ void CublasLtGemm::matmul_fp8_block(void* y, int64_t ldy, const uint8_t* x_codes
   VT_CHECK(p, "cuBLASLt has no FP8 block-scaled algorithm for m=", m, " n=", n, " k=", k);
   VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->operation, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
   VT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->operation, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales_t, sizeof(x_scales_t)));
+  const double k_blocks = double((k + 127) / 128), n_blocks = double((n + 127) / 128);
+  intend_cublaslt("cublaslt", m, n, k, double(n) * double(k) + n_blocks * k_blocks * 4, double(m) * double(k) + double(m) * k_blocks * 4,
+                  double(m) * double(n) * double(dtype_size(out_dtype)));
   const float alpha = 1.0f, beta = 0.0f;
   VT_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->operation, &alpha, w, p->a, x_codes, p->b,
                                  &beta, y, p->c, y, p->c, &p->algorithm, workspace_, workspace_bytes_, stream));

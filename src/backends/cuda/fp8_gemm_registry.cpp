@@ -9,6 +9,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
+
+#include <unistd.h>
 
 #include "backends/cuda/check.h"
 #include "core/version.h"
@@ -136,7 +139,7 @@ void Fp8GemmRegistry::run(GemmBackend backend, void* y, int64_t ldy, const uint8
     return;
   }
   VT_CHECK(m <= max_m_ && k <= max_k_, "cuBLASLt FP8 GEMM of ", m, " x ", k, " beyond the registry's scratch");
-  transpose_scales(scales_t_.as<float>(), a_scales, m, k / 128, stream);
+  transpose_scales(scales_t_.as<float>(), a_scales, m, k / 128, n, stream);
   cublas_.matmul_fp8_block(y, ldy, q, scales_t_.as<float>(), w, w_scales, m, n, k, act, stream);
 }
 
@@ -219,9 +222,17 @@ std::string Fp8GemmRegistry::tune(const std::vector<GemmTuneShape>& shapes, int6
   if (cache_changed && !path.empty()) {
     std::error_code error;
     std::filesystem::create_directories(std::filesystem::path(path).parent_path(), error);
-    std::ofstream out(path);
-    if (out) out << cache.dump(1) << "\n";
-    if (!out) std::fprintf(stderr, "vt: could not write the GEMM plan cache %s\n", path.c_str());
+    // Written aside and renamed: tensor-parallel ranks tune at once, and a reader never sees half a file.
+    std::ostringstream unique;
+    unique << path << ".tmp." << getpid() << "." << std::this_thread::get_id();
+    const std::string temporary = unique.str();
+    {
+      std::ofstream out(temporary);
+      if (out) out << cache.dump(1) << "\n";
+      if (!out) std::fprintf(stderr, "vt: could not write the GEMM plan cache %s\n", temporary.c_str());
+    }
+    std::filesystem::rename(temporary, path, error);
+    if (error) std::filesystem::remove(temporary, error);
   }
   if (forced_) log << "  forced backend " << gemm_backend_name(*forced_) << " (environment) overrides this table\n";
   return log.str();

@@ -189,16 +189,21 @@ void embedding(void* out, DType act, const int32_t* ids, int64_t tokens, const v
                int64_t hidden, cudaStream_t stream) {
   if (tokens == 0) return;
   const int code = dtype_code(table_dtype);
+  const double row_bytes = double(hidden) * double(dtype_size(table_dtype) + dtype_size(act));
+  const ::vt::profile::LaunchCost cost{"cuda", {tokens, hidden, 0, 0}, double(tokens) * row_bytes, 0,
+                                       ::vt::profile::OpGroup::kEmbed};
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_embedding", sm90_embedding<T>, dim3(unsigned(tokens)), dim3(kThreads), 0, stream,
+                  launch("sm90_embedding", cost, sm90_embedding<T>, dim3(unsigned(tokens)), dim3(kThreads), 0, stream,
                          static_cast<T*>(out), ids, table, code, hidden));
 }
 
 void gather_rows(void* out, const void* in, const int32_t* index, int64_t count, int64_t n, DType act,
                  cudaStream_t stream) {
   if (count == 0) return;
+  const ::vt::profile::LaunchCost cost{"cuda", {count, n, 0, 0}, 2.0 * double(count * n) * double(dtype_size(act)), 0,
+                                       ::vt::profile::OpGroup::kOther};
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_gather_rows", sm90_gather_rows<T>, dim3(unsigned(count)), dim3(kThreads), 0, stream,
+                  launch("sm90_gather_rows", cost, sm90_gather_rows<T>, dim3(unsigned(count)), dim3(kThreads), 0, stream,
                          static_cast<T*>(out), static_cast<const T*>(in), index, n));
 }
 

@@ -1,6 +1,7 @@
 // FP8 block-scaled linear, the simple correct version: per-token 1x128 activation quantisation,
 // and a warp-per-output-row kernel that streams each weight row once with 16-byte loads and
 // applies the activation and weight block scales in fp32. The fast split-K kernel replaces it.
+#include <atomic>
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -463,10 +464,13 @@ __global__ void sm90_transpose_scales(float* __restrict__ g_out, const float* __
 
 }  // namespace
 
-void transpose_scales(float* out, const float* in, int64_t m, int64_t kb, cudaStream_t stream) {
+void transpose_scales(float* out, const float* in, int64_t m, int64_t kb, int64_t n, cudaStream_t stream) {
   if (m * kb == 0) return;
   const unsigned blocks = unsigned(std::min<int64_t>((m * kb + 255) / 256, 1024));
-  launch("sm90_transpose_scales", sm90_transpose_scales, dim3(blocks), dim3(256), 0, stream, out, in, m, kb);
+  // Part of the cuBLASLt block-scaled path: attributed to the GEMM's op.
+  const ::vt::profile::LaunchCost cost{"cublaslt", {m, n, kb * 128, 0}, 2.0 * double(m * kb) * sizeof(float), 0,
+                                       ::vt::profile::OpGroup::kGemmOther};
+  launch("sm90_transpose_scales", cost, sm90_transpose_scales, dim3(blocks), dim3(256), 0, stream, out, in, m, kb);
 }
 
 void fp8_quantize_weight_blocks(uint8_t* q, float* scales, const void* w, DType dtype, int64_t n, int64_t k,
@@ -533,11 +537,16 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
     static_assert(kTmaRows == 2 * kWarpsPerBlock, "two rows per warp");
     const dim3 blocks(unsigned((n + kTmaRows - 1) / kTmaRows)), threads(kWarpsPerBlock * 32);
     VT_DISPATCH_ACT(act, T, {
-      static bool attribute_set = false;  // once per instantiation: > 48 KB of dynamic shared memory
-      if (!attribute_set) {
+      // > 48 KB of dynamic shared memory: a per-device function attribute, set once per device
+      // and instantiation (tensor-parallel ranks launch it on several GPUs of one process).
+      static std::atomic<uint64_t> attribute_set{0};
+      int device = 0;
+      VT_CUDA_CHECK(cudaGetDevice(&device));
+      VT_CHECK(device < 64, "sm90_fp8_gemv_tma: device index ", device, " beyond 63");
+      if (!(attribute_set.load() & (uint64_t(1) << device))) {
         VT_CUDA_CHECK(cudaFuncSetAttribute(sm90_fp8_gemv_tma<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(kTmaSharedBytes)));
-        attribute_set = true;
+        attribute_set.fetch_or(uint64_t(1) << device);
       }
       launch("sm90_fp8_gemv_tma", cost("gemv_tma"), sm90_fp8_gemv_tma<T>, blocks, threads, kTmaSharedBytes, stream,
              static_cast<T*>(y), q, a_scales, w, w_scales, n, k);
