@@ -5,8 +5,10 @@
 // Both run on the GPU (checkpoint or synthetic model) or the CPU reference (--device cpu).
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -41,6 +43,7 @@ namespace {
 struct BenchArgs {
   std::string model, synthetic, weights = "fp8", batches = "1", predict, device, trace, lm_head = "bf16";
   int64_t context = 1024, steps = 64;
+  std::string verify, acceptance = "0.5,0.7,0.9";  // bench decode --verify: drafts per verify, acceptance rates
   int tensor_parallel = 1;
   bool json = false, no_graph = false;
 };
@@ -403,9 +406,158 @@ void bench_decode_rows(const BenchArgs& args, const std::vector<int64_t>& batche
   table.finish();
 }
 
+std::vector<double> parse_rates(const std::string& text) {
+  std::vector<double> rates;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    size_t used = 0;
+    double rate = -1;
+    try {
+      rate = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    VT_CHECK(used == item.size() && rate >= 0 && rate < 1, "--acceptance: '", item, "' is not a rate in [0, 1)");
+    rates.push_back(rate);
+  }
+  VT_CHECK(!rates.empty(), "--acceptance: empty list");
+  return rates;
+}
+
+// Tokens a verify step of k drafts yields when each draft is accepted with probability `rate`,
+// independently, up to the first rejection, plus the target's own token: (1 - a^(k+1)) / (1 - a).
+double expected_tokens_per_step(double rate, int64_t k) { return (1.0 - std::pow(rate, double(k + 1))) / (1.0 - rate); }
+
+// `vt bench decode --verify K,...`: speculative decoding's cost side. Per batch: the 1-token decode
+// step (CUDA graph, as the decode table measures it); the same step ungraphed through the verify
+// path (k = 0); and per k a verify of k + 1 tokens per sequence (rollback windows kept, device
+// argmax of every row) followed by rolling every sequence back to where it started (a rejection's
+// cost: one window entry copied back) and commit. Sequences hold --context prefilled tokens. The
+// drafter's own cost is not included (the n-gram drafter's is ~0; a draft model adds its steps).
+void run_bench_verify_cuda(const BenchArgs& args, const std::vector<int64_t>& batches) {
+  const std::vector<int64_t> ks = vt::apps::parse_int_list(args.verify, "--verify", 1, 16);
+  const std::vector<double> rates = parse_rates(args.acceptance);
+  const int64_t max_drafts = *std::max_element(ks.begin(), ks.end());
+  const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
+  vt::CudaModelOptions options = bench_model_options(args, batches);
+  options.max_context = args.context + args.steps + 8 + max_drafts;
+  options.max_step_tokens = std::max<int64_t>(max_batch * (max_drafts + 1), 256);  // 256: prefill chunks
+  options.max_logit_rows = max_batch * (max_drafts + 1);
+  options.max_rollback_tokens = max_drafts + 1;
+  std::vector<int64_t> step_rows;
+  for (int64_t batch : batches)
+    for (int64_t k : ks) step_rows.push_back(batch * (k + 1));
+  vt::profile::check_backend_overrides(decode_gemm_shapes(bench_config(args), step_rows));
+  std::string name;
+  std::unique_ptr<vt::Qwen35CudaModel> model;
+  if (!args.synthetic.empty()) {
+    model = vt::make_synthetic_cuda_model(args.synthetic, args.weights, options, 1234);
+    name = model->describe();
+  } else {
+    model = vt::load_qwen35_cuda(args.model, options);
+    name = args.model;
+  }
+  const int64_t vocab = model->config().vocab_size;
+  nlohmann::json report = {{"model", name},   {"device", "cuda"},         {"context", args.context},
+                           {"steps", args.steps}, {"acceptance", rates}, {"batches", nlohmann::json::array()}};
+  if (!args.json)
+    std::printf("%s, context %lld: k + 1-token verify (+ rollback) vs 1-token step; drafter cost not included\n",
+                name.c_str(), (long long)args.context);
+  for (int64_t batch : batches) {
+    std::vector<std::unique_ptr<vt::SequenceState>> states;
+    vt::Buffer logits(vt::DType::kF32, {1, vocab});
+    std::vector<int32_t> prompt(size_t(args.context));
+    for (int64_t i = 0; i < batch; ++i) {
+      for (int64_t t = 0; t < args.context; ++t) prompt[size_t(t)] = first_token(i * args.context + t, vocab);
+      states.push_back(model->new_sequence(args.context + args.steps + 8 + max_drafts));
+      model->forward(prompt, *states.back(), logits, {});
+    }
+    const auto time_ms = [&](const std::function<void()>& step) {
+      for (int warm = 0; warm < 3; ++warm) step();
+      vt::cuda::synchronize();
+      const auto start = std::chrono::steady_clock::now();
+      for (int64_t i = 0; i < args.steps; ++i) step();
+      vt::cuda::synchronize();
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() /
+             double(args.steps);
+    };
+    // The graphed 1-token step, at the sequences' slots and length (as `vt bench decode`).
+    std::vector<int32_t> decode_tokens(static_cast<size_t>(batch)), positions(static_cast<size_t>(batch), int32_t(args.context));
+    std::vector<int32_t> next;
+    for (int64_t i = 0; i < batch; ++i) decode_tokens[size_t(i)] = first_token(i, vocab);
+    const double one_ms = time_ms([&] { model->decode_step(decode_tokens, positions, &next, !args.no_graph); });
+    std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(batch));
+    const auto items_of = [&](int64_t k) {
+      std::vector<vt::BatchItem> items;
+      for (int64_t i = 0; i < batch; ++i) {
+        tokens[size_t(i)].resize(size_t(k + 1));
+        for (int64_t t = 0; t <= k; ++t) tokens[size_t(i)][size_t(t)] = first_token(i * 31 + t + 5, vocab);
+        items.push_back({tokens[size_t(i)], states[size_t(i)].get(), k > 0});
+      }
+      return items;
+    };
+    nlohmann::json rows = nlohmann::json::array();
+    if (!args.json) {
+      std::printf("\nbatch %lld: 1-token step %.3f ms (%s), %.1f tok/s; ms per draft = (verify - 1-token) / k; "
+                  "tok/s at acceptance a: (1 - a^(k+1)) / (1 - a) tokens per verify\n\n| k | tokens/step | ms/step | "
+                  "x 1-token | ms per draft |",
+                  (long long)batch, one_ms, args.no_graph ? "no graph" : "CUDA graph", double(batch) * 1e3 / one_ms);
+      for (double rate : rates) std::printf(" tok/s at a=%.2f |", rate);
+      std::printf("\n|---|---|---|---|---|");
+      for (size_t i = 0; i < rates.size(); ++i) std::printf("---|");
+      std::printf("\n");
+    }
+    std::vector<int64_t> row_ks = {0};
+    row_ks.insert(row_ks.end(), ks.begin(), ks.end());
+    for (int64_t k : row_ks) {
+      const std::vector<vt::BatchItem> items = items_of(k);
+      const int64_t length = states[0]->length();
+      // k = 0 advances the sequences a token per step (nothing to roll back; their capacity has
+      // room): the verifies after it run a few dozen tokens further into the context.
+      const double ms = time_ms([&] {
+        model->verify_greedy(items, &next);
+        if (k == 0) return;
+        for (auto& state : states) {
+          model->rollback(*state, length);
+          model->commit(*state);
+        }
+      });
+      nlohmann::json row = {{"k", k}, {"tokens_per_step", batch * (k + 1)}, {"ms_per_step", ms},
+                            {"vs_one_token", ms / one_ms},
+                            {"ms_per_draft", k > 0 ? (ms - one_ms) / double(k) : 0.0}};
+      nlohmann::json projected = nlohmann::json::array();
+      for (double rate : rates) {
+        const double expected = k > 0 ? expected_tokens_per_step(rate, k) : 1.0;
+        const double tokens_per_second = double(batch) * expected * 1e3 / ms;
+        projected.push_back({{"acceptance", rate}, {"tokens_per_verify", expected},
+                             {"tokens_per_second", tokens_per_second},
+                             {"speedup", tokens_per_second / (double(batch) * 1e3 / one_ms)}});
+      }
+      row["projected"] = projected;
+      rows.push_back(row);
+      if (args.json) continue;
+      char per_draft[32] = "-";
+      if (k > 0) std::snprintf(per_draft, sizeof(per_draft), "%.3f", (ms - one_ms) / double(k));
+      std::printf("| %lld%s | %lld | %.3f | %.2fx | %s |", (long long)k, k == 0 ? " (no graph)" : "",
+                  (long long)(batch * (k + 1)), ms, ms / one_ms, per_draft);
+      for (const auto& p : projected)
+        std::printf(" %.1f (%.2fx) |", p["tokens_per_second"].get<double>(), p["speedup"].get<double>());
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+    report["batches"].push_back({{"batch", batch}, {"one_token_ms", one_ms}, {"graphs", !args.no_graph}, {"rows", rows}});
+  }
+  if (args.json) std::cout << report.dump(2) << std::endl;
+}
+
 void run_bench_decode_cuda(const BenchArgs& args, const std::vector<int64_t>& batches) {
   VT_CHECK(vt::cuda::device_count() > 0, "vt bench decode needs a CUDA GPU (or --device cpu)");
   VT_CHECK(args.context >= 1 && args.steps >= 1, "--context and --steps must be positive");
+  if (!args.verify.empty()) {
+    VT_CHECK(args.tensor_parallel == 1, "--verify runs on one GPU (--tensor-parallel 1)");
+    return run_bench_verify_cuda(args, batches);
+  }
   const double bandwidth = vt::cuda::measure_read_bandwidth(size_t(4) << 30);  // GB/s
   std::string name;
   if (args.tensor_parallel > 1) {
@@ -435,6 +587,7 @@ void run_profile_decode(const BenchArgs& args) {
 void run_bench_decode(const BenchArgs& args) {
   const std::vector<int64_t> batches = parse_list(args.batches);
   VT_CHECK(args.context >= 1 && args.steps >= 1, "--context and --steps must be positive");
+  VT_CHECK(args.verify.empty() || resolve_device(args) == "cuda", "--verify: the verify benchmark runs on the GPU");
   if (resolve_device(args) == "cpu") return run_bench_decode_cpu(args, batches);
 #ifdef VT_WITH_CUDA
   run_bench_decode_cuda(args, batches);
@@ -471,6 +624,10 @@ void add_bench_commands(CLI::App& app) {
   add_decode_options(decode, *args, "comma-separated batch sizes, e.g. 1,16,64", "timed decode steps per batch size");
   decode->add_option("--predict", args->predict,
                      "predicted ms/step per batch, written before the run: JSON {\"1\": 12.5} or lines 'batch ms'");
+  decode->add_option("--verify", args->verify,
+                     "speculative verify steps of these numbers of drafts, e.g. 1,2,4,8: ms vs a 1-token step, "
+                     "marginal ms per draft, projected tok/s (GPU)");
+  decode->add_option("--acceptance", args->acceptance, "--verify: draft acceptance rates to project, e.g. 0.5,0.7,0.9");
   decode->callback([args] { run_bench_decode(*args); });
 }
 

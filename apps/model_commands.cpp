@@ -89,6 +89,10 @@ std::unique_ptr<vt::Model> open_model(const GenerateArgs& args, int64_t context)
     options.activations = args.activations == "f32" ? vt::DType::kF32 : vt::DType::kBF16;
     options.max_context = context;
     options.max_step_tokens = std::min<int64_t>(context, 2048);
+    if (!args.speculative.empty()) {  // verify steps of the last token + k drafts, rolled back
+      options.max_rollback_tokens = args.num_draft + 1;
+      options.max_logit_rows = args.num_draft + 1;
+    }
     return vt::load_qwen35_cuda(args.model, options);
 #else
     VT_FAIL("--device cuda: this vt was built without CUDA");

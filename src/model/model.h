@@ -44,6 +44,7 @@ struct ForwardOptions {
 struct BatchItem {
   std::span<const int32_t> tokens;
   SequenceState* state = nullptr;
+  bool keep_rollback = false;  // as ForwardOptions::keep_rollback, per sequence
 };
 
 // Called while weights load: bytes read (or dequantised) so far out of the total.
@@ -70,8 +71,11 @@ class Model {
     const int64_t vocab = info().vocab_size;
     VT_CHECK(logits.dtype == DType::kF32 && logits.shape == Shape({int64_t(items.size()), vocab}),
              "forward_batch: logits must be f32 [", items.size(), ", ", vocab, "], got ", logits.shape.str());
-    for (size_t i = 0; i < items.size(); ++i)
-      forward(items[i].tokens, *items[i].state, logits.rows(int64_t(i), int64_t(i) + 1), {});
+    for (size_t i = 0; i < items.size(); ++i) {
+      ForwardOptions options;
+      options.keep_rollback = items[i].keep_rollback;
+      forward(items[i].tokens, *items[i].state, logits.rows(int64_t(i), int64_t(i) + 1), options);
+    }
   }
 
   // A human-readable description (layers, tensors, bytes) for `vt inspect`.

@@ -53,6 +53,13 @@ struct Qwen35CudaModel::Workspace {
   const int32_t* last_index = nullptr;
   std::vector<cuda::DeviceBuffer> k_cache, v_cache;       // per layer (attention layers only)
   std::vector<cuda::DeviceBuffer> conv_state, recurrent;  // per layer (GDN layers only)
+  // Rollback windows (max_rollback_tokens > 0), per GDN layer: [S, entries, <state>] f32 for the
+  // sequence slots (the scratch slot never keeps one). window_entry: metadata [S] (upload_layout);
+  // writes_window: the uploaded step has a sequence that keeps its window.
+  std::vector<cuda::DeviceBuffer> conv_window, recurrent_window;
+  int64_t window_entries = 0;
+  const int32_t* window_entry = nullptr;
+  bool writes_window = false;
   ~Workspace() {
     if (host_metadata) cudaFreeHost(host_metadata);
     if (host_logits) cudaFreeHost(host_logits);
@@ -75,11 +82,26 @@ class CudaSequence final : public SequenceState {
   }
   ~CudaSequence() override { (*used_)[slot_] = false; }
   int64_t slot() const { return slot_; }
-  void advance(int64_t tokens) { length_ += tokens; }
+  // As the CPU reference's state: outside a window the floor follows the length.
+  void advance(int64_t tokens) {
+    length_ += tokens;
+    if (!window_open_) rollback_floor_ = length_;
+  }
+  bool window_open() const { return window_open_; }
+  void open_window() {
+    window_open_ = true;
+    rollback_floor_ = length_;
+  }
+  void close_window() {
+    window_open_ = false;
+    rollback_floor_ = length_;
+  }
+  void set_length(int64_t length) { length_ = length; }
 
  private:
   int64_t slot_;
   std::vector<bool>* used_;
+  bool window_open_ = false;
 };
 
 // Split the keys so one attention launch has about this many blocks when few tokens run
@@ -161,7 +183,8 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   w.logits = cuda::DeviceBuffer(act, {logit_rows, config_.vocab_size});
   w.next_tokens = cuda::DeviceBuffer(DType::kI32, {logit_rows});
   // metadata: token ids [T] | token_seq [T] | positions [T] | seq_start [S+1] | slots [S] | last_index [rows]
-  w.metadata_ints = size_t(3 * T + 2 * S + 1 + logit_rows);
+  // | window_entry [S]
+  w.metadata_ints = size_t(3 * T + 3 * S + 1 + logit_rows);
   w.metadata = cuda::DeviceBuffer(DType::kI32, {int64_t(w.metadata_ints)});
   VT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&w.host_metadata), w.metadata_ints * sizeof(int32_t)));
   if (act == DType::kBF16)
@@ -174,6 +197,7 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   w.layout.seq_start = base + 3 * T;
   w.layout.slots = base + 3 * T + S + 1;
   w.last_index = base + 3 * T + 2 * S + 1;
+  w.window_entry = base + 3 * T + 2 * S + 1 + logit_rows;
   w.layout.max_blocks = w.max_blocks;
   Buffer tables(DType::kI32, {w.state_slots, w.max_blocks});
   for (int64_t i = 0; i < tables.numel(); ++i) tables.view().as<int32_t>()[i] = int32_t(i);
@@ -194,6 +218,18 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
       w.recurrent.emplace_back(DType::kF32, Shape{w.state_slots, config_.linear_num_value_heads, config_.linear_key_head_dim,
                                                   config_.linear_value_head_dim});
     }
+  }
+  VT_CHECK(options_.max_rollback_tokens >= 0, "max_rollback_tokens must be >= 0, got ", options_.max_rollback_tokens);
+  w.window_entries = options_.max_rollback_tokens > 0 ? options_.max_rollback_tokens + 1 : 0;
+  for (size_t layer = 0; layer < w.recurrent.size(); ++layer) {
+    w.conv_window.emplace_back();
+    w.recurrent_window.emplace_back();
+    if (!w.window_entries || !w.recurrent[layer].data()) continue;
+    w.conv_window.back() =
+        cuda::DeviceBuffer(DType::kF32, {S, w.window_entries, config_.conv_dim(), config_.linear_conv_kernel - 1});
+    w.recurrent_window.back() =
+        cuda::DeviceBuffer(DType::kF32, {S * w.window_entries, config_.linear_num_value_heads,
+                                         config_.linear_key_head_dim, config_.linear_value_head_dim});
   }
   setup_fp8_gemms();
 }
@@ -287,11 +323,19 @@ std::unique_ptr<SequenceState> Qwen35CudaModel::new_sequence(int64_t capacity) c
 
 void Qwen35CudaModel::upload_layout(const std::vector<int32_t>& tokens, const std::vector<int32_t>& token_seq,
                                     const std::vector<int32_t>& positions, const std::vector<int32_t>& seq_start,
-                                    const std::vector<int32_t>& slots, const std::vector<int32_t>& last_index) {
+                                    const std::vector<int32_t>& slots, const std::vector<int32_t>& last_index,
+                                    const std::vector<int32_t>& window_entry) {
   auto& w = *workspace_;
   const int64_t T = w.max_tokens, S = w.max_seqs;
   VT_CHECK(int64_t(tokens.size()) <= T && int64_t(slots.size()) <= S, "step of ", tokens.size(), " tokens / ",
            slots.size(), " sequences exceeds the workspace (", T, " / ", S, ")");
+  VT_CHECK(window_entry.size() <= slots.size(), "upload_layout: ", window_entry.size(), " window entries for ",
+           slots.size(), " sequences");
+  int32_t* host_entries = w.host_metadata + (w.window_entry - w.metadata.as<int32_t>());
+  std::fill(host_entries, host_entries + S, -1);
+  std::copy(window_entry.begin(), window_entry.end(), host_entries);
+  w.writes_window = std::any_of(window_entry.begin(), window_entry.end(), [](int32_t entry) { return entry >= 0; });
+  VT_CHECK(!w.writes_window || w.window_entries > 0, "a rollback window without max_rollback_tokens");
   int32_t* host = w.host_metadata;
   std::copy(tokens.begin(), tokens.end(), host);
   std::copy(token_seq.begin(), token_seq.end(), host + T);
@@ -381,13 +425,19 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
         linear(layer.in_proj_ba, w.ba.data(), w.normed.data(), T, fp8(layer.in_proj_ba) ? mixer_in : none);
       }
       profile::OpScope gdn_op("gdn", OpGroup::kGdn);
+      // Verify steps also save each token's state into the rollback window (never in a graph).
+      const auto window = [&](const cuda::DeviceBuffer& states) {
+        return w.writes_window ? cuda::GdnWindow{states.as<float>(), w.window_entry, w.window_entries}
+                               : cuda::GdnWindow{};
+      };
       cuda::gdn_conv(w.conv_out.as<float>(), w.conv_state[i].as<float>(), w.projected.data(), stride,
-                     layer.conv_weight.as<float>(), layout, delta_net, act, stream_);
+                     layer.conv_weight.as<float>(), layout, delta_net, act, stream_, window(w.conv_window[i]));
       const Fp8Rows out_in = codes(fp8(layer.out_proj) && c.linear_value_head_dim == 128, inner_q);
       cuda::gdn_recurrent(w.mixer_out.data(), w.recurrent[i].as<float>(), w.conv_out.as<float>(), w.projected.data(),
                           stride, c.conv_dim(), w.ba.data(), layer.a_log.as<float>(), layer.dt_bias.as<float>(),
                           layer.gdn_norm.as<float>(), layout, delta_net, act, stream_,
-                          const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales));
+                          const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales),
+                          window(w.recurrent_window[i]));
       profile::OpScope out_op("gdn.out_proj", OpGroup::kGemmOut);
       linear(layer.out_proj, w.branch.data(), w.mixer_out.data(), T, out_in);
       reduce_branch(T);
@@ -532,6 +582,8 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
   const int64_t logit_rows = options.all_logits ? total : 1;
   VT_CHECK(logits.dtype == DType::kF32 && logits.device == Device::kCpu && logits.shape == Shape({logit_rows, vocab}),
            "forward: logits must be host f32 [", logit_rows, ", ", vocab, "]");
+  check_window(state, total, options.keep_rollback);
+  prepare_window(state, options.keep_rollback);
   // Chunks of at most max_step_tokens (and of the logit rows the workspace holds).
   const int64_t chunk_limit = options.all_logits ? std::min(w.max_tokens, int64_t(w.logits.shape()[0])) : w.max_tokens;
   for (int64_t begin = 0; begin < total; begin += chunk_limit) {
@@ -546,7 +598,9 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
     } else {
       last_index.push_back(int32_t(count - 1));
     }
-    upload_layout(ids, token_seq, positions, seq_start, slots, last_index);
+    std::vector<int32_t> window_entry;
+    if (options.keep_rollback) window_entry.push_back(int32_t(state.length() - state.rollback_floor() + 1));
+    upload_layout(ids, token_seq, positions, seq_start, slots, last_index, window_entry);
     const int64_t rows = int64_t(last_index.size());
     run_step(count, 1, rows);
     state.advance(count);
@@ -599,41 +653,128 @@ void Qwen35CudaModel::launch_decode_graph(int64_t batch, const std::function<voi
 }
 
 void Qwen35CudaModel::forward_batch(std::span<const BatchItem> items, const TensorView& logits) {
-  auto& w = *workspace_;
   const int64_t count = int64_t(items.size()), vocab = config_.vocab_size;
   VT_CHECK(logits.dtype == DType::kF32 && logits.device == Device::kCpu && logits.shape == Shape({count, vocab}),
            "forward_batch: logits must be host f32 [", count, ", ", vocab, "]");
+  run_batch(items, false);
+  copy_logits_to_host(logits.f32(), count);
+}
+
+void Qwen35CudaModel::verify_greedy(std::span<const BatchItem> items, std::vector<int32_t>* next_tokens) {
+  const int64_t rows = run_batch(items, true);
+  next_tokens->resize(size_t(rows));
+  VT_CUDA_CHECK(cudaMemcpyAsync(next_tokens->data(), workspace_->next_tokens.data(), size_t(rows) * sizeof(int32_t),
+                                cudaMemcpyDeviceToHost, stream_));
+  VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+int64_t Qwen35CudaModel::run_batch(std::span<const BatchItem> items, bool all_rows) {
+  auto& w = *workspace_;
+  const int64_t count = int64_t(items.size());
   VT_CHECK(count > 0 && count <= w.max_seqs && count <= int64_t(w.logits.shape()[0]), "forward_batch: ", count,
            " sequences (at most ", w.max_seqs, ")");
-  std::vector<int32_t> ids, token_seq, positions, seq_start = {0}, slots, last_index;
-  bool all_decode = true;
+  std::vector<int32_t> ids, token_seq, positions, seq_start = {0}, slots, last_index, window_entry;
+  bool all_decode = true, keeps_rollback = false;
   for (int64_t i = 0; i < count; ++i) {
     auto& state = dynamic_cast<CudaSequence&>(*items[size_t(i)].state);
     const auto& tokens = items[size_t(i)].tokens;
     VT_CHECK(!tokens.empty(), "forward_batch: sequence ", i, " has no tokens");
     VT_CHECK(state.length() + int64_t(tokens.size()) <= state.capacity(), "forward_batch: sequence ", i, ": ",
              state.length(), " + ", tokens.size(), " tokens exceed its capacity ", state.capacity());
+    check_window(state, int64_t(tokens.size()), items[size_t(i)].keep_rollback);
     all_decode = all_decode && tokens.size() == 1;
+    keeps_rollback = keeps_rollback || items[size_t(i)].keep_rollback;
     for (size_t t = 0; t < tokens.size(); ++t) {
       ids.push_back(tokens[t]);
       token_seq.push_back(int32_t(i));
       positions.push_back(int32_t(state.length() + int64_t(t)));
+      if (all_rows) last_index.push_back(int32_t(ids.size() - 1));
     }
     seq_start.push_back(int32_t(ids.size()));
     slots.push_back(int32_t(state.slot()));
-    last_index.push_back(int32_t(ids.size() - 1));
+    if (!all_rows) last_index.push_back(int32_t(ids.size() - 1));
   }
   VT_CHECK(int64_t(ids.size()) <= w.max_tokens, "forward_batch: ", ids.size(), " tokens exceed the step's ",
            w.max_tokens);
-  const auto upload = [&] { upload_layout(ids, token_seq, positions, seq_start, slots, last_index); };
-  if (all_decode) {
+  const int64_t rows = int64_t(last_index.size());
+  VT_CHECK(rows <= int64_t(w.logits.shape()[0]), "verify: logits for ", rows, " tokens exceed the ",
+           w.logits.shape()[0], " rows one step holds (CudaModelOptions::max_logit_rows)");
+  // Every check passed: open or close the windows (entry 0 snapshots the live state).
+  for (const BatchItem& item : items) {
+    auto& state = dynamic_cast<CudaSequence&>(*item.state);
+    prepare_window(state, item.keep_rollback);
+    window_entry.push_back(item.keep_rollback ? int32_t(state.length() - state.rollback_floor() + 1) : -1);
+  }
+  const auto upload = [&] {
+    upload_layout(ids, token_seq, positions, seq_start, slots, last_index, window_entry);
+  };
+  // Decode graphs are captured without windows and with one logit row per sequence.
+  if (all_decode && !keeps_rollback && !all_rows) {
     launch_decode_graph(count, upload);
   } else {
     upload();
-    run_step(int64_t(ids.size()), count, count);
+    run_step(int64_t(ids.size()), count, rows);
   }
   for (const auto& item : items) dynamic_cast<CudaSequence&>(*item.state).advance(int64_t(item.tokens.size()));
-  copy_logits_to_host(logits.f32(), count);
+  return rows;
+}
+
+void Qwen35CudaModel::check_window(const SequenceState& base_state, int64_t tokens, bool keep_rollback) const {
+  if (!keep_rollback) return;
+  const auto& state = dynamic_cast<const CudaSequence&>(base_state);
+  VT_CHECK(supports_rollback(), "keep_rollback: this CUDA model keeps no rollback window (build it with "
+           "CudaModelOptions::max_rollback_tokens > 0)");
+  const int64_t floor = state.window_open() ? state.rollback_floor() : state.length();
+  VT_CHECK(state.length() + tokens - floor <= options_.max_rollback_tokens, "keep_rollback: a rollback window of ",
+           state.length() + tokens - floor, " tokens (from length ", floor, ") exceeds max_rollback_tokens ",
+           options_.max_rollback_tokens);
+}
+
+void Qwen35CudaModel::prepare_window(SequenceState& base_state, bool keep_rollback) {
+  auto& state = dynamic_cast<CudaSequence&>(base_state);
+  if (!keep_rollback) {
+    if (state.window_open()) state.close_window();
+    return;
+  }
+  if (state.window_open()) return;
+  copy_window_entry(state.slot(), 0, true);
+  state.open_window();
+}
+
+void Qwen35CudaModel::copy_window_entry(int64_t slot, int64_t entry, bool into_window) {
+  auto& w = *workspace_;
+  VT_CHECK(slot >= 0 && slot < w.max_seqs && entry >= 0 && entry < w.window_entries, "rollback window: slot ", slot,
+           " entry ", entry, " outside ", w.max_seqs, " x ", w.window_entries);
+  std::vector<cuda::CopySpan> spans;
+  for (size_t layer = 0; layer < w.recurrent.size(); ++layer) {
+    if (!w.recurrent_window[layer].data()) continue;
+    for (auto [live, window] : {std::pair{&w.recurrent[layer], &w.recurrent_window[layer]},
+                                std::pair{&w.conv_state[layer], &w.conv_window[layer]}}) {
+      const int64_t count = live->shape().numel() / w.state_slots;
+      float* state = live->as<float>() + slot * count;
+      float* saved = window->as<float>() + (slot * w.window_entries + entry) * count;
+      spans.push_back(into_window ? cuda::CopySpan{saved, state, count} : cuda::CopySpan{state, saved, count});
+    }
+  }
+  profile::OpScope op(into_window ? "gdn.window_open" : "gdn.rollback", OpGroup::kGdn);
+  cuda::copy_spans(spans.data(), int64_t(spans.size()), stream_);
+}
+
+void Qwen35CudaModel::rollback(SequenceState& base_state, int64_t length) {
+  auto& state = dynamic_cast<CudaSequence&>(base_state);
+  VT_CHECK(supports_rollback(), "rollback: this CUDA model keeps no rollback window (build it with "
+           "CudaModelOptions::max_rollback_tokens > 0)");
+  check_rollback(state, length);
+  if (length == state.length()) return;
+  // Attention needs nothing: its KV rows past `length` are rewritten before any position reads them.
+  copy_window_entry(state.slot(), length - state.rollback_floor(), false);
+  state.set_length(length);
+}
+
+void Qwen35CudaModel::commit(SequenceState& base_state) {
+  VT_CHECK(supports_rollback(), "commit: this CUDA model keeps no rollback window (build it with "
+           "CudaModelOptions::max_rollback_tokens > 0)");
+  dynamic_cast<CudaSequence&>(base_state).close_window();
 }
 
 void Qwen35CudaModel::decode_step(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,

@@ -85,6 +85,11 @@ struct CudaModelOptions {
   // Time the FP8 GEMM backends on this model's shapes at start-up and keep the fastest per M
   // bucket (cached on disk); off: the built-in rule (gemv at M = 1, tensor-core MMA above).
   bool tune_gemms = true;
+  // Speculative decoding: the most tokens a sequence's rollback window holds (a verify of k drafts
+  // needs k + 1). > 0 keeps, per sequence slot and GDN layer, max_rollback_tokens + 1 copies of the
+  // recurrent and conv state (27B: 151 MB per copy) so Model::rollback can set any length in the
+  // window; 0: no rollback (supports_rollback() is false).
+  int64_t max_rollback_tokens = 0;
   // The CUDA device the model lives on (a tensor-parallel rank's GPU); its weights must have been
   // made there, and every call must come from a thread with it current.
   int device = 0;
@@ -128,6 +133,16 @@ class Qwen35CudaModel final : public Model {
   // batch replays the CUDA graph captured for its size (the layout lives in device memory).
   void forward_batch(std::span<const BatchItem> items, const TensorView& logits) override;
   void quantize_lm_head_fp8() override;
+  // Rollback from per-token state checkpoints: a keep_rollback step also saves each GDN layer's
+  // state after every token into the sequence's window (entry 0: the state where it opened);
+  // rollback copies an entry back. KV entries past the length are simply overwritten later.
+  bool supports_rollback() const override { return options_.max_rollback_tokens > 0; }
+  void rollback(SequenceState& state, int64_t length) override;
+  void commit(SequenceState& state) override;
+  // Greedy verification without host logits: the items run as one batched step (keep_rollback
+  // per item, never a CUDA graph) and `next_tokens` gets the device argmax after every token,
+  // item after item (speculative benchmarks and greedy verify loops).
+  void verify_greedy(std::span<const BatchItem> items, std::vector<int32_t>* next_tokens);
 
   // Batched decode for benchmarks: one token for each of `batch` sequences (slots 0..batch-1)
   // at context length `positions[i]`; greedy next ids on the device. Captured as a CUDA graph
@@ -161,9 +176,21 @@ class Qwen35CudaModel final : public Model {
   void linear(const CudaLinear& linear, void* y, const void* x, int64_t m, const Fp8Rows& fused = {});
   // workspace normed -> branch; normed_codes: the norm's fused FP8 output, if it made one.
   void moe(const CudaMoe& moe, int64_t num_tokens, const Fp8Rows& normed_codes);
+  // window_entry [S]: the rollback-window entry each sequence's first token writes (-1 or
+  // missing: none; the step then writes no window).
   void upload_layout(const std::vector<int32_t>& tokens, const std::vector<int32_t>& token_seq,
                      const std::vector<int32_t>& positions, const std::vector<int32_t>& seq_start,
-                     const std::vector<int32_t>& slots, const std::vector<int32_t>& last_index);
+                     const std::vector<int32_t>& slots, const std::vector<int32_t>& last_index,
+                     const std::vector<int32_t>& window_entry = {});
+  // Refuses a keep_rollback step of `tokens` whose window would pass max_rollback_tokens (before
+  // anything changes); then prepare_window opens the window (entry 0 = the live state) or closes it.
+  void check_window(const SequenceState& state, int64_t tokens, bool keep_rollback) const;
+  void prepare_window(SequenceState& state, bool keep_rollback);
+  // Copies every GDN layer's state of `slot` to (into_window) or from its window entry `entry`.
+  void copy_window_entry(int64_t slot, int64_t entry, bool into_window);
+  // One batched step of `items` (every token's logits when all_rows, else each item's last);
+  // advances the states and returns the logit rows.
+  int64_t run_batch(std::span<const BatchItem> items, bool all_rows);
 
   Qwen35Config config_;
   CudaWeights weights_;

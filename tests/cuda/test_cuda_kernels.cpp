@@ -215,6 +215,131 @@ TEST_F(CudaKernels, GatedDeltaNetMatchesCpu) {
   EXPECT_LE(relative_l2(download(d_recurrent), expected_state), 1e-5);
 }
 
+// Speculative verification's rollback window: a step of three sequences (9 tokens from entry 1,
+// one token keeping no window, 4 tokens from entry 3) at the real 128 x 128 head size saves, bit
+// for bit, the conv and recurrent states that running its tokens one step at a time leaves after
+// each token; nothing else in the window is written; outputs and final states equal the
+// window-less kernels' exactly.
+TEST_F(CudaKernels, GatedDeltaNetWindowSavesEachTokensState) {
+  const int64_t hk = 2, hv = 4, dk = 128, dv = 128, kernel = 4, conv_dim = 2 * hk * dk + hv * dv;
+  const int64_t value_dim = hv * dv, stride = conv_dim + value_dim, history = kernel - 1;
+  const int64_t conv_size = conv_dim * history, state_size = hv * dk * dv, entries = 10;
+  const float eps = 1e-6f, sentinel = -7.0f;
+  const StepPlan plan{{4, 2, 6}, {9, 1, 4}};
+  const std::vector<int32_t> first_entry = {1, -1, 3};
+  const HostLayout layout = make_layout(plan);
+  const int64_t T = plan.tokens(), S = int64_t(plan.fresh.size());
+  auto projected = random_vector(T * stride, 41), ba = random_vector(T * 2 * hv, 42);
+  auto conv_weight = random_vector(conv_dim * kernel, 43, 0.5f), a_log = random_vector(hv, 44, 0.5f);
+  auto dt_bias = random_vector(hv, 45, 0.5f), norm_w = random_vector(dv, 46, 0.1f);
+  for (auto& w : norm_w) w += 1.0f;
+  const auto conv_state = random_vector(S * conv_size, 47), recurrent = random_vector(S * state_size, 48, 0.1f);
+  auto d_conv_weight = upload(conv_weight, DType::kF32), d_a_log = upload(a_log, DType::kF32);
+  auto d_dt_bias = upload(dt_bias, DType::kF32), d_norm = upload(norm_w, DType::kF32);
+  const cuda::DeltaNetShape shape{hk, hv, dk, dv, kernel, eps};
+
+  struct Run {
+    cuda::DeviceBuffer conv, state, out;
+  };
+  // One step over `rows` of the inputs as the sequences `seqs` (slots from the plan), with windows or not.
+  const auto run = [&](Run& r, const std::vector<int64_t>& rows, const std::vector<int32_t>& seqs,
+                       const std::vector<int32_t>& starts, const cuda::GdnWindow* conv_window,
+                       const cuda::GdnWindow* state_window) {
+    std::vector<float> step_projected, step_ba;
+    std::vector<int32_t> token_seq, positions, slots;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      step_projected.insert(step_projected.end(), projected.begin() + rows[i] * stride,
+                            projected.begin() + (rows[i] + 1) * stride);
+      step_ba.insert(step_ba.end(), ba.begin() + rows[i] * 2 * hv, ba.begin() + (rows[i] + 1) * 2 * hv);
+      positions.push_back(layout.positions[rows[i]]);
+    }
+    for (size_t s = 0; s + 1 < starts.size(); ++s)
+      for (int32_t t = starts[s]; t < starts[s + 1]; ++t) token_seq.push_back(int32_t(s));
+    for (int32_t seq : seqs) slots.push_back(layout.slots[seq]);
+    auto d_projected = upload(step_projected, DType::kF32), d_ba = upload(step_ba, DType::kF32);
+    auto d_seq = upload(token_seq, DType::kI32), d_pos = upload(positions, DType::kI32);
+    auto d_start = upload(starts, DType::kI32), d_slots = upload(slots, DType::kI32);
+    const int64_t n = int64_t(rows.size());
+    cuda::StepLayout step{d_seq.as<int32_t>(), d_pos.as<int32_t>(), d_start.as<int32_t>(), nullptr,
+                          d_slots.as<int32_t>(), n, int64_t(seqs.size()), 0};
+    cuda::DeviceBuffer conv_out(DType::kF32, {n * conv_dim}), out(DType::kF32, {n * value_dim});
+    cuda::gdn_conv(conv_out.as<float>(), r.conv.as<float>(), d_projected.data(), stride, d_conv_weight.as<float>(),
+                   step, shape, DType::kF32, nullptr, conv_window ? *conv_window : cuda::GdnWindow{});
+    cuda::gdn_recurrent(out.data(), r.state.as<float>(), conv_out.as<float>(), d_projected.data(), stride, conv_dim,
+                        d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(), step, shape,
+                        DType::kF32, nullptr, nullptr, nullptr, state_window ? *state_window : cuda::GdnWindow{});
+    cuda::synchronize();
+    return download(out);
+  };
+  std::vector<int64_t> all_rows(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) all_rows[size_t(t)] = t;
+  const std::vector<int32_t> all_seqs = {0, 1, 2};
+
+  // The window step, and the same step without windows.
+  Run windowed{upload(conv_state, DType::kF32), upload(recurrent, DType::kF32), {}};
+  auto conv_window = upload(std::vector<float>(S * entries * conv_size, sentinel), DType::kF32);
+  auto state_window = upload(std::vector<float>(S * entries * state_size, sentinel), DType::kF32);
+  auto d_first = upload(first_entry, DType::kI32);
+  const cuda::GdnWindow conv_w{conv_window.as<float>(), d_first.as<int32_t>(), entries};
+  const cuda::GdnWindow state_w{state_window.as<float>(), d_first.as<int32_t>(), entries};
+  const auto out_windowed = run(windowed, all_rows, all_seqs, layout.seq_start, &conv_w, &state_w);
+  Run plain{upload(conv_state, DType::kF32), upload(recurrent, DType::kF32), {}};
+  const auto out_plain = run(plain, all_rows, all_seqs, layout.seq_start, nullptr, nullptr);
+  EXPECT_TRUE(out_windowed == out_plain);
+  EXPECT_TRUE(download(windowed.conv) == download(plain.conv));
+  EXPECT_TRUE(download(windowed.state) == download(plain.state));
+
+  // Token by token: the states after each token, and the outputs.
+  Run single{upload(conv_state, DType::kF32), upload(recurrent, DType::kF32), {}};
+  std::vector<float> want_conv_window(S * entries * conv_size, sentinel), want_state_window(S * entries * state_size, sentinel);
+  std::vector<float> out_single;
+  for (int32_t s = 0; s < int32_t(S); ++s) {
+    const int64_t slot = layout.slots[s];
+    for (int32_t t = layout.seq_start[s]; t < layout.seq_start[s + 1]; ++t) {
+      const auto out = run(single, {t}, {s}, {0, 1}, nullptr, nullptr);
+      out_single.insert(out_single.end(), out.begin(), out.end());
+      if (first_entry[s] < 0) continue;
+      const int64_t entry = first_entry[s] + (t - layout.seq_start[s]);
+      const auto conv_now = download(single.conv), state_now = download(single.state);
+      std::copy(conv_now.begin() + slot * conv_size, conv_now.begin() + (slot + 1) * conv_size,
+                want_conv_window.begin() + (slot * entries + entry) * conv_size);
+      std::copy(state_now.begin() + slot * state_size, state_now.begin() + (slot + 1) * state_size,
+                want_state_window.begin() + (slot * entries + entry) * state_size);
+    }
+  }
+  EXPECT_TRUE(out_single == out_plain) << "rel L2 " << relative_l2(out_single, out_plain);
+  EXPECT_TRUE(download(conv_window) == want_conv_window) << "rel L2 " << relative_l2(download(conv_window), want_conv_window);
+  EXPECT_TRUE(download(state_window) == want_state_window)
+      << "rel L2 " << relative_l2(download(state_window), want_state_window);
+  EXPECT_TRUE(download(single.state) == download(plain.state));
+}
+
+// copy_spans: more spans than one launch takes, empty, one-element and misaligned ones.
+TEST_F(CudaKernels, CopySpansCopiesEverySpan) {
+  std::vector<int64_t> counts;
+  for (int i = 0; i < 70; ++i) counts.push_back(i == 3 ? 0 : (i * 7919) % 5000 + (i % 5 == 0 ? 200000 : 1));
+  int64_t total = 0;
+  for (int64_t count : counts) total += count + 1;  // + 1: the next span starts misaligned
+  const auto source = random_vector(size_t(total), 77);
+  auto d_source = upload(source, DType::kF32);
+  auto d_dest = upload(std::vector<float>(size_t(total), 0.0f), DType::kF32);
+  std::vector<cuda::CopySpan> spans;
+  int64_t offset = 0;
+  for (int64_t count : counts) {
+    spans.push_back({d_dest.as<float>() + offset, d_source.as<float>() + offset, count});
+    offset += count + 1;
+  }
+  cuda::copy_spans(spans.data(), int64_t(spans.size()), nullptr);
+  cuda::synchronize();
+  const auto got = download(d_dest);
+  offset = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    EXPECT_TRUE(std::equal(got.begin() + offset, got.begin() + offset + counts[i], source.begin() + offset)) << i;
+    EXPECT_EQ(got[size_t(offset + counts[i])], 0.0f) << "wrote past span " << i;
+    offset += counts[i] + 1;
+  }
+}
+
 TEST_F(CudaKernels, MoeRouteMatchesCpu) {
   for (auto [tokens, experts, top_k] : {std::tuple<int64_t, int64_t, int64_t>{5, 8, 2}, {3, 256, 8}, {2, 512, 10}}) {
     auto logits = random_vector(tokens * experts, 50 + experts);

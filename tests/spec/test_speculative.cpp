@@ -130,7 +130,8 @@ TEST(Rollback, RepeatedRollbacksInOneWindowAndItsBounds) {
   }
 }
 
-// A backend that does not implement rollback says so (the CUDA model, until it does).
+// A backend that does not implement rollback says so (the CUDA model built without rollback
+// windows refuses keep_rollback itself: tests/cuda/test_cuda_spec.cpp).
 TEST(Rollback, DefaultIsAClearError) {
   struct NoRollback final : Model {
     ModelInfo model_info{"test-arch", 4, 8};

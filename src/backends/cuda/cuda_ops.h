@@ -79,12 +79,22 @@ struct DeltaNetShape {
   float eps;  // gated norm eps
 };
 
+// The rollback window of speculative verification, for one GDN state (conv or recurrent): per
+// state slot `entries` copies of the state, [slots, entries, <state>] f32. A sequence whose
+// first_entry[seq] (device, [S]) is >= 0 also writes its state after each of its tokens of the
+// step into entries first_entry[seq], first_entry[seq] + 1, ... No states: no window (decode).
+struct GdnWindow {
+  float* states = nullptr;
+  const int32_t* first_entry = nullptr;
+  int64_t entries = 0;
+};
+
 // Causal depthwise conv1d + SiLU over each sequence's tokens with the rolling state
 // conv_state [slots, conv_dim, K-1] f32: mixed [T, conv_dim] (column block of `projected`, row
 // stride `projected_stride`) -> conv_out [T, conv_dim] f32.
 void gdn_conv(float* conv_out, float* conv_state, const void* projected, int64_t projected_stride,
               const float* conv_weight, const StepLayout& layout, const DeltaNetShape& shape, DType act,
-              cudaStream_t stream);
+              cudaStream_t stream, const GdnWindow& window = {});
 
 // Fused Gated DeltaNet core per (sequence, value head), token by token with the state in
 // registers: L2-norm q/k, beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias), delta-rule
@@ -96,7 +106,16 @@ void gdn_recurrent(void* out, float* recurrent, const float* conv_out, const voi
                    int64_t projected_stride, int64_t z_offset, const void* ba, const float* a_log,
                    const float* dt_bias, const float* norm_w, const StepLayout& layout,
                    const DeltaNetShape& shape, DType act, cudaStream_t stream, uint8_t* q_codes = nullptr,
-                   float* q_scales = nullptr);
+                   float* q_scales = nullptr, const GdnWindow& window = {});
+
+// dst[i] <- src[i] (count[i] f32 each) for every span, in one launch per 64 spans: the GDN states
+// of all layers into or out of a rollback window entry.
+struct CopySpan {
+  float* dst;
+  const float* src;
+  int64_t count;
+};
+void copy_spans(const CopySpan* spans, int64_t num_spans, cudaStream_t stream);
 
 // out [rows] = argmax over logits [rows, vocab] act (lowest index on ties).
 void argmax_rows(int32_t* out, const void* logits, int64_t rows, int64_t vocab, DType act, cudaStream_t stream);

@@ -1,7 +1,10 @@
 // Gated DeltaNet kernels: the causal conv1d with rolling state, and one fused kernel per layer
 // for the recurrent core (L2-norm, gating, delta-rule update with the state held in registers,
 // gated RMSNorm). Token by token within each sequence; no atomics, so results are bit-identical
-// run to run.
+// run to run. With a rollback window (speculative verification) both also save the state after
+// each token; the no-window instantiations are the decode kernels unchanged.
+#include <algorithm>
+
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/kernels/common.cuh"
@@ -18,17 +21,31 @@ constexpr int kSplit = 2;  // threads per state column
 constexpr int kRowsPerThread = kMaxKeyDim / kSplit;
 constexpr int kStateThreads = kMaxValueDim * kSplit;
 static_assert(kStateThreads >= kMaxKeyDim, "one thread per key element when loading q and k");
+constexpr int kMaxCopySpans = 64;  // per launch: 1.5 KB of kernel parameters
+constexpr int kCopyThreads = 256;
+
+struct CopySpans {
+  CopySpan span[kMaxCopySpans];
+};
 
 // Grid (sequence, channel block): one thread per channel walks the sequence's tokens.
-template <typename T>
+template <typename T, bool kWindow>
 __global__ void sm90_gdn_conv(float* __restrict__ g_out, float* __restrict__ g_state, const T* __restrict__ g_projected,
                               int64_t stride, const float* __restrict__ g_weight, StepLayout layout, int64_t channels,
-                              int kernel) {
+                              int kernel, GdnWindow window) {
   device::pdl_enter();
   const int64_t channel = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (channel >= channels) return;
   const int64_t seq = blockIdx.x, history = kernel - 1;
   float* state = g_state + (int64_t(layout.slots[seq]) * channels + channel) * history;
+  // This channel's state in the window entry of the sequence's first token; entries are
+  // channels * history apart.
+  float* saved = nullptr;
+  if constexpr (kWindow) {
+    const int32_t first = window.first_entry[seq];
+    if (first >= 0)
+      saved = window.states + ((int64_t(layout.slots[seq]) * window.entries + first) * channels + channel) * history;
+  }
   float r_window[kMaxConvKernel], r_weight[kMaxConvKernel];
   for (int j = 0; j < kernel; ++j) r_weight[j] = g_weight[channel * kernel + j];
   for (int j = 0; j < history; ++j) r_window[j] = state[j];
@@ -38,6 +55,12 @@ __global__ void sm90_gdn_conv(float* __restrict__ g_out, float* __restrict__ g_s
     for (int j = 0; j < kernel; ++j) sum += r_weight[j] * r_window[j];
     g_out[t * channels + channel] = device::silu(sum);
     for (int j = 0; j < history; ++j) r_window[j] = r_window[j + 1];
+    if constexpr (kWindow) {
+      if (saved) {
+        for (int j = 0; j < history; ++j) saved[j] = r_window[j];
+        saved += channels * history;
+      }
+    }
   }
   for (int j = 0; j < history; ++j) state[j] = r_window[j];
 }
@@ -56,11 +79,12 @@ struct RecurrentArgs {
   DeltaNetShape shape;
   uint8_t* q_codes;  // optional FP8 output (dv == 128: one 1x128 group per head)
   float* q_scales;
+  GdnWindow window;  // read by the kWindow instantiation only
 };
 
 // Block (sequence, value head). Two threads share column j of the state S [dk, dv], each
 // holding half its rows in registers; their partial dot products meet through one shuffle.
-template <typename T>
+template <typename T, bool kWindow>
 __global__ void __launch_bounds__(kStateThreads) sm90_gdn_recurrent(RecurrentArgs args) {
   __shared__ float s_q[kMaxKeyDim], s_k[kMaxKeyDim];
   __shared__ float s_scratch[kStateThreads / 32];
@@ -81,6 +105,14 @@ __global__ void __launch_bounds__(kStateThreads) sm90_gdn_recurrent(RecurrentArg
   for (int i = 0; i < kRowsPerThread; ++i) r_s[i] = owns_column && row0 + i < dk ? state[(row0 + i) * dv + j] : 0.0f;
   device::pdl_enter();
   if (tid < kMaxKeyDim) s_q[tid] = s_k[tid] = 0.0f;  // rows past dk contribute exact zeros
+  // This head's state in the window entry of the sequence's first token; entries are hv*dk*dv apart.
+  float* saved = nullptr;
+  if constexpr (kWindow) {
+    const int32_t first = args.window.first_entry[seq];
+    if (first >= 0)
+      saved = args.window.states +
+              ((int64_t(args.layout.slots[seq]) * args.window.entries + first) * hv + head) * dk * dv;
+  }
 
   const float a_log = args.a_log[head], dt_bias = args.dt_bias[head];
   const float q_scale = rsqrtf(float(dk));
@@ -118,6 +150,15 @@ __global__ void __launch_bounds__(kStateThreads) sm90_gdn_recurrent(RecurrentArg
       o += r_s[i] * s_q[row0 + i];
     }
     o += __shfl_xor_sync(0xffffffffu, o, 1);
+    if constexpr (kWindow) {
+      if (saved) {
+        if (owns_column)
+#pragma unroll
+          for (int i = 0; i < kRowsPerThread; ++i)
+            if (row0 + i < dk) saved[(row0 + i) * dv + j] = r_s[i];
+        saved += hv * dk * dv;
+      }
+    }
     // Gated RMSNorm over the head's dv outputs: w * rmsnorm(o) * silu(z).
     const float mean_square = device::block_sum(owns_column && first_of_pair ? o * o : 0.0f, s_scratch) / float(dv);
     float rounded = 0.0f;
@@ -143,6 +184,23 @@ __global__ void __launch_bounds__(kStateThreads) sm90_gdn_recurrent(RecurrentArg
       if (row0 + i < dk) state[(row0 + i) * dv + j] = r_s[i];
 }
 
+// Grid (span, block): each block copies a strided share of its span, 16 bytes at a time where
+// both ends are aligned.
+__global__ void __launch_bounds__(kCopyThreads) sm90_copy_spans(CopySpans spans) {
+  device::pdl_enter();
+  const CopySpan span = spans.span[blockIdx.x];
+  const int64_t first = int64_t(blockIdx.y) * blockDim.x + threadIdx.x, step = int64_t(gridDim.y) * blockDim.x;
+  int64_t done = 0;
+  if ((reinterpret_cast<uintptr_t>(span.dst) | reinterpret_cast<uintptr_t>(span.src)) % 16 == 0) {
+    const int64_t vectors = span.count / 4;
+    const float4* src = reinterpret_cast<const float4*>(span.src);
+    float4* dst = reinterpret_cast<float4*>(span.dst);
+    for (int64_t i = first; i < vectors; i += step) dst[i] = src[i];
+    done = vectors * 4;
+  }
+  for (int64_t i = done + first; i < span.count; i += step) span.dst[i] = span.src[i];
+}
+
 void check_shape(const DeltaNetShape& shape) {
   VT_CHECK(shape.k_dim <= kMaxKeyDim && shape.v_dim <= kMaxValueDim, "gdn: head dims ", shape.k_dim, "/",
            shape.v_dim, " exceed ", kMaxKeyDim, "/", kMaxValueDim);
@@ -150,38 +208,52 @@ void check_shape(const DeltaNetShape& shape) {
   VT_CHECK(shape.conv_kernel >= 1 && shape.conv_kernel <= kMaxConvKernel, "gdn: conv kernel ", shape.conv_kernel);
 }
 
+void check_window(const GdnWindow& window) {
+  VT_CHECK(!window.states || (window.first_entry && window.entries >= 1), "gdn: a rollback window needs its entries");
+}
+
 }  // namespace
 
 void gdn_conv(float* conv_out, float* conv_state, const void* projected, int64_t projected_stride,
               const float* conv_weight, const StepLayout& layout, const DeltaNetShape& shape, DType act,
-              cudaStream_t stream) {
+              cudaStream_t stream, const GdnWindow& window) {
   check_shape(shape);
+  check_window(window);
   if (layout.num_seqs == 0) return;
   const int64_t channels = 2 * shape.num_k_heads * shape.k_dim + shape.num_v_heads * shape.v_dim;
   dim3 grid(unsigned(layout.num_seqs), unsigned((channels + kConvThreads - 1) / kConvThreads));
-  // Mixed inputs read, f32 outputs written, each sequence's rolling state read and written.
+  // Mixed inputs read, f32 outputs written, each sequence's rolling state read and written (and,
+  // with a window, written again after every token: counted as if every sequence kept one).
   const double tokens = double(layout.num_tokens), seqs = double(layout.num_seqs), history = double(shape.conv_kernel - 1);
   const ::vt::profile::LaunchCost cost{"cuda",
                                        {layout.num_tokens, channels, shape.conv_kernel, 0},
                                        tokens * double(channels) * (double(dtype_size(act)) + 4) +
-                                           seqs * double(channels) * history * 8 + double(channels * shape.conv_kernel) * 4,
+                                           seqs * double(channels) * history * 8 + double(channels * shape.conv_kernel) * 4 +
+                                           (window.states ? tokens * double(channels) * history * 4 : 0.0),
                                        2.0 * tokens * double(channels * shape.conv_kernel),
                                        ::vt::profile::OpGroup::kGdn};
-  VT_DISPATCH_ACT(act, T,
-                  launch("sm90_gdn_conv", cost, sm90_gdn_conv<T>, grid, dim3(kConvThreads), 0, stream, conv_out, conv_state,
-                         static_cast<const T*>(projected), projected_stride, conv_weight, layout, channels,
-                         int(shape.conv_kernel)));
+  VT_DISPATCH_ACT(act, T, {
+    if (window.states)
+      launch("sm90_gdn_conv", cost, sm90_gdn_conv<T, true>, grid, dim3(kConvThreads), 0, stream, conv_out, conv_state,
+             static_cast<const T*>(projected), projected_stride, conv_weight, layout, channels, int(shape.conv_kernel),
+             window);
+    else
+      launch("sm90_gdn_conv", cost, sm90_gdn_conv<T, false>, grid, dim3(kConvThreads), 0, stream, conv_out,
+             conv_state, static_cast<const T*>(projected), projected_stride, conv_weight, layout, channels,
+             int(shape.conv_kernel), window);
+  });
 }
 
 void gdn_recurrent(void* out, float* recurrent, const float* conv_out, const void* projected, int64_t projected_stride,
                    int64_t z_offset, const void* ba, const float* a_log, const float* dt_bias, const float* norm_w,
                    const StepLayout& layout, const DeltaNetShape& shape, DType act, cudaStream_t stream,
-                   uint8_t* q_codes, float* q_scales) {
+                   uint8_t* q_codes, float* q_scales, const GdnWindow& window) {
   check_shape(shape);
+  check_window(window);
   VT_CHECK(!q_codes || shape.v_dim == 128, "gdn_recurrent: fused FP8 output needs v_dim == 128, got ", shape.v_dim);
   if (layout.num_seqs == 0) return;
   RecurrentArgs args{out,    recurrent, conv_out, projected, projected_stride, z_offset, ba,
-                     a_log,  dt_bias,   norm_w,   layout,    shape,            q_codes,  q_scales};
+                     a_log,  dt_bias,   norm_w,   layout,    shape,            q_codes,  q_scales, window};
   dim3 grid(unsigned(layout.num_seqs), unsigned(shape.num_v_heads));
   // The recurrent state [dk, dv] f32 of every (sequence, value head) read and written once; per
   // token q, k (f32), v, z, b, a in and the output (and its FP8 codes) out.
@@ -192,11 +264,38 @@ void gdn_recurrent(void* out, float* recurrent, const float* conv_out, const voi
       {layout.num_tokens, shape.num_v_heads, shape.k_dim, shape.v_dim},
       double(layout.num_seqs) * hv * dk * dv * 8 +
           tokens * (double(2 * shape.num_k_heads) * dk * 4 + hv * dv * 4 + hv * dv * element + 2 * hv * element +
-                    hv * dv * element + (q_codes ? hv * dv + hv * 4 : 0)),
+                    hv * dv * element + (q_codes ? hv * dv + hv * 4 : 0) + (window.states ? hv * dk * dv * 4 : 0)),
       tokens * hv * dk * dv * 6,
       ::vt::profile::OpGroup::kGdn};
-  VT_DISPATCH_ACT(act, T,
-                  launch("sm90_gdn_recurrent", cost, sm90_gdn_recurrent<T>, grid, dim3(kStateThreads), 0, stream, args));
+  VT_DISPATCH_ACT(act, T, {
+    if (window.states)
+      launch("sm90_gdn_recurrent", cost, sm90_gdn_recurrent<T, true>, grid, dim3(kStateThreads), 0, stream, args);
+    else
+      launch("sm90_gdn_recurrent", cost, sm90_gdn_recurrent<T, false>, grid, dim3(kStateThreads), 0, stream, args);
+  });
+}
+
+void copy_spans(const CopySpan* spans, int64_t num_spans, cudaStream_t stream) {
+  for (int64_t begin = 0; begin < num_spans; begin += kMaxCopySpans) {
+    const int64_t count = std::min<int64_t>(kMaxCopySpans, num_spans - begin);
+    CopySpans chunk{};
+    int64_t longest = 0;
+    double floats = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      const CopySpan& span = spans[begin + i];
+      VT_CHECK(span.count >= 0 && (span.count == 0 || (span.dst && span.src)), "copy_spans: span ", begin + i,
+               " has no memory");
+      chunk.span[i] = span;
+      longest = std::max(longest, span.count);
+      floats += double(span.count);
+    }
+    if (longest == 0) continue;
+    // About 16 float4 per thread of the longest span (a 27B recurrent state: 48 blocks).
+    const int64_t blocks = std::clamp<int64_t>((longest / 4 + kCopyThreads * 16 - 1) / (kCopyThreads * 16), 1, 256);
+    const ::vt::profile::LaunchCost cost{"cuda", {count, longest, 0, 0}, floats * 8, 0, ::vt::profile::OpGroup::kGdn};
+    launch("sm90_copy_spans", cost, sm90_copy_spans, dim3(unsigned(count), unsigned(blocks)), dim3(kCopyThreads), 0,
+           stream, chunk);
+  }
 }
 
 }  // namespace vt::cuda

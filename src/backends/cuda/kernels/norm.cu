@@ -45,8 +45,12 @@ __global__ void __launch_bounds__(kThreads) sm90_add_rms_norm_quant(
     T* __restrict__ g_out, T* __restrict__ g_residual, const T* __restrict__ g_branch, const float* __restrict__ g_w,
     uint8_t* __restrict__ g_q, float* __restrict__ g_scales, int64_t n, float eps, float weight_offset) {
   __shared__ float s_scratch[kThreads / 32];
-  device::pdl_enter();
   const int64_t chunks = n / 8;
+  // The weights are constant: the first chunk's (all of them up to n = 8192) are read while the
+  // previous kernel finishes (programmatic launch); more would not fit the 64 registers.
+  float r_w0[8] = {};
+  if (threadIdx.x < chunks) device::load8(g_w + threadIdx.x * 8, r_w0);
+  device::pdl_enter();
   T* row = g_residual + blockIdx.x * n;
   const T* branch = g_branch ? g_branch + blockIdx.x * n : nullptr;
   float r_x[kMaxChunks][8];
@@ -73,9 +77,13 @@ __global__ void __launch_bounds__(kThreads) sm90_add_rms_norm_quant(
     if (c * blockDim.x >= chunks) break;  // uniform over the block: the half-warp shuffles need every lane
     float r_y[8];
     if (chunk < chunks) {
-      const float4 w0 = reinterpret_cast<const float4*>(g_w + chunk * 8)[0];
-      const float4 w1 = reinterpret_cast<const float4*>(g_w + chunk * 8)[1];
-      const float r_w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+      float r_w[8];
+      if (c == 0) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) r_w[i] = r_w0[i];
+      } else {
+        device::load8(g_w + chunk * 8, r_w);
+      }
 #pragma unroll
       for (int i = 0; i < 8; ++i) r_y[i] = device::round_to(r_x[c][i] * scale * (weight_offset + r_w[i]), g_out);
       device::store8(g_out + blockIdx.x * n + chunk * 8, r_y);
