@@ -34,16 +34,5 @@ done
 "$VT" profile decode --synthetic qwen3.5-35b-a3b --batch 1 --steps 20 >"$LOGS/profile_35b_b1.txt" 2>&1 || status=1
 tar -czf "$OUT/decode_round.tar.gz" -C "$LOGS" .
 for batch in 1 16; do echo; echo "== profile 27B batch $batch (top rows)"; head -40 "$LOGS/profile_27b_b$batch.txt"; done
-python3 - "$LOGS" <<'PY'
-import json, sys, glob, os
-for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
-    try:
-        report = json.load(open(path))
-    except Exception as error:
-        print(path, "unreadable:", error); continue
-    print(f"\n{os.path.basename(path)}: {report['model']}, bw {report['bandwidth_gbps']:.0f} GB/s")
-    print("| batch | ms/step | tok/s | floor ms | of floor |")
-    for row in report["rows"]:
-        print(f"| {row['batch']} | {row['ms_per_step']:.3f} | {row['tokens_per_second']:.1f} | {row['floor_ms']:.3f} | {100*row['floor_fraction']:.0f}% |")
-PY
+python3 scripts/gpu/decode_table.py "$LOGS"
 exit $status

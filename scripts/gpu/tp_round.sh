@@ -23,17 +23,5 @@ bench 27b_fp8_tp1 --synthetic qwen3.5-27b --weights fp8 --batch 1,16,64 --steps 
 bench 27b_fp8_tp2 --synthetic qwen3.5-27b --weights fp8 --batch 1,16,64 --steps 32 --tensor-parallel 2
 bench 35b_fp8_tp2 --synthetic qwen3.5-35b-a3b --weights fp8 --batch 1,16,64 --steps 32 --tensor-parallel 2
 tar -czf "$OUT/tp_round.tar.gz" -C "$LOGS" .
-python3 - "$LOGS" <<'PY'
-import json, sys, glob, os
-for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
-    try:
-        report = json.load(open(path))
-    except Exception as error:
-        print(path, "unreadable:", error); continue
-    print(f"\n{os.path.basename(path)}: {report['model']}, TP {report.get('tensor_parallel', 1)}, "
-          f"bw {report['bandwidth_gbps']:.0f} GB/s per GPU")
-    print("| batch | ms/step | tok/s | floor ms | of floor |")
-    for row in report["rows"]:
-        print(f"| {row['batch']} | {row['ms_per_step']:.3f} | {row['tokens_per_second']:.1f} | {row['floor_ms']:.3f} | {100*row['floor_fraction']:.0f}% |")
-PY
+python3 scripts/gpu/decode_table.py "$LOGS"
 exit $status
