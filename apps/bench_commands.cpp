@@ -1,9 +1,12 @@
 // `vt bench decode`: decode speed next to its floor (bytes one step must move over the memory
 // bandwidth measured at start-up) and, with --predict, the prediction written before the run.
+// `vt bench prefill`: prompt tokens/s, the chunked GDN delta rule against the token-by-token one
+// in the same run, with the GDN kernels' share of the time (CUPTI).
 // `vt profile decode`: where one decode step went, per kernel (CUPTI records of the running
 // process, CUDA-graph launches included) or, on the CPU, per timed op; per op group; idle time.
 // Both run on the GPU (checkpoint or synthetic model) or the CPU reference (--device cpu).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -46,6 +49,9 @@ struct BenchArgs {
   std::string verify, acceptance = "0.5,0.7,0.9";  // bench decode --verify: drafts per verify, acceptance rates
   int tensor_parallel = 1;
   bool json = false, no_graph = false;
+  // bench prefill: prompt lengths, tokens per step (forward() chunks), timed runs per row
+  std::string prompt_tokens = "1024,4096";
+  int64_t step_tokens = 2048, repeats = 3;
 };
 
 std::vector<int64_t> parse_list(const std::string& text) { return vt::apps::parse_int_list(text, "--batch", 1, 1024); }
@@ -551,6 +557,101 @@ void run_bench_verify_cuda(const BenchArgs& args, const std::vector<int64_t>& ba
   if (args.json) std::cout << report.dump(2) << std::endl;
 }
 
+// `vt bench prefill`: one sequence's prompt of N tokens through Model::forward (steps of
+// --step-tokens), timed from a fresh sequence to its last-token logits on the host; per N the
+// chunked delta rule (gdn_chunked) and the token-by-token one (gdn_recurrent), so the speedup is
+// measured in one run (VT_GDN_CHUNKED=0 leaves only the token-by-token rows). The GDN share: the
+// GPU time of the sm90_gdn_* kernels (conv, recurrent, chunked) in one more run under CUPTI, over
+// that run's wall time.
+void run_bench_prefill_cuda(const BenchArgs& args) {
+  VT_CHECK(vt::cuda::device_count() > 0, "vt bench prefill needs a CUDA GPU");
+  const std::vector<int64_t> lengths = vt::apps::parse_int_list(args.prompt_tokens, "--tokens", 1, int64_t(1) << 20);
+  VT_CHECK(args.step_tokens >= 1 && args.repeats >= 1, "--step-tokens and --repeats must be positive");
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  vt::CudaModelOptions options = bench_model_options(args, {1});
+  options.max_context = longest + 8;
+  options.max_step_tokens = std::min(args.step_tokens, longest);
+  const vt::Qwen35Config config = bench_config(args);
+  vt::profile::check_backend_overrides(decode_gemm_shapes(config, {options.max_step_tokens}));
+  std::string name;
+  std::unique_ptr<vt::Qwen35CudaModel> model;
+  if (!args.synthetic.empty()) {
+    model = vt::make_synthetic_cuda_model(args.synthetic, args.weights, options, 1234);
+    name = model->describe();
+  } else {
+    model = vt::load_qwen35_cuda(args.model, options);
+    name = args.model;
+  }
+  const int64_t vocab = model->config().vocab_size;
+  std::vector<std::pair<std::string, vt::DeltaRuleChoice>> paths;
+  if (vt::cuda::gdn_chunked_enabled()) paths.emplace_back("chunked", vt::DeltaRuleChoice::kChunked);
+  paths.emplace_back("token-by-token", vt::DeltaRuleChoice::kRecurrent);
+  nlohmann::json report = {{"model", name},
+                           {"device", "cuda"},
+                           {"step_tokens", options.max_step_tokens},
+                           {"repeats", args.repeats},
+                           {"gdn_chunked_enabled", vt::cuda::gdn_chunked_enabled()},
+                           {"rows", nlohmann::json::array()}};
+  if (!args.json) {
+    std::printf("%s, prompt prefill in steps of %lld tokens, median of %lld runs%s\n\n", name.c_str(),
+                (long long)options.max_step_tokens, (long long)args.repeats,
+                vt::cuda::gdn_chunked_enabled() ? "" : " (VT_GDN_CHUNKED=0: token by token only)");
+    std::printf("| tokens | GDN delta rule | ms | tok/s | GDN kernels ms | GDN share | speedup |\n"
+                "|---|---|---|---|---|---|---|\n");
+    std::fflush(stdout);
+  }
+  vt::Buffer logits(vt::DType::kF32, {1, vocab});
+  for (int64_t length : lengths) {
+    std::vector<int32_t> prompt(static_cast<size_t>(length));
+    for (int64_t i = 0; i < length; ++i) prompt[size_t(i)] = first_token(i, vocab);
+    std::vector<double> path_ms;
+    for (const auto& [path, choice] : paths) {
+      vt::ForwardOptions forward_options;
+      forward_options.delta_rule = choice;
+      // One prefill from a fresh (zeroed) sequence; the zeroing is not timed.
+      const auto run_once = [&] {
+        auto state = model->new_sequence(length + 1);
+        vt::cuda::synchronize();
+        const auto start = std::chrono::steady_clock::now();
+        model->forward(prompt, *state, logits, forward_options);
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      };
+      run_once();  // warm-up: lazy module loads, cuBLASLt plans
+      std::vector<double> times;
+      for (int64_t r = 0; r < args.repeats; ++r) times.push_back(run_once());
+      std::sort(times.begin(), times.end());
+      const double ms = times[times.size() / 2];
+      vt::profile::KernelRecorder recorder;
+      recorder.start();
+      const double profiled_ms = run_once();
+      double gdn_ns = 0;
+      for (const auto& record : recorder.stop())
+        if (record.name.find("sm90_gdn_") != std::string::npos) gdn_ns += double(record.end_ns - record.start_ns);
+      const double gdn_ms = gdn_ns / 1e6, share = gdn_ms / profiled_ms;
+      path_ms.push_back(ms);
+      report["rows"].push_back({{"tokens", length},
+                                {"delta_rule", path},
+                                {"ms", ms},
+                                {"tokens_per_second", double(length) * 1e3 / ms},
+                                {"gdn_kernel_ms", gdn_ms},
+                                {"gdn_share", share},
+                                {"profiled_ms", profiled_ms}});
+    }
+    // Speedup of each path over the token-by-token one (the last), printed once both ran.
+    const double baseline = path_ms.back();
+    for (size_t p = 0; p < paths.size(); ++p) {
+      auto& row = report["rows"][report["rows"].size() - paths.size() + p];
+      row["speedup_vs_token_by_token"] = baseline / path_ms[p];
+      if (args.json) continue;
+      std::printf("| %lld | %s | %.1f | %.0f | %.1f | %.0f%% | %.2fx |\n", (long long)length, paths[p].first.c_str(),
+                  row["ms"].get<double>(), row["tokens_per_second"].get<double>(), row["gdn_kernel_ms"].get<double>(),
+                  100.0 * row["gdn_share"].get<double>(), baseline / path_ms[p]);
+      std::fflush(stdout);
+    }
+  }
+  if (args.json) std::cout << report.dump(2) << std::endl;
+}
+
 void run_bench_decode_cuda(const BenchArgs& args, const std::vector<int64_t>& batches) {
   VT_CHECK(vt::cuda::device_count() > 0, "vt bench decode needs a CUDA GPU (or --device cpu)");
   VT_CHECK(args.context >= 1 && args.steps >= 1, "--context and --steps must be positive");
@@ -581,6 +682,14 @@ void run_profile_decode(const BenchArgs& args) {
   if (resolve_device(args) == "cpu") return run_profile_decode_cpu(args, batches[0]);
 #ifdef VT_WITH_CUDA
   run_profile_decode_cuda(args, batches[0]);
+#endif
+}
+
+void run_bench_prefill(const BenchArgs& args) {
+  VT_CHECK(resolve_device(args) == "cuda", "vt bench prefill runs on the GPU (--device cuda)");
+  VT_CHECK(args.tensor_parallel == 1, "vt bench prefill runs on one GPU (--tensor-parallel 1)");
+#ifdef VT_WITH_CUDA
+  run_bench_prefill_cuda(args);
 #endif
 }
 
@@ -629,6 +738,20 @@ void add_bench_commands(CLI::App& app) {
                      "marginal ms per draft, projected tok/s (GPU)");
   decode->add_option("--acceptance", args->acceptance, "--verify: draft acceptance rates to project, e.g. 0.5,0.7,0.9");
   decode->callback([args] { run_bench_decode(*args); });
+
+  auto prefill_args = std::make_shared<BenchArgs>();
+  auto* prefill = bench->add_subcommand(
+      "prefill", "Prompt prefill tokens/s: chunked vs token-by-token GDN delta rule, with the GDN kernels' share");
+  prefill->add_option("--model", prefill_args->model, "HF model folder");
+  prefill->add_option("--synthetic", prefill_args->synthetic, "qwen3.5-27b | qwen3.5-35b-a3b | qwen3-next-80b");
+  prefill->add_option("--weights", prefill_args->weights, "synthetic weights: fp8 (128x128 blocks) or bf16");
+  prefill->add_option("--tokens", prefill_args->prompt_tokens, "comma-separated prompt lengths, e.g. 1024,4096");
+  prefill->add_option("--step-tokens", prefill_args->step_tokens, "tokens per forward step (longer prompts: several)");
+  prefill->add_option("--repeats", prefill_args->repeats, "timed prefills per row (the median is reported)");
+  prefill->add_option("--lm-head", prefill_args->lm_head, "output layer: bf16 (as stored) or fp8");
+  prefill->add_option("--device", prefill_args->device, "cuda (the only device it runs on)");
+  prefill->add_flag("--json", prefill_args->json, "print a JSON report");
+  prefill->callback([prefill_args] { run_bench_prefill(*prefill_args); });
 }
 
 void add_profile_commands(CLI::App& app) {

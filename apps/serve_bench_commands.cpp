@@ -1,10 +1,12 @@
 // `vt bench serve`: an OpenAI-API load generator for `vt serve` (or any compatible server):
 // streaming requests from a fixed number of concurrent clients (optionally paced to a Poisson
 // request rate), from workloads made of real text in the repository; reports TTFT, TPOT, ITL and
-// throughput per concurrency and workload, plus the server's /metrics afterwards.
+// throughput per concurrency and workload, plus the server's /metrics afterwards; speculative
+// decoding's accepted drafts per step (mean, histogram) and acceptance by draft position per run
+// when the server reports them.
 //   vt bench serve (--url http://HOST:PORT | --model FILE.gguf|DIR) [--concurrency 1,16,64]
 //                  [--workload chat,edit,agent] [--requests N | --duration S] [--request-rate R]
-//                  [--cancel-fraction F] [--json]
+//                  [--cancel-fraction F] [--speculative ngram [--num-draft K]] [--json]
 #include <httplib.h>
 
 #include <CLI/CLI.hpp>
@@ -44,6 +46,8 @@ struct ServeBenchArgs {
   int64_t chat_tokens = 64, edit_tokens = 256, edit_paragraphs = 4, agent_turns = 4,
           agent_tokens = 48;
   int64_t cache_tokens = 65536, max_running = 64;  // the in-process server (--model)
+  std::string speculative;                         // --model: "" or "ngram"
+  int64_t num_draft = 4;
   uint64_t seed = 1;
   bool json = false;
 };
@@ -237,6 +241,45 @@ class ApiClient {
   std::string url_, api_key_;
 };
 
+// What a run did to the server's speculative-decoding counters (the difference of two /metrics
+// readings): null when the server reports none.
+Json speculative_delta(const std::map<std::string, double>& before, const std::map<std::string, double>& after) {
+  if (!after.count("vt_spec_decode_steps_total")) return nullptr;
+  auto delta = [&](const std::string& name) {
+    const auto found = after.find(name);
+    if (found == after.end()) return -1.0;
+    const auto old = before.find(name);
+    return found->second - (old == before.end() ? 0.0 : old->second);
+  };
+  const double steps = delta("vt_spec_decode_steps_total"), drafted = delta("vt_spec_draft_tokens_total"),
+               accepted = delta("vt_spec_accepted_tokens_total"), emitted = delta("vt_spec_emitted_tokens_total");
+  auto ratio = [](double a, double b) { return b > 0 ? std::round(a / b * 1000) / 1000 : 0.0; };
+  Json histogram = Json::array(), by_position = Json::array();
+  double below = 0;
+  for (int64_t bucket = 0;; ++bucket) {  // cumulative buckets -> steps that accepted exactly `bucket`
+    const double cumulative =
+        delta("vt_spec_accepted_tokens_per_step_bucket{le=\"" + std::to_string(bucket) + "\"}");
+    if (cumulative < 0) break;
+    histogram.push_back(int64_t(std::llround(cumulative - below)));
+    below = cumulative;
+  }
+  for (int64_t position = 0;; ++position) {
+    const std::string label = "{position=\"" + std::to_string(position) + "\"}";
+    const double at = delta("vt_spec_position_drafted_total" + label);
+    if (at < 0) break;
+    by_position.push_back(ratio(delta("vt_spec_position_accepted_total" + label), at));
+  }
+  return {{"steps", int64_t(steps)},
+          {"drafted", int64_t(drafted)},
+          {"accepted", int64_t(accepted)},
+          {"emitted", int64_t(emitted)},
+          {"accepted_per_step", ratio(accepted, steps)},
+          {"tokens_per_step", ratio(emitted, steps)},
+          {"acceptance_rate", ratio(accepted, drafted)},
+          {"accepted_histogram", histogram},
+          {"acceptance_by_position", by_position}};
+}
+
 double percentile(std::vector<double> values, double fraction) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
@@ -374,6 +417,9 @@ std::vector<std::string> split(const std::string& text) {
 void run_bench_serve(const ServeBenchArgs& args) {
   VT_CHECK(args.url.empty() != args.model.empty(),
            "bench serve: give --url (a running server) or --model (start one here)");
+  VT_CHECK(args.speculative.empty() || !args.model.empty(),
+           "bench serve: --speculative configures the in-process server (--model); a server at --url speculates "
+           "as it was started (vt serve --speculative ngram)");
   std::vector<int64_t> concurrency;
   for (const std::string& item : split(args.concurrency)) {
     int64_t value = 0;
@@ -407,8 +453,15 @@ void run_bench_serve(const ServeBenchArgs& args) {
     options.max_running = args.max_running;
     options.cache_blocks = args.cache_tokens / options.block_size;
     options.admission_watermark_blocks = -1;
+    VT_CHECK(args.speculative.empty() || args.speculative == "ngram", "bench serve: --speculative '", args.speculative,
+             "': the server drafts with ngram only");
+    if (!args.speculative.empty()) {
+      options.max_num_draft = args.num_draft;
+      options.step_token_budget = std::max(options.step_token_budget, options.max_running * (1 + args.num_draft));
+    }
     engine = std::make_unique<vt::Engine>(*model, text->tokenizer.get(), options);
     vt::server::ServerOptions server_options;
+    server_options.num_draft = options.max_num_draft;
     server_options.port = 0;
     server_options.model_name = "bench";
     server_options.api_key = args.api_key;
@@ -437,8 +490,10 @@ void run_bench_serve(const ServeBenchArgs& args) {
                 "cancel", "ttft_p50", "ttft_p99", "tpot_p50", "itl_p50", "itl_p99", "tok/s", "5xx");
   for (const std::string& workload : workloads) {
     for (int64_t clients : concurrency) {
-      const Json summary =
-          summarize(run_point(client, model_name, workload, clients, corpus, args));
+      const auto metrics_before = client.metrics();
+      Json summary = summarize(run_point(client, model_name, workload, clients, corpus, args));
+      const Json speculative = speculative_delta(metrics_before, client.metrics());
+      if (!speculative.is_null()) summary["speculative"] = speculative;
       int64_t server_errors = 0;
       for (const auto& [status, count] : summary["status_counts"].items())
         if (status[0] == '5' || status == "0") server_errors += count.get<int64_t>();
@@ -454,6 +509,14 @@ void run_bench_serve(const ServeBenchArgs& args) {
                     summary["itl_ms"]["p99"].get<double>(),
                     summary["output_tokens_per_second"].get<double>(),
                     static_cast<long long>(server_errors));
+      if (!args.json && !speculative.is_null())
+        std::printf("       speculative: %.2f drafts accepted/step (%.2f tokens/step over %lld steps), acceptance %.1f%%, "
+                    "accepted per step %s, acceptance by position %s\n",
+                    speculative["accepted_per_step"].get<double>(), speculative["tokens_per_step"].get<double>(),
+                    static_cast<long long>(speculative["steps"].get<int64_t>()),
+                    100 * speculative["acceptance_rate"].get<double>(),
+                    speculative["accepted_histogram"].dump().c_str(),
+                    speculative["acceptance_by_position"].dump().c_str());
       std::fflush(stdout);
       runs.push_back(summary);
     }
@@ -546,6 +609,10 @@ void add_serve_bench_commands(CLI::App& app) {
       ->add_option("--max-running", args->max_running,
                    "--model: requests processed at once (default 64)")
       ->check(CLI::Range(1, 4096));
+  serve->add_option("--speculative", args->speculative,
+                    "--model: the in-process server speculates with ngram drafts for every request");
+  serve->add_option("--num-draft", args->num_draft, "--model --speculative: drafts per step (default 4)")
+      ->check(CLI::Range(1, 32));
   serve->add_option("--seed", args->seed, "which paragraphs each request takes (default 1)");
   serve->add_flag("--json", args->json, "print one JSON object");
   serve->callback([args] { run_bench_serve(*args); });

@@ -1,6 +1,7 @@
 // `vt serve`: the OpenAI-compatible HTTP server on one model.
 //   vt serve --model FILE.gguf|DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--device cpu|cuda]
 //   vt serve --synthetic qwen3.5-27b --tokenizer DIR [--weights fp8|bf16]   (CUDA: real shapes, random weights)
+//   ... [--speculative ngram [--num-draft K] [--adaptive-draft]]   (speculative decoding in the batch)
 // Prints "vt serve: listening on http://HOST:PORT" on stderr once it accepts connections
 // (--port 0 picks a free port). SIGINT or SIGTERM drains: new requests get 503, those in flight
 // finish (up to --drain-timeout seconds, then they are cancelled), and it exits 0; a second
@@ -38,6 +39,9 @@ struct ServeArgs {
   int64_t cache_tokens = 65536;
   double drain_timeout_seconds = 30;
   std::string reservation = "on-demand";
+  std::string speculative;  // "" or "ngram"
+  int64_t num_draft = 0;    // 0: not given (4 with --speculative)
+  bool adaptive_draft = false;
 };
 
 // Set by SIGINT/SIGTERM on whichever thread takes the signal; a watcher thread drains and stops
@@ -57,6 +61,19 @@ void run_serve(ServeArgs args) {
   VT_CHECK(args.tensor_parallel == 1 || args.device == "cuda" || !args.synthetic.empty(),
            "serve: --tensor-parallel splits a model over GPUs: it needs --device cuda");
   VT_CHECK(args.synthetic.empty() || !args.tokenizer.empty(), "serve: --synthetic needs --tokenizer DIR");
+  VT_CHECK(args.speculative.empty() || args.speculative == "ngram", "serve: --speculative '", args.speculative,
+           "': the server drafts with ngram (prompt lookup) only; draft and mtp run in vt generate");
+  VT_CHECK(!args.speculative.empty() || (args.num_draft == 0 && !args.adaptive_draft),
+           "serve: --num-draft and --adaptive-draft go with --speculative ngram");
+  if (!args.speculative.empty()) {
+    if (args.num_draft == 0) args.num_draft = 4;
+    // Every running request can verify its drafts in each step.
+    args.engine.max_num_draft = args.num_draft;
+    args.engine.step_token_budget =
+        std::max(args.engine.step_token_budget, args.engine.max_running * (1 + args.num_draft));
+    args.server.num_draft = args.num_draft;
+    args.server.adaptive_draft = args.adaptive_draft;
+  }
   auto text = vt::apps::load_model_text(args.tokenizer.empty() ? args.model : args.tokenizer);
   std::unique_ptr<vt::Model> model;
   if (args.device == "cuda" || !args.synthetic.empty()) {
@@ -67,7 +84,8 @@ void run_serve(ServeArgs args) {
     options.max_sequences = args.engine.max_running;
     options.max_context = args.max_context;
     options.max_step_tokens = std::max(args.engine.step_token_budget, args.engine.max_running);
-    options.max_logit_rows = args.engine.max_running;
+    options.max_logit_rows = args.engine.max_running * (1 + args.engine.max_num_draft);  // verify rows
+    options.max_rollback_tokens = args.engine.max_num_draft > 0 ? args.engine.max_num_draft + 1 : 0;
     if (args.tensor_parallel > 1) {
 #ifdef VT_WITH_NCCL
       if (args.synthetic.empty()) {
@@ -168,6 +186,12 @@ void add_serve_commands(CLI::App& app) {
                     "on-demand: blocks as requests grow, preempting (recompute) when they run out; "
                     "full: prompt + max_tokens reserved at admission (default on-demand)")
       ->check(CLI::IsMember({"on-demand", "full"}));
+  serve->add_option("--speculative", args->speculative,
+                    "speculative decoding for every request: ngram (prompt-lookup drafts verified in the batched "
+                    "step; a request may set num_speculative_tokens, 0 to opt out)");
+  serve->add_option("--num-draft", args->num_draft, "--speculative: drafts verified per step, k (default 4)")
+      ->check(CLI::Range(1, 32));
+  serve->add_flag("--adaptive-draft", args->adaptive_draft, "--speculative: adapt k in [1, --num-draft] to the acceptance");
   serve->callback([args] { run_serve(*args); });
 }
 

@@ -21,6 +21,13 @@ constexpr double kPerplexityRelative = 5e-3;
 // The same computation along two algorithmic paths in fp32 (chunked vs token-by-token gated
 // delta rule; prefill then decode vs one prefill).
 constexpr double kSamePathRelL2 = 1e-5;
+// The CUDA chunked delta rule (gdn_chunked, 64-token chunks) vs the CPU reference, token by token
+// or chunked, f32: outputs after the gated norm and final states (the same bound: two
+// algorithmic paths in fp32; a CPU emulation of the kernels' exact order measured 3e-7 .. 7e-7).
+constexpr double kCudaChunkedDeltaRuleRelL2 = kSamePathRelL2;
+// Its bf16 output vs gdn_recurrent's: the same fp32 values to ~1e-6, rounded to bf16 (one bf16
+// ulp, 2^-8 relative, would be 3.9e-3 were every element on a rounding boundary).
+constexpr double kCudaChunkedBf16OutputRelL2 = 4e-3;
 
 // CUDA forward with BF16 activations (and KV cache) vs HF fp32 on the same weights: every
 // activation is rounded to bf16 (2^-9 relative) before each GEMM and between kernels.

@@ -1,12 +1,13 @@
 // The engine loop: cancel, admit, schedule under the token budget (growing KV reservations and
-// preempting the youngest request when blocks run out), forward each scheduled sequence, sample,
-// stream, free.
+// preempting the youngest request when blocks run out; drafting for speculating requests), forward
+// each scheduled sequence, sample or verify, stream, free.
 #include "engine/engine.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
+#include "spec/ngram_drafter.h"
 
 namespace vt {
 
@@ -31,10 +32,20 @@ struct Engine::Sequence {
   std::unique_ptr<StreamingDetokenizer> detokenizer;  // null without a tokenizer
   StopStringFilter stop_filter;
   int64_t fed = 0;          // tokens through forward so far
+  int64_t fed_most = 0;     // the most tokens ever fed and kept (re-fed below it after a preemption)
   int64_t step_tokens = 0;  // tokens scheduled this step
   int64_t preemptions = 0;  // times sent back to the queue (then re-fed from token 0)
   bool finished = false;
   TokenEvent final_event;  // delivered once the cache entries are freed
+  // Speculative decoding (params.num_draft > 0): the drafter, the k of the next step (adaptive:
+  // in [1, num_draft]), and this step's verify (the last token, then the drafts).
+  std::unique_ptr<Drafter> drafter;
+  bool drafter_started = false;
+  int64_t num_draft = 0;
+  bool verifying = false;
+  Draft draft;
+  int64_t drafted_for = -1;  // the context length `draft` follows (a waiting verify keeps it)
+  std::vector<int32_t> verify_tokens;
 
   Sequence(const RequestParams& request, const Tokenizer* tokenizer)
       : params(request), sampler(request.sampling), stop_filter(request.stop_strings) {
@@ -42,8 +53,11 @@ struct Engine::Sequence {
   }
   int64_t completion_tokens() const { return int64_t(tokens.size()) - prompt_size; }
   // Past the prompt, tokens are fed one per forward (as decode fed them), so after a preemption
-  // the re-fed generated tokens give the same state, bit for bit, as the first time.
+  // the re-fed generated tokens give the same state, bit for bit, as the first time (the CPU
+  // reference's verify steps compute each token as a one-token forward does).
   bool decoding() const { return fed >= prompt_size; }
+  // Caught up (only the last token unfed) and speculating: the next step verifies drafts.
+  bool verifies_next() const { return drafter && decoding() && fed + 1 == int64_t(tokens.size()); }
 };
 
 Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& options)
@@ -54,6 +68,12 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& op
   VT_CHECK(options.prefill_chunk >= 1, "engine: prefill_chunk must be >= 1");
   VT_CHECK(options.step_token_budget >= options.prefill_chunk, "engine: the step token budget (",
            options.step_token_budget, ") must hold one prefill chunk (", options.prefill_chunk, ")");
+  VT_CHECK(options.max_num_draft >= 0, "engine: max_num_draft must be >= 0, got ", options.max_num_draft);
+  VT_CHECK(options.max_num_draft == 0 || model.supports_rollback(), "engine: speculative decoding needs a model that "
+           "can roll back a sequence; ", model.info().architecture, " on this backend cannot");
+  VT_CHECK(options.step_token_budget >= 1 + options.max_num_draft, "engine: the step token budget (",
+           options.step_token_budget, ") must hold a verify step of 1 + ", options.max_num_draft, " drafts");
+  totals_.speculative.reset(options.max_num_draft);
   watermark_blocks_ = options.admission_watermark_blocks >= 0 ? options.admission_watermark_blocks
                                                               : options.cache_blocks / 100;
   thread_ = std::thread([this] { loop(); });
@@ -97,6 +117,10 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const RequestParams& params,
   VT_CHECK(callback, "submit: a callback is required");
   VT_CHECK(params.logprobs >= -1 && params.logprobs <= kMaxTopLogprobs, "logprobs ", params.logprobs,
            " must be in [-1, ", kMaxTopLogprobs, "]");
+  VT_CHECK(params.num_draft == 0 || options_.max_num_draft > 0, "speculative decoding (num_draft ", params.num_draft,
+           ") is not enabled on this engine");
+  VT_CHECK(params.num_draft >= 0 && params.num_draft <= options_.max_num_draft, "num_draft ", params.num_draft,
+           " must be in [0, ", options_.max_num_draft, "]");
   for (const auto& [id, bias] : params.logit_bias)
     VT_CHECK(id >= 0 && id < vocab_size_ && std::isfinite(bias), "logit_bias: token ", id, " (bias ", bias,
              ") must lie in [0, ", vocab_size_, ") with a finite bias");
@@ -105,6 +129,11 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const RequestParams& params,
   sequence->tokens = std::move(prompt);
   sequence->tokens.reserve(size_t(total));
   sequence->callback = std::move(callback);
+  if (params.num_draft > 0) {
+    sequence->drafter = options_.make_drafter ? options_.make_drafter(params) : std::make_unique<NgramDrafter>();
+    VT_CHECK(sequence->drafter, "engine: make_drafter made no drafter");
+    sequence->num_draft = params.num_draft;
+  }
   int64_t id;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -162,21 +191,27 @@ void Engine::preempt_youngest() {
   victim->state.reset();
   victim->fed = 0;
   victim->step_tokens = 0;
+  victim->verifying = false;
   ++victim->preemptions;
   ++totals_.preemptions;
   waiting_.push_front(std::move(victim));
 }
 
-// Decode tokens first (one each, in admission order; each reserves the block it writes into,
-// preempting the youngest when none is free), then tokens a resumed request re-feeds, then prompt
-// chunks while the budget lasts.
+// Decode tokens first (one each, or a speculating request's verify: its last token and drafts, in
+// admission order; each reserves the blocks it writes into, preempting the youngest when none is
+// free), then tokens a resumed request re-feeds, then prompt chunks while the budget lasts.
 void Engine::schedule(std::vector<Sequence*>& scheduled) {
   int64_t budget = options_.step_token_budget;
-  for (auto& sequence : running_) sequence->step_tokens = 0;
+  for (auto& sequence : running_) sequence->step_tokens = 0, sequence->verifying = false;
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence& sequence = *running_[i];
-    if (!sequence.decoding() || budget < 1) continue;
+    if (sequence.finished || !sequence.decoding() || budget < 1) continue;
     bool preempted_self = false;
+    if (sequence.verifies_next()) {
+      if (schedule_verify(sequence, budget, &preempted_self)) budget -= sequence.step_tokens;
+      if (preempted_self) break;
+      continue;
+    }
     while (!cache_.reserve(sequence.id, sequence.fed + 1)) {
       preempted_self = running_.back().get() == &sequence;
       preempt_youngest();  // never the last one standing: submit() checked a request fits alone
@@ -187,8 +222,10 @@ void Engine::schedule(std::vector<Sequence*>& scheduled) {
     budget -= 1;
   }
   for (auto& sequence : running_) {
-    if (!sequence->decoding()) continue;
-    const int64_t refeed = int64_t(sequence->tokens.size()) - sequence->fed - sequence->step_tokens;
+    if (sequence->finished || !sequence->decoding() || sequence->verifying) continue;
+    // A speculating request leaves its last token to a verify step, as before the preemption.
+    const int64_t unfed = int64_t(sequence->tokens.size()) - (sequence->drafter ? 1 : 0);
+    const int64_t refeed = unfed - sequence->fed - sequence->step_tokens;
     const int64_t extra = std::min(refeed, budget);
     if (extra <= 0) continue;
     sequence->step_tokens += extra;  // blocks held since admission
@@ -204,6 +241,57 @@ void Engine::schedule(std::vector<Sequence*>& scheduled) {
     budget -= chunk;
     scheduled.push_back(sequence.get());
   }
+}
+
+// The drafts depend only on the request (its tokens and its k), never on the load: a verify that
+// does not fit the budget waits for the next step rather than shrinking, with the same drafts, so
+// a seeded request draws the same random numbers whatever else runs. At most max_tokens - 1 drafts are left to
+// make, so the sequence never holds more than prompt + max_tokens - 1 tokens.
+void Engine::draft_running() {
+  for (auto& entry : running_) {
+    Sequence& sequence = *entry;
+    if (sequence.finished || !sequence.verifies_next()) continue;
+    // A verify that waited (budget, preemption) keeps its drafts: a drafter sees each context once.
+    if (sequence.drafted_for == int64_t(sequence.tokens.size())) continue;
+    sequence.drafted_for = int64_t(sequence.tokens.size());
+    Draft& draft = sequence.draft;
+    draft.tokens.clear();
+    draft.probs.clear();
+    const int64_t ask = std::min(sequence.num_draft, sequence.params.max_tokens - sequence.completion_tokens() - 1);
+    if (ask <= 0) continue;
+    try {
+      if (!sequence.drafter_started) {
+        sequence.drafter->start(std::span<const int32_t>(sequence.tokens.data(), size_t(sequence.prompt_size)),
+                                sequence.prompt_size + sequence.params.max_tokens);
+        sequence.drafter_started = true;
+      }
+      sequence.drafter->propose(sequence.tokens, ask, draft);
+      const int64_t drafts = int64_t(draft.tokens.size());
+      VT_CHECK(drafts <= ask, "engine: the drafter proposed ", drafts, " tokens, more than the ", ask, " asked");
+      VT_CHECK(draft.probs.empty() || int64_t(draft.probs.size()) == drafts * vocab_size_, "engine: the drafter gave q of ",
+               draft.probs.size(), " values for ", drafts, " tokens");
+      for (int32_t id : draft.tokens)
+        VT_CHECK(id >= 0 && id < vocab_size_, "engine: the drafter proposed token ", id, " outside the vocabulary");
+    } catch (const std::exception& error) {
+      fail(sequence, std::string("drafter: ") + error.what());  // leaves at the end of this step
+    }
+  }
+}
+
+bool Engine::schedule_verify(Sequence& sequence, int64_t budget, bool* preempted_self) {
+  const int64_t drafts = int64_t(sequence.draft.tokens.size());
+  const auto& draft = sequence.draft;
+  if (1 + drafts > budget) return false;
+  while (!cache_.reserve(sequence.id, sequence.fed + 1 + drafts)) {
+    *preempted_self = running_.back().get() == &sequence;
+    preempt_youngest();  // alone it fits: fed + 1 + drafts <= prompt + max_tokens - 1
+    if (*preempted_self) return false;
+  }
+  sequence.verify_tokens.assign(1, sequence.tokens.back());
+  sequence.verify_tokens.insert(sequence.verify_tokens.end(), draft.tokens.begin(), draft.tokens.end());
+  sequence.verifying = true;
+  sequence.step_tokens = 1 + drafts;
+  return true;
 }
 
 void Engine::drop_cancelled(std::vector<TokenEvent>& events, std::vector<TokenCallback>& callbacks) {
@@ -239,6 +327,7 @@ void Engine::loop() {
     scheduled.clear();
     cancel_events.clear();
     cancel_callbacks.clear();
+    draft_running();  // running_ changes only on this thread
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !running_.empty() || !cancelled_.empty(); });
@@ -248,13 +337,12 @@ void Engine::loop() {
       schedule(scheduled);
     }
     for (size_t i = 0; i < cancel_events.size(); ++i) cancel_callbacks[i](cancel_events[i]);
-    if (scheduled.empty()) continue;
-    run_step(scheduled);
+    if (!scheduled.empty()) run_step(scheduled);
     // Finished sequences leave the cache first, so a final event means the memory is free.
     std::vector<std::unique_ptr<Sequence>> finished;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      ++totals_.steps;
+      totals_.steps += !scheduled.empty();
       for (auto it = running_.begin(); it != running_.end();) {
         if ((*it)->finished) {
           cache_.release((*it)->id);
@@ -271,16 +359,22 @@ void Engine::loop() {
 }
 
 // The scheduled sequences run as batched forwards (Model::forward_batch): round r holds every
-// sequence's r-th forward of this step. A prompt chunk is one forward; tokens past the prompt
-// (decode, or generated tokens recomputed after a preemption) are one forward each, so a
-// sequence's arithmetic is the same whatever else runs. A failed forward fails the sequences of
-// its batch.
+// sequence's r-th forward of this step. A prompt chunk is one forward, and so is a verify step
+// (the last token and its drafts, a row of logits per token, in a rollback window); other tokens
+// past the prompt (decode, or generated tokens recomputed after a preemption) are one forward
+// each, so a sequence's arithmetic is the same whatever else runs. A failed forward fails the
+// sequences of its batch.
 void Engine::run_step(std::vector<Sequence*>& scheduled) {
   int64_t prompt_tokens = 0, generated_tokens = 0, recomputed_tokens = 0;
+  struct VerifyRecord {
+    int64_t drafts, accepted, emitted;
+  };
+  std::vector<VerifyRecord> verified;
   std::vector<int64_t> forwards(scheduled.size());
   int64_t rounds = 0;
   for (size_t i = 0; i < scheduled.size(); ++i) {
-    forwards[i] = scheduled[i]->decoding() ? scheduled[i]->step_tokens : 1;
+    const Sequence& sequence = *scheduled[i];
+    forwards[i] = sequence.decoding() && !sequence.verifying ? sequence.step_tokens : 1;
     rounds = std::max(rounds, forwards[i]);
   }
   std::vector<BatchItem> items;
@@ -291,49 +385,103 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
     for (size_t i = 0; i < scheduled.size(); ++i) {
       Sequence* sequence = scheduled[i];
       if (round >= forwards[i] || sequence->finished) continue;
-      const int64_t tokens = sequence->decoding() ? 1 : sequence->step_tokens;
-      items.push_back({std::span<const int32_t>(sequence->tokens.data() + sequence->fed, size_t(tokens)),
-                       sequence->state.get()});
+      if (sequence->verifying) {
+        const bool drafts = sequence->verify_tokens.size() > 1;
+        items.push_back({sequence->verify_tokens, sequence->state.get(), drafts, drafts});
+      } else {
+        const int64_t tokens = sequence->decoding() ? 1 : sequence->step_tokens;
+        items.push_back({std::span<const int32_t>(sequence->tokens.data() + sequence->fed, size_t(tokens)),
+                         sequence->state.get()});
+      }
       members.push_back(sequence);
     }
     if (items.empty()) continue;
-    const TensorView logits = logits_.view().rows(0, int64_t(items.size()));
+    const int64_t rows = batch_logit_rows(items);
+    if (logits_.shape()[0] < rows) logits_ = Buffer(DType::kF32, {rows, vocab_size_});
+    const TensorView logits = logits_.view().rows(0, rows);
     try {
       model_.forward_batch(items, logits);
     } catch (const std::exception& error) {
-      for (Sequence* sequence : members) {
-        TokenEvent event;
-        event.finished = true;
-        event.finish_reason = FinishReason::kStop;
-        event.prompt_tokens = sequence->prompt_size;
-        event.completion_tokens = sequence->completion_tokens();
-        event.error = error.what();
-        sequence->finished = true;
-        sequence->final_event = std::move(event);
-      }
+      for (Sequence* sequence : members) fail(*sequence, error.what());
       continue;
     }
+    int64_t row = 0;
     for (size_t j = 0; j < members.size(); ++j) {
       Sequence* sequence = members[j];
       const int64_t tokens = int64_t(items[j].tokens.size());
-      if (sequence->preemptions > 0) recomputed_tokens += tokens;
-      else if (sequence->fed < sequence->prompt_size) prompt_tokens += tokens;
-      sequence->fed += tokens;
-      if (sequence->fed == int64_t(sequence->tokens.size())) {
-        advance(*sequence, logits.f32() + int64_t(j) * vocab_size_);
+      float* sequence_logits = logits.f32() + row * vocab_size_;
+      row += items[j].all_logits ? tokens : 1;
+      // Tokens below the most ever fed are fed again (after a preemption); prompt tokens the first time.
+      const int64_t begin = sequence->fed, end = begin + tokens;
+      recomputed_tokens += std::clamp<int64_t>(sequence->fed_most - begin, 0, tokens);
+      prompt_tokens += std::max<int64_t>(0, std::min(end, sequence->prompt_size) - std::max(begin, sequence->fed_most));
+      sequence->fed = end;
+      if (sequence->verifying) {
+        const int64_t drafts = tokens - 1;
+        const int64_t emitted_before = sequence->completion_tokens();
+        try {
+          const int64_t accepted = advance_verified(*sequence, sequence_logits);
+          verified.push_back({drafts, accepted, sequence->completion_tokens() - emitted_before});
+        } catch (const std::exception& error) {
+          fail(*sequence, error.what());
+        }
+        generated_tokens += sequence->completion_tokens() - emitted_before;
+      } else if (sequence->fed == int64_t(sequence->tokens.size())) {
+        advance(*sequence, sequence_logits);
         ++generated_tokens;
       }
+      sequence->fed_most = std::max(sequence->fed_most, sequence->fed);
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);
   totals_.prompt_tokens_total += prompt_tokens;
   totals_.generation_tokens_total += generated_tokens;
   totals_.recomputed_tokens += recomputed_tokens;
+  for (const VerifyRecord& record : verified)
+    totals_.speculative.record_step(record.drafts, record.accepted, record.emitted);
+}
+
+void Engine::fail(Sequence& sequence, const std::string& error) {
+  TokenEvent event;
+  event.finished = true;
+  event.finish_reason = FinishReason::kStop;
+  event.prompt_tokens = sequence.prompt_size;
+  event.completion_tokens = sequence.completion_tokens();
+  event.error = error;
+  sequence.finished = true;
+  sequence.final_event = std::move(event);
+}
+
+void Engine::bias(const Sequence& sequence, float* logits) const {
+  for (const auto& [token, bias] : sequence.params.logit_bias) logits[token] += bias;
 }
 
 void Engine::advance(Sequence& sequence, float* logits) {
-  for (const auto& [token, bias] : sequence.params.logit_bias) logits[token] += bias;
-  const int32_t id = sequence.sampler.sample(logits, vocab_size_);
+  bias(sequence, logits);
+  emit(sequence, sequence.sampler.sample(logits, vocab_size_), logits);
+}
+
+// The step ran the last token and the drafts from length `fed - 1 - drafts`: the accepted drafts
+// stay (with the last token), the rest is rolled back; the token the verify made (a correction,
+// or the bonus after all drafts) runs next step. Adapts k; returns the drafts accepted.
+int64_t Engine::advance_verified(Sequence& sequence, float* logits) {
+  const int64_t drafts = int64_t(sequence.draft.tokens.size());
+  const int64_t length = sequence.fed - 1 - drafts;
+  for (int64_t row = 0; row <= drafts; ++row) bias(sequence, logits + row * vocab_size_);
+  const int64_t accepted =
+      verify_drafts(sequence.sampler, logits, vocab_size_, sequence.draft,
+                    [&](int32_t id, const float* row) { return !emit(sequence, id, row); });
+  sequence.fed = length + 1 + accepted;
+  if (drafts > 0 && !sequence.finished) {
+    model_.rollback(*sequence.state, sequence.fed);
+    model_.commit(*sequence.state);
+  }
+  if (sequence.params.adaptive_draft)
+    sequence.num_draft = adapt_num_draft(sequence.num_draft, sequence.params.num_draft, drafts, accepted);
+  return accepted;
+}
+
+bool Engine::emit(Sequence& sequence, int32_t id, const float* logits) {
   sequence.tokens.push_back(id);
   TokenEvent event;
   event.token_id = id;
@@ -362,9 +510,10 @@ void Engine::advance(Sequence& sequence, float* logits) {
     event.finished = true;
     sequence.finished = true;
     sequence.final_event = std::move(event);
-    return;
+    return true;
   }
   sequence.callback(event);
+  return false;
 }
 
 }  // namespace vt

@@ -3,6 +3,9 @@
 // token per step; each new token reaches the request's callback (streaming). With on-demand
 // reservation a request holds KV blocks only for the tokens it has, and when the pool runs dry the
 // youngest running request is preempted (recompute: it re-queues and re-feeds its tokens later).
+// A request may decode speculatively: n-gram drafts of its context are verified with its last
+// token in one item of the batched step (all-position logits, a rollback window), several tokens
+// accepted at once, greedy exactly and sampled by rejection sampling (spec/speculative.h).
 // submit() and cancel() are thread-safe.
 #pragma once
 
@@ -23,10 +26,13 @@
 #include "engine/sampler.h"
 #include "engine/stop_strings.h"
 #include "model/model.h"
+#include "spec/speculative.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vt {
+
+struct RequestParams;
 
 struct EngineOptions {
   int64_t max_running = 64;       // sequences decoding at once (also the cache's state slots)
@@ -44,6 +50,14 @@ struct EngineOptions {
   // kOnDemand: a request is admitted only if this many blocks stay free after it (room for the
   // running requests to grow); ignored when nothing runs, so a request that fits always starts.
   int64_t admission_watermark_blocks = 0;  // < 0: 1% of the pool
+  // Speculative decoding: the most drafts a request may have verified per step
+  // (RequestParams::num_draft); 0: none. > 0 needs a model that supports rollback, and a step
+  // budget of at least 1 + max_num_draft tokens (a verify step is never split).
+  int64_t max_num_draft = 0;
+  // Makes a speculating request's drafter at submit (it proposes on the engine thread, outside the
+  // lock); null: prompt lookup (NgramDrafter). For seeded outputs to be reproducible its drafts
+  // should depend only on the request (a sampling drafter: seed it from the request's seed).
+  std::function<std::unique_ptr<Drafter>(const RequestParams&)> make_drafter;
 };
 
 struct RequestParams {
@@ -56,6 +70,13 @@ struct RequestParams {
   // alternatives: the log-softmax of the model's logits plus logit_bias (before temperature,
   // top-k and top-p).
   int64_t logprobs = -1;
+  // Speculative decoding: 0 decodes one token per step; k in [1, EngineOptions::max_num_draft]
+  // verifies up to k n-gram (prompt-lookup) drafts per step. With adaptive_draft, k moves in
+  // [1, num_draft] with the acceptance (adapt_num_draft). The output is the same as without
+  // (greedy: exactly; sampled: the same distribution, another draw). A seeded request's output
+  // does not depend on what else runs: a verify step waits for room rather than shrinking.
+  int64_t num_draft = 0;
+  bool adaptive_draft = false;
 };
 
 constexpr int64_t kMaxTopLogprobs = 20;
@@ -85,6 +106,9 @@ struct EngineStats {
   int64_t steps = 0;
   int64_t preemptions = 0;        // running requests sent back to the queue for want of KV blocks
   int64_t recomputed_tokens = 0;  // tokens fed again after a preemption
+  // Decode steps of speculating requests, summed over the requests (num_draft: the engine's
+  // max_num_draft; empty histograms when speculation is off).
+  SpeculativeStats speculative;
 };
 
 class Engine {
@@ -105,6 +129,7 @@ class Engine {
 
   // The largest prompt + max_tokens that can ever be admitted.
   int64_t max_request_tokens() const;
+  int64_t max_num_draft() const { return options_.max_num_draft; }
   EngineStats stats() const;
   const Model& model() const { return model_; }
 
@@ -115,15 +140,29 @@ class Engine {
   void drop_cancelled(std::vector<TokenEvent>& events, std::vector<TokenCallback>& callbacks);
   void schedule(std::vector<Sequence*>& scheduled);  // with mutex_ held; may preempt
   void preempt_youngest();                           // with mutex_ held
+  // Drafts of every running sequence whose next step verifies (engine thread, no lock held).
+  void draft_running();
+  // Schedules a speculating sequence's verify within `budget` tokens and its KV blocks
+  // (preempting as a decode does); false when it does not fit this step.
+  bool schedule_verify(Sequence& sequence, int64_t budget, bool* preempted_self);
   void run_step(std::vector<Sequence*>& scheduled);
   void advance(Sequence& sequence, float* logits);  // biases, samples and emits one token
+  // Decides a verify step's tokens from its rows [drafts + 1, vocab], emits them, rolls back;
+  // returns the drafts accepted.
+  int64_t advance_verified(Sequence& sequence, float* logits);
+  void bias(const Sequence& sequence, float* logits) const;
+  // Ends a sequence with an error (its final event says why); it leaves at the end of the step.
+  void fail(Sequence& sequence, const std::string& error);
+  // Emits `id`, chosen from `logits` (biased): logprobs, stop checks, the event. True when it
+  // ended the sequence.
+  bool emit(Sequence& sequence, int32_t id, const float* logits);
 
   Model& model_;
   const Tokenizer* tokenizer_;
   EngineOptions options_;
   int64_t vocab_size_;
   HybridCache cache_;
-  Buffer logits_;  // F32 [max_running, vocab]: one row per sequence of a batched forward
+  Buffer logits_;  // F32 [rows, vocab]: a batched forward's rows (grows for verify steps)
   int64_t watermark_blocks_ = 0;
 
   mutable std::mutex mutex_;

@@ -40,12 +40,23 @@ struct ForwardOptions {
   bool keep_rollback = false;
 };
 
-// One sequence's part of a batched forward: its next tokens (a prompt chunk, or one decode token).
+// One sequence's part of a batched forward: its next tokens (a prompt chunk, one decode token,
+// or a speculative verify: the last token and its drafts).
 struct BatchItem {
   std::span<const int32_t> tokens;
   SequenceState* state = nullptr;
   bool keep_rollback = false;  // as ForwardOptions::keep_rollback, per sequence
+  // A row of logits for every token (a verify step), else only for the last one. Such items run
+  // the per-token (recurrent) delta rule, as decoding does.
+  bool all_logits = false;
 };
+
+// Rows of logits a batched forward of `items` produces: tokens.size() for an all_logits item, else 1.
+inline int64_t batch_logit_rows(std::span<const BatchItem> items) {
+  int64_t rows = 0;
+  for (const BatchItem& item : items) rows += item.all_logits ? int64_t(item.tokens.size()) : 1;
+  return rows;
+}
 
 // Called while weights load: bytes read (or dequantised) so far out of the total.
 using LoadProgress = std::function<void(uint64_t done_bytes, uint64_t total_bytes)>;
@@ -64,17 +75,23 @@ class Model {
   // Runs `tokens` after what `state` holds; logits [T or 1, vocab] (f32).
   virtual void forward(std::span<const int32_t> tokens, SequenceState& state, const TensorView& logits,
                        const ForwardOptions& options) = 0;
-  // Runs several sequences' tokens in one step; logits [items, vocab] host f32 get each item's
-  // last-token logits. The default runs the items one by one (the CPU reference: each row's
-  // arithmetic does not depend on the batch); the CUDA model runs them as one batched step.
+  // Runs several sequences' tokens in one step; logits [batch_logit_rows(items), vocab] host f32
+  // get, item after item, its last token's row (or every token's, for an all_logits item). The
+  // default runs the items one by one (the CPU reference: each row's arithmetic does not depend
+  // on the batch); the CUDA model runs them as one batched step.
   virtual void forward_batch(std::span<const BatchItem> items, const TensorView& logits) {
-    const int64_t vocab = info().vocab_size;
-    VT_CHECK(logits.dtype == DType::kF32 && logits.shape == Shape({int64_t(items.size()), vocab}),
-             "forward_batch: logits must be f32 [", items.size(), ", ", vocab, "], got ", logits.shape.str());
-    for (size_t i = 0; i < items.size(); ++i) {
+    const int64_t vocab = info().vocab_size, rows = batch_logit_rows(items);
+    VT_CHECK(logits.dtype == DType::kF32 && logits.shape == Shape({rows, vocab}),
+             "forward_batch: logits must be f32 [", rows, ", ", vocab, "], got ", logits.shape.str());
+    int64_t row = 0;
+    for (const BatchItem& item : items) {
       ForwardOptions options;
-      options.keep_rollback = items[i].keep_rollback;
-      forward(items[i].tokens, *items[i].state, logits.rows(int64_t(i), int64_t(i) + 1), options);
+      options.keep_rollback = item.keep_rollback;
+      options.all_logits = item.all_logits;
+      if (item.all_logits) options.delta_rule = DeltaRuleChoice::kRecurrent;
+      const int64_t item_rows = item.all_logits ? int64_t(item.tokens.size()) : 1;
+      forward(item.tokens, *item.state, logits.rows(row, row + item_rows), options);
+      row += item_rows;
     }
   }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -60,6 +61,12 @@ struct Qwen35CudaModel::Workspace {
   int64_t window_entries = 0;
   const int32_t* window_entry = nullptr;
   bool writes_window = false;
+  // Chunked GDN prefill (cuda::gdn_chunked; none when VT_GDN_CHUNKED=0): scratch for the widest
+  // step, the uploaded step's longest and shortest sequence (host), and the delta rule the
+  // running forward() asked for (kAuto: chunks for sequences of >= kGdnChunkedMinTokens tokens).
+  cuda::DeviceBuffer gdn_chunk_scratch;
+  int64_t longest_seq = 0, shortest_seq = 0;
+  DeltaRuleChoice delta_rule = DeltaRuleChoice::kAuto;
   ~Workspace() {
     if (host_metadata) cudaFreeHost(host_metadata);
     if (host_logits) cudaFreeHost(host_logits);
@@ -110,6 +117,10 @@ constexpr int64_t kAttentionBlocks = 4096;
 
 // Dense linears up to this many outputs run vt's block-per-row GEMV at small M (cuda_ops.h).
 constexpr int64_t kNarrowDense = 4096;
+
+// Sequences of a step with at least this many new tokens (a full chunk) run the chunked delta
+// rule (cuda::gdn_chunked); shorter ones, decode tokens and verify steps run token by token.
+constexpr int64_t kGdnChunkedMinTokens = cuda::kGdnChunk;
 
 int64_t widest_projection(const Qwen35Config& c) {
   return std::max({c.conv_dim() + c.linear_value_dim(), c.num_heads * c.head_dim * 2 + 2 * c.num_kv_heads * c.head_dim,
@@ -231,6 +242,17 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
         cuda::DeviceBuffer(DType::kF32, {S * w.window_entries, config_.linear_num_value_heads,
                                          config_.linear_key_head_dim, config_.linear_value_head_dim});
   }
+  // The chunked delta rule's scratch: for batched steps (sequences of >= kGdnChunkedMinTokens)
+  // and for a forward() that asks for chunks at any length (one sequence).
+  const cuda::DeltaNetShape delta_net{config_.linear_num_key_heads, config_.linear_num_value_heads,
+                                      config_.linear_key_head_dim, config_.linear_value_head_dim,
+                                      config_.linear_conv_kernel, config_.rms_norm_eps};
+  const bool has_gdn = std::find(config_.layer_types.begin(), config_.layer_types.end(),
+                                 LayerKind::kLinearAttention) != config_.layer_types.end();
+  if (has_gdn && cuda::gdn_chunked_enabled() && cuda::gdn_chunked_supports(delta_net))
+    w.gdn_chunk_scratch = cuda::DeviceBuffer(
+        DType::kF32, {std::max(cuda::gdn_chunked_scratch_floats(T, S, kGdnChunkedMinTokens, delta_net),
+                               cuda::gdn_chunked_scratch_floats(T, 1, 1, delta_net))});
   setup_fp8_gemms();
 }
 
@@ -335,6 +357,12 @@ void Qwen35CudaModel::upload_layout(const std::vector<int32_t>& tokens, const st
   std::fill(host_entries, host_entries + S, -1);
   std::copy(window_entry.begin(), window_entry.end(), host_entries);
   w.writes_window = std::any_of(window_entry.begin(), window_entry.end(), [](int32_t entry) { return entry >= 0; });
+  w.longest_seq = 0;
+  w.shortest_seq = seq_start.size() > 1 ? std::numeric_limits<int64_t>::max() : 0;
+  for (size_t s = 0; s + 1 < seq_start.size(); ++s) {
+    w.longest_seq = std::max<int64_t>(w.longest_seq, seq_start[s + 1] - seq_start[s]);
+    w.shortest_seq = std::min<int64_t>(w.shortest_seq, seq_start[s + 1] - seq_start[s]);
+  }
   VT_CHECK(!w.writes_window || w.window_entries > 0, "a rollback window without max_rollback_tokens");
   int32_t* host = w.host_metadata;
   std::copy(tokens.begin(), tokens.end(), host);
@@ -408,6 +436,15 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
       inner_q{w.inner.as<uint8_t>(), w.inner_scales.as<float>()};
   const auto codes = [](bool fused, const Fp8Rows& rows) { return fused ? rows : Fp8Rows{}; };
   const bool norm_fusable = H % 128 == 0;
+  // GDN: sequences of >= chunked_from tokens take the chunked delta rule; 0: all token by token
+  // (decode steps and their graphs, steps that save rollback windows, VT_GDN_CHUNKED=0).
+  int64_t chunked_from = 0;
+  if (w.gdn_chunk_scratch.data() && !w.writes_window && w.delta_rule != DeltaRuleChoice::kRecurrent) {
+    if (w.delta_rule == DeltaRuleChoice::kChunked)
+      chunked_from = 1;
+    else if (w.longest_seq >= kGdnChunkedMinTokens)
+      chunked_from = kGdnChunkedMinTokens;
+  }
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     const CudaLayer& layer = weights_.layers[i];
     const bool gdn = layer.kind == LayerKind::kLinearAttention;
@@ -433,11 +470,26 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
       cuda::gdn_conv(w.conv_out.as<float>(), w.conv_state[i].as<float>(), w.projected.data(), stride,
                      layer.conv_weight.as<float>(), layout, delta_net, act, stream_, window(w.conv_window[i]));
       const Fp8Rows out_in = codes(fp8(layer.out_proj) && c.linear_value_head_dim == 128, inner_q);
-      cuda::gdn_recurrent(w.mixer_out.data(), w.recurrent[i].as<float>(), w.conv_out.as<float>(), w.projected.data(),
+      if (chunked_from == 0) {
+        cuda::gdn_recurrent(w.mixer_out.data(), w.recurrent[i].as<float>(), w.conv_out.as<float>(), w.projected.data(),
+                            stride, c.conv_dim(), w.ba.data(), layer.a_log.as<float>(), layer.dt_bias.as<float>(),
+                            layer.gdn_norm.as<float>(), layout, delta_net, act, stream_,
+                            const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales),
+                            window(w.recurrent_window[i]));
+      } else {
+        // Short sequences (decode tokens) token by token, the long ones in chunks.
+        if (w.shortest_seq < chunked_from)
+          cuda::gdn_recurrent(w.mixer_out.data(), w.recurrent[i].as<float>(), w.conv_out.as<float>(),
+                              w.projected.data(), stride, c.conv_dim(), w.ba.data(), layer.a_log.as<float>(),
+                              layer.dt_bias.as<float>(), layer.gdn_norm.as<float>(), layout, delta_net, act, stream_,
+                              const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales), {},
+                              chunked_from);
+        cuda::gdn_chunked(w.mixer_out.data(), w.recurrent[i].as<float>(), w.conv_out.as<float>(), w.projected.data(),
                           stride, c.conv_dim(), w.ba.data(), layer.a_log.as<float>(), layer.dt_bias.as<float>(),
                           layer.gdn_norm.as<float>(), layout, delta_net, act, stream_,
-                          const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales),
-                          window(w.recurrent_window[i]));
+                          w.gdn_chunk_scratch.as<float>(), w.gdn_chunk_scratch.shape().numel(), chunked_from,
+                          const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales));
+      }
       profile::OpScope out_op("gdn.out_proj", OpGroup::kGemmOut);
       linear(layer.out_proj, w.branch.data(), w.mixer_out.data(), T, out_in);
       reduce_branch(T);
@@ -576,7 +628,10 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
   auto& w = *workspace_;
   const int64_t total = int64_t(tokens.size()), vocab = config_.vocab_size;
   VT_CHECK(total > 0, "forward: no tokens");
-  VT_CHECK(options.delta_rule != DeltaRuleChoice::kChunked, "CUDA forward: the chunked delta rule is not built yet");
+  VT_CHECK(options.delta_rule != DeltaRuleChoice::kChunked || !options.keep_rollback,
+           "CUDA forward: the chunked delta rule keeps no per-token states for a rollback window");
+  VT_CHECK(options.delta_rule != DeltaRuleChoice::kChunked || w.gdn_chunk_scratch.data(),
+           "CUDA forward: the chunked delta rule is off (VT_GDN_CHUNKED=0, or head dims it does not take)");
   VT_CHECK(state.length() + total <= state.capacity(), "forward: ", state.length(), " + ", total,
            " tokens exceed the sequence capacity ", state.capacity());
   const int64_t logit_rows = options.all_logits ? total : 1;
@@ -584,6 +639,12 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
            "forward: logits must be host f32 [", logit_rows, ", ", vocab, "]");
   check_window(state, total, options.keep_rollback);
   prepare_window(state, options.keep_rollback);
+  // The delta rule asked for holds for this forward's steps only.
+  struct DeltaRuleScope {
+    DeltaRuleChoice& choice;
+    ~DeltaRuleScope() { choice = DeltaRuleChoice::kAuto; }
+  } delta_rule_scope{w.delta_rule};
+  w.delta_rule = options.delta_rule;
   // Chunks of at most max_step_tokens (and of the logit rows the workspace holds).
   const int64_t chunk_limit = options.all_logits ? std::min(w.max_tokens, int64_t(w.logits.shape()[0])) : w.max_tokens;
   for (int64_t begin = 0; begin < total; begin += chunk_limit) {
@@ -653,11 +714,10 @@ void Qwen35CudaModel::launch_decode_graph(int64_t batch, const std::function<voi
 }
 
 void Qwen35CudaModel::forward_batch(std::span<const BatchItem> items, const TensorView& logits) {
-  const int64_t count = int64_t(items.size()), vocab = config_.vocab_size;
-  VT_CHECK(logits.dtype == DType::kF32 && logits.device == Device::kCpu && logits.shape == Shape({count, vocab}),
-           "forward_batch: logits must be host f32 [", count, ", ", vocab, "]");
-  run_batch(items, false);
-  copy_logits_to_host(logits.f32(), count);
+  const int64_t rows = batch_logit_rows(items), vocab = config_.vocab_size;
+  VT_CHECK(logits.dtype == DType::kF32 && logits.device == Device::kCpu && logits.shape == Shape({rows, vocab}),
+           "forward_batch: logits must be host f32 [", rows, ", ", vocab, "]");
+  copy_logits_to_host(logits.f32(), run_batch(items, false));
 }
 
 void Qwen35CudaModel::verify_greedy(std::span<const BatchItem> items, std::vector<int32_t>* next_tokens) {
@@ -684,15 +744,16 @@ int64_t Qwen35CudaModel::run_batch(std::span<const BatchItem> items, bool all_ro
     check_window(state, int64_t(tokens.size()), items[size_t(i)].keep_rollback);
     all_decode = all_decode && tokens.size() == 1;
     keeps_rollback = keeps_rollback || items[size_t(i)].keep_rollback;
+    const bool item_rows = all_rows || items[size_t(i)].all_logits;  // a row per token, else the last
     for (size_t t = 0; t < tokens.size(); ++t) {
       ids.push_back(tokens[t]);
       token_seq.push_back(int32_t(i));
       positions.push_back(int32_t(state.length() + int64_t(t)));
-      if (all_rows) last_index.push_back(int32_t(ids.size() - 1));
+      if (item_rows) last_index.push_back(int32_t(ids.size() - 1));
     }
     seq_start.push_back(int32_t(ids.size()));
     slots.push_back(int32_t(state.slot()));
-    if (!all_rows) last_index.push_back(int32_t(ids.size() - 1));
+    if (!item_rows) last_index.push_back(int32_t(ids.size() - 1));
   }
   VT_CHECK(int64_t(ids.size()) <= w.max_tokens, "forward_batch: ", ids.size(), " tokens exceed the step's ",
            w.max_tokens);
@@ -708,7 +769,8 @@ int64_t Qwen35CudaModel::run_batch(std::span<const BatchItem> items, bool all_ro
   const auto upload = [&] {
     upload_layout(ids, token_seq, positions, seq_start, slots, last_index, window_entry);
   };
-  // Decode graphs are captured without windows and with one logit row per sequence.
+  // Decode graphs are captured without windows and with one logit row per sequence (an
+  // all_logits item of one token has one row too).
   if (all_decode && !keeps_rollback && !all_rows) {
     launch_decode_graph(count, upload);
   } else {

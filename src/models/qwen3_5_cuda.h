@@ -129,8 +129,9 @@ class Qwen35CudaModel final : public Model {
   void forward(std::span<const int32_t> tokens, SequenceState& state, const TensorView& logits,
                const ForwardOptions& options) override;
   std::string describe() const override { return description_; }
-  // One batched step over every item (prefill chunks and decode tokens mixed); an all-decode
-  // batch replays the CUDA graph captured for its size (the layout lives in device memory).
+  // One batched step over every item (prefill chunks, decode tokens and verify steps mixed; an
+  // all_logits item gets a row per token, CudaModelOptions::max_logit_rows bounds the total); an
+  // all-decode batch replays the CUDA graph captured for its size (the layout lives in device memory).
   void forward_batch(std::span<const BatchItem> items, const TensorView& logits) override;
   void quantize_lm_head_fp8() override;
   // Rollback from per-token state checkpoints: a keep_rollback step also saves each GDN layer's
@@ -188,7 +189,8 @@ class Qwen35CudaModel final : public Model {
   void prepare_window(SequenceState& state, bool keep_rollback);
   // Copies every GDN layer's state of `slot` to (into_window) or from its window entry `entry`.
   void copy_window_entry(int64_t slot, int64_t entry, bool into_window);
-  // One batched step of `items` (every token's logits when all_rows, else each item's last);
+  // One batched step of `items` (every token's logits when all_rows or the item's all_logits, else
+  // each item's last);
   // advances the states and returns the logit rows.
   int64_t run_batch(std::span<const BatchItem> items, bool all_rows);
 

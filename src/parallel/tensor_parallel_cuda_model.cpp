@@ -192,7 +192,8 @@ void TensorParallelCudaModel::forward_batch(std::span<const BatchItem> items, co
   std::vector<std::vector<BatchItem>> rank_items(ranks_.size());
   for (size_t rank = 0; rank < ranks_.size(); ++rank)
     for (const BatchItem& item : items)
-      rank_items[rank].push_back({item.tokens, dynamic_cast<State&>(*item.state).ranks[rank].get()});
+      rank_items[rank].push_back(
+          {item.tokens, dynamic_cast<State&>(*item.state).ranks[rank].get(), item.keep_rollback, item.all_logits});
   run([&](int rank) { ranks_[size_t(rank)]->forward_batch(rank_items[size_t(rank)], logits); });
   for (const BatchItem& item : items) dynamic_cast<State&>(*item.state).sync();
 }

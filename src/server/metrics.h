@@ -1,6 +1,7 @@
 // Server metrics in the Prometheus text format: engine gauges (running, waiting, KV blocks, state
-// slots), token, request and preemption counters, HTTP responses by status, and histograms of the
-// time to first token and the inter-token latency.
+// slots), token, request and preemption counters, speculative decoding (accepted drafts per step:
+// mean and histogram; acceptance by draft position) when the engine speculates, HTTP responses by
+// status, and histograms of the time to first token and the inter-token latency.
 #pragma once
 
 #include <atomic>

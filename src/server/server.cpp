@@ -159,6 +159,9 @@ struct Server::Impl {
     limits.vocab_size = engine.model().info().vocab_size;
     limits.max_total_tokens = engine.max_request_tokens();
     limits.default_chat_max_tokens = options.default_chat_max_tokens;
+    limits.max_num_draft = engine.max_num_draft();
+    VT_CHECK(options.num_draft >= 0 && options.num_draft <= limits.max_num_draft, "serve: the default num_draft ",
+             options.num_draft, " must be in [0, ", limits.max_num_draft, "] (the engine's max_num_draft)");
     routes();
   }
 
@@ -324,6 +327,8 @@ struct Server::Impl {
     params.stop_strings = job->request.stop;
     params.logit_bias = job->request.logit_bias;
     params.logprobs = job->request.logprobs;
+    params.num_draft = job->request.num_speculative_tokens >= 0 ? job->request.num_speculative_tokens : options.num_draft;
+    params.adaptive_draft = options.adaptive_draft;
     auto channel = job->channel;
     auto first = std::make_shared<std::atomic<bool>>(false);
     try {

@@ -1,5 +1,6 @@
 // The OpenAI-compatible HTTP server over the engine: /v1/completions, /v1/chat/completions (JSON
-// or SSE streaming; n choices, logprobs, logit_bias), /v1/models, /health, /metrics. Bearer-key
+// or SSE streaming; n choices, logprobs, logit_bias; speculative decoding per request with the
+// extension field num_speculative_tokens), /v1/models, /health, /metrics. Bearer-key
 // auth on all but /health, a CORS allow-list, a cap on requests in flight (429 beyond it), and a
 // drain for shutdown (new requests 503, in-flight ones finish).
 #pragma once
@@ -29,6 +30,10 @@ struct ServerOptions {
   // CORS headers. Empty: none.
   std::vector<std::string> allowed_origins;
   int64_t max_concurrent_requests = 0;  // completions in flight at once, 429 beyond; 0: no cap
+  // Speculative decoding (the engine's max_num_draft must allow it): drafts per step for requests
+  // that do not set `num_speculative_tokens` (0: none), adapted to the acceptance when asked.
+  int64_t num_draft = 0;
+  bool adaptive_draft = false;
 };
 
 // What the server needs of the model's text side.

@@ -273,6 +273,17 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat, con
       request.include_usage = boolean(*usage, "stream_options.include_usage");
   }
   parse_choices_and_logprobs(body, request, limits);
+  if (const Json* drafts = field(body, "num_speculative_tokens")) {
+    const int64_t value = integer(*drafts, "num_speculative_tokens");
+    if (limits.max_num_draft == 0 && value != 0)
+      invalid("num_speculative_tokens",
+              "speculative decoding is not enabled on this server (vt serve --speculative ngram); "
+              "'num_speculative_tokens' can only be 0");
+    if (value < 0 || value > limits.max_num_draft)
+      invalid("num_speculative_tokens",
+              "'num_speculative_tokens' must be in [0, " + std::to_string(limits.max_num_draft) + "]");
+    request.num_speculative_tokens = value;
+  }
   refuse_unsupported(body);
   return request;
 }

@@ -34,6 +34,7 @@ struct ValidationLimits {
   int64_t default_chat_max_tokens = 512;
   int64_t max_n = 8;               // choices per request
   int64_t max_logit_bias = 1024;   // entries in logit_bias
+  int64_t max_num_draft = 0;       // speculative drafts a request may ask for (0: speculation off)
 };
 
 struct CompletionRequest {
@@ -52,6 +53,9 @@ struct CompletionRequest {
   int64_t logprobs = -1;
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> bias in [-100, 100]
   bool tokens_as_ids = false;  // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N"
+  // vt extension `num_speculative_tokens`: drafts verified per step for this request (0: plain
+  // decoding); -1: not given (the server's default).
+  int64_t num_speculative_tokens = -1;
 };
 
 // Throws ApiError for any body the server cannot serve exactly as asked.

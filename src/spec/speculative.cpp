@@ -23,6 +23,59 @@ int32_t verify_draft_token(Sampler& sampler, const std::vector<float>& p, const 
   return total > 0 ? sampler.draw(residual) : sampler.draw(p);
 }
 
+void SpeculativeStats::reset(int64_t max_draft) {
+  *this = SpeculativeStats();
+  num_draft = max_draft;
+  accepted_histogram.assign(size_t(max_draft + 1), 0);
+  drafted_at.assign(size_t(max_draft), 0);
+  accepted_at.assign(size_t(max_draft), 0);
+}
+
+void SpeculativeStats::record_step(int64_t num_drafts, int64_t num_accepted, int64_t num_emitted) {
+  VT_CHECK(num_drafts >= 0 && num_drafts <= num_draft && num_accepted >= 0 && num_accepted <= num_drafts,
+           "speculative stats: ", num_accepted, " of ", num_drafts, " drafts accepted (k up to ", num_draft, ")");
+  ++steps;
+  steps_without_draft += num_drafts == 0;
+  drafted += num_drafts;
+  accepted += num_accepted;
+  emitted += num_emitted;
+  ++accepted_histogram[size_t(num_accepted)];
+  for (int64_t i = 0; i < num_drafts; ++i) ++drafted_at[size_t(i)];
+  for (int64_t i = 0; i < num_accepted; ++i) ++accepted_at[size_t(i)];
+}
+
+int64_t adapt_num_draft(int64_t k, int64_t k_max, int64_t drafted, int64_t accepted) {
+  if (drafted == 0) return k;
+  return accepted == drafted ? std::min(k + 2, k_max) : std::max<int64_t>(k - 1, 1);
+}
+
+int64_t verify_drafts(Sampler& sampler, const float* logits, int64_t vocab, const Draft& draft,
+                      const std::function<bool(int32_t token, const float* row)>& emit) {
+  const int64_t num_drafts = int64_t(draft.tokens.size());
+  std::vector<float> p;
+  for (int64_t accepted = 0; accepted < num_drafts; ++accepted) {
+    const float* row = logits + accepted * vocab;
+    const int32_t token = draft.tokens[size_t(accepted)];
+    bool accept = false;
+    int32_t emitted = 0;
+    if (sampler.greedy()) {
+      emitted = argmax(row, vocab);
+      accept = emitted == token;
+    } else {
+      sampler.distribution(row, vocab, p);
+      const float* q = draft.probs.empty() ? nullptr : draft.probs.data() + accepted * vocab;
+      emitted = verify_draft_token(sampler, p, q, token, &accept);
+    }
+    const bool go_on = emit(emitted, row);
+    if (!accept) return accepted;
+    if (!go_on) return accepted + 1;
+  }
+  // Every draft accepted: the last row's logits give one more token for free.
+  const float* last = logits + num_drafts * vocab;
+  emit(sampler.sample(last, vocab), last);
+  return num_drafts;
+}
+
 SpeculativeResult generate_speculative(Model& target, Drafter& drafter,
                                        std::span<const int32_t> prompt,
                                        const GenerateOptions& options,
@@ -50,10 +103,7 @@ SpeculativeResult generate_speculative(Model& target, Drafter& drafter,
   Buffer logits(DType::kF32, {k_max + 1, vocab});
   SpeculativeResult result;
   SpeculativeStats& stats = result.stats;
-  stats.num_draft = k_max;
-  stats.accepted_histogram.assign(k_max + 1, 0);
-  stats.drafted_at.assign(k_max, 0);
-  stats.accepted_at.assign(k_max, 0);
+  stats.reset(k_max);
 
   using Clock = std::chrono::steady_clock;
   auto start = Clock::now();
@@ -80,7 +130,6 @@ SpeculativeResult generate_speculative(Model& target, Drafter& drafter,
 
   Draft draft;
   std::vector<int32_t> tokens;
-  std::vector<float> p;
   ForwardOptions verify;
   verify.all_logits = true;
   verify.delta_rule = DeltaRuleChoice::kRecurrent;  // per token, as decoding: the same numbers
@@ -106,44 +155,20 @@ SpeculativeResult generate_speculative(Model& target, Drafter& drafter,
     const int64_t length = state->length(), num_tokens = int64_t(tokens.size());
     verify.keep_rollback = num_drafts > 0;
     target.forward(tokens, *state, logits.view().rows(0, num_tokens), verify);
-    ++stats.steps;
-    stats.steps_without_draft += num_drafts == 0;
 
-    int64_t accepted = 0;
     const int64_t emitted_before = int64_t(result.output_ids.size());
-    for (int64_t i = 0; i < num_drafts; ++i) ++stats.drafted_at[i];
-    for (; accepted < num_drafts && !stopped; ++accepted) {
-      const float* row = logits.f32() + accepted * vocab;
-      const int32_t token = draft.tokens[accepted];
-      bool accept = false;
-      int32_t emitted = 0;
-      if (sampler.greedy()) {
-        emitted = argmax(row, vocab);
-        accept = emitted == token;
-      } else {
-        sampler.distribution(row, vocab, p);
-        const float* q = draft.probs.empty() ? nullptr : draft.probs.data() + accepted * vocab;
-        emitted = verify_draft_token(sampler, p, q, token, &accept);
-      }
-      emit(emitted);
-      if (!accept) break;
-      ++stats.accepted_at[accepted];
-    }
-    // Every draft accepted: the last row's logits give one more token for free.
-    if (accepted == num_drafts && !stopped)
-      emit(sampler.sample(logits.f32() + num_drafts * vocab, vocab));
-    stats.drafted += num_drafts;
-    stats.accepted += accepted;
-    ++stats.accepted_histogram[accepted];
-    stats.emitted += int64_t(result.output_ids.size()) - emitted_before;
+    const int64_t accepted = verify_drafts(sampler, logits.f32(), vocab, draft, [&](int32_t token, const float*) {
+      emit(token);
+      return !stopped;
+    });
+    stats.record_step(num_drafts, accepted, int64_t(result.output_ids.size()) - emitted_before);
 
     // Keep the last token and the accepted drafts; the token just emitted runs next step.
     if (num_drafts > 0) {
       target.rollback(*state, length + 1 + accepted);
       target.commit(*state);
     }
-    if (speculative.adaptive && num_drafts > 0)
-      k = accepted == num_drafts ? std::min(k + 2, k_max) : std::max<int64_t>(k - 1, 1);
+    if (speculative.adaptive) k = adapt_num_draft(k, k_max, num_drafts, accepted);
   }
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return result;

@@ -32,7 +32,16 @@ struct SpeculativeStats {
 
   double tokens_per_step() const { return steps ? double(emitted) / double(steps) : 0.0; }
   double acceptance_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
+  // Empties the counters and sizes the per-position ones for k up to num_draft.
+  void reset(int64_t num_draft);
+  // One verify step that checked `drafted` drafts (<= num_draft), accepted the first `accepted`
+  // and produced `emitted` tokens.
+  void record_step(int64_t drafted, int64_t accepted, int64_t emitted);
 };
+
+// The adaptive schedule of k (SpeculativeOptions::adaptive): after a step that verified drafts,
+// +2 when it accepted them all, else -1, within [1, k_max]; unchanged after a step without drafts.
+int64_t adapt_num_draft(int64_t k, int64_t k_max, int64_t drafted, int64_t accepted);
 
 struct SpeculativeResult : GenerateResult {
   SpeculativeStats stats;
@@ -52,5 +61,14 @@ SpeculativeResult generate_speculative(Model& target, Drafter& drafter,
 // token emitted; *accepted says which happened.
 int32_t verify_draft_token(Sampler& sampler, const std::vector<float>& p, const float* q,
                            int32_t token, bool* accepted);
+
+// One verify step's decisions: `logits` holds the target's rows [draft.tokens.size() + 1, vocab]
+// (row i: after the last token and drafts 0..i-1). Greedy samplers accept a draft that is the
+// row's argmax; others use verify_draft_token with the draft's q. Each token produced (the
+// accepted drafts, then the correction or, when all were accepted, the bonus token from the last
+// row) goes to emit(token, its row), which returns false to stop there (a stop token, the
+// length). Returns how many drafts were accepted (a draft that stopped the sequence counts).
+int64_t verify_drafts(Sampler& sampler, const float* logits, int64_t vocab, const Draft& draft,
+                      const std::function<bool(int32_t token, const float* row)>& emit);
 
 }  // namespace vt

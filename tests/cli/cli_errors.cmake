@@ -58,6 +58,14 @@ expect_failure("non-numeric id" "not an integer" generate --model ${GOLDEN} --pr
 expect_failure("negative temperature" "temperature" generate --model ${GOLDEN} --prompt-ids 1 --temperature -1)
 expect_failure("too many tokens" "exceeds" generate --model ${GOLDEN} --prompt-ids 1 --max-new-tokens 100000)
 expect_failure("missing subcommand" "subcommand")
+# vt serve's speculative options are checked before anything loads or binds.
+expect_failure("serve: a drafter the server lacks" "the server drafts with ngram" serve --model ${GOLDEN}
+               --speculative mtp)
+expect_failure("serve: --num-draft alone" "go with --speculative ngram" serve --model ${GOLDEN} --num-draft 4)
+expect_failure("serve: --adaptive-draft alone" "go with --speculative ngram" serve --model ${GOLDEN} --adaptive-draft)
+expect_failure("serve: --num-draft 0" "--num-draft" serve --model ${GOLDEN} --speculative ngram --num-draft 0)
+expect_failure("serve: --num-draft not a number" "--num-draft" serve --model ${GOLDEN} --speculative ngram
+               --num-draft x)
 file(WRITE ${SCRATCH}/config.json "{\"architectures\": [\"LlamaForCausalLM\"]}")
 expect_failure("unknown architecture" "unknown architecture 'LlamaForCausalLM'" inspect --model ${SCRATCH})
 file(REMOVE_RECURSE ${SCRATCH})

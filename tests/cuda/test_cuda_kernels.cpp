@@ -5,10 +5,12 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <tuple>
 #include <vector>
 
+#include "../numerics.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cuda/cuda_ops.h"
 #include "cuda_test_support.h"
@@ -312,6 +314,249 @@ TEST_F(CudaKernels, GatedDeltaNetWindowSavesEachTokensState) {
   EXPECT_TRUE(download(state_window) == want_state_window)
       << "rel L2 " << relative_l2(download(state_window), want_state_window);
   EXPECT_TRUE(download(single.state) == download(plain.state));
+}
+
+// The CPU reference of a GDN step after the conv: per sequence (slot from the layout), q/k/v from
+// conv_out [T, conv_dim], L2 norms, gating, the delta rule (token by token or in 64-token chunks)
+// on recurrent [slots, hv, dk, dv], gated RMSNorm with z from `projected`: out [T, hv*dv].
+struct GdnInputs {
+  int64_t hk, hv, dk, dv, stride, z_offset;
+  std::vector<float> conv_out, projected, ba, a_log, dt_bias, norm_w;
+  float eps;
+};
+
+std::vector<float> cpu_gdn_core(const GdnInputs& in, const HostLayout& layout, std::vector<float>& recurrent,
+                                bool chunked) {
+  const int64_t hk = in.hk, hv = in.hv, dk = in.dk, dv = in.dv, conv_dim = 2 * hk * dk + hv * dv;
+  const int64_t T = layout.seq_start.back(), value_dim = hv * dv;
+  std::vector<float> out(size_t(T * value_dim));
+  for (size_t s = 0; s + 1 < layout.seq_start.size(); ++s) {
+    const int64_t first = layout.seq_start[s], n = layout.seq_start[s + 1] - first, slot = layout.slots[s];
+    std::vector<float> q(n * hk * dk), k(n * hk * dk), v(n * value_dim), z(n * value_dim), g(n * hv), beta(n * hv),
+        core(n * value_dim);
+    for (int64_t t = 0; t < n; ++t) {
+      const float* row = &in.conv_out[size_t((first + t) * conv_dim)];
+      std::copy(row, row + hk * dk, &q[t * hk * dk]);
+      std::copy(row + hk * dk, row + 2 * hk * dk, &k[t * hk * dk]);
+      std::copy(row + 2 * hk * dk, row + conv_dim, &v[t * value_dim]);
+      for (int64_t i = 0; i < value_dim; ++i) z[t * value_dim + i] = in.projected[(first + t) * in.stride + in.z_offset + i];
+      for (int64_t h = 0; h < hv; ++h) {
+        beta[t * hv + h] = 1.0f / (1.0f + std::exp(-in.ba[(first + t) * 2 * hv + h]));
+        const float a = in.ba[(first + t) * 2 * hv + hv + h] + in.dt_bias[h];
+        g[t * hv + h] = -std::exp(in.a_log[h]) * (a > 20.0f ? a : std::log1p(std::exp(a)));
+      }
+    }
+    cpu::l2_normalize(q.data(), n * hk, dk, 1e-6f);
+    cpu::l2_normalize(k.data(), n * hk, dk, 1e-6f);
+    for (auto& x : q) x *= 1.0f / std::sqrt(float(dk));
+    float* state = &recurrent[size_t(slot * hv * dk * dv)];
+    if (chunked)
+      cpu::gated_delta_rule_chunked(core.data(), q.data(), k.data(), v.data(), g.data(), beta.data(), state, n, hk, hv,
+                                    dk, dv, 64);
+    else
+      cpu::gated_delta_rule_recurrent(core.data(), q.data(), k.data(), v.data(), g.data(), beta.data(), state, n, hk,
+                                      hv, dk, dv);
+    cpu::gated_rms_norm(&out[size_t(first * value_dim)], core.data(), z.data(), in.norm_w.data(), n * hv, dv, in.eps);
+  }
+  return out;
+}
+
+GdnInputs random_gdn_inputs(int64_t hk, int64_t hv, int64_t dk, int64_t dv, int64_t T, uint64_t seed) {
+  GdnInputs in{hk, hv, dk, dv, 0, 0, {}, {}, {}, {}, {}, {}, 1e-6f};
+  const int64_t conv_dim = 2 * hk * dk + hv * dv;
+  in.z_offset = conv_dim + 8;  // z sits inside a wider row, as in the model's [qkv | z] projection
+  in.stride = in.z_offset + hv * dv + 5;
+  // conv_out is a SiLU output in the model: mostly positive, some small negatives.
+  in.conv_out = random_vector(size_t(T * conv_dim), seed);
+  for (auto& x : in.conv_out) x = x / (1.0f + std::exp(-x));
+  in.projected = random_vector(size_t(T * in.stride), seed + 1);
+  in.ba = random_vector(size_t(T * 2 * hv), seed + 2);
+  in.a_log = random_vector(size_t(hv), seed + 3, 0.5f);
+  in.dt_bias = random_vector(size_t(hv), seed + 4, 0.5f);
+  in.norm_w = random_vector(size_t(dv), seed + 5, 0.1f);
+  for (auto& w : in.norm_w) w += 1.0f;
+  return in;
+}
+
+struct GdnRun {
+  std::vector<float> out, state;
+};
+
+// One GPU step over `in` with the recurrent state starting at `initial`: chunked_from = 0 runs
+// gdn_recurrent alone (every sequence token by token); else gdn_recurrent for the sequences
+// shorter than it (when `recurrent_too`) and gdn_chunked(min_tokens = chunked_from).
+GdnRun gpu_gdn_core(const GdnInputs& in, const HostLayout& layout, const std::vector<float>& initial,
+                    int64_t chunked_from, bool recurrent_too) {
+  const int64_t T = layout.seq_start.back(), S = int64_t(layout.slots.size());
+  auto d_conv_out = upload(in.conv_out, DType::kF32), d_projected = upload(in.projected, DType::kF32);
+  auto d_ba = upload(in.ba, DType::kF32), d_a_log = upload(in.a_log, DType::kF32);
+  auto d_dt_bias = upload(in.dt_bias, DType::kF32), d_norm = upload(in.norm_w, DType::kF32);
+  auto d_state = upload(initial, DType::kF32);
+  auto d_seq = upload(layout.token_seq, DType::kI32), d_pos = upload(layout.positions, DType::kI32);
+  auto d_start = upload(layout.seq_start, DType::kI32), d_slots = upload(layout.slots, DType::kI32);
+  const cuda::StepLayout step{d_seq.as<int32_t>(), d_pos.as<int32_t>(), d_start.as<int32_t>(), nullptr,
+                              d_slots.as<int32_t>(), T, S, 0};
+  const cuda::DeltaNetShape shape{in.hk, in.hv, in.dk, in.dv, 4, in.eps};
+  // Poisoned output: an element no kernel writes reads back as NaN (relative_l2: infinite).
+  auto out = upload(std::vector<float>(size_t(T * in.hv * in.dv), NAN), DType::kF32);
+  if (chunked_from == 0 || recurrent_too)
+    cuda::gdn_recurrent(out.data(), d_state.as<float>(), d_conv_out.as<float>(), d_projected.data(), in.stride,
+                        in.z_offset, d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(), step,
+                        shape, DType::kF32, nullptr, nullptr, nullptr, {}, chunked_from);
+  if (chunked_from > 0) {
+    const int64_t floats = cuda::gdn_chunked_scratch_floats(T, S, chunked_from, shape);
+    auto scratch = upload(std::vector<float>(size_t(floats), NAN), DType::kF32);
+    cuda::gdn_chunked(out.data(), d_state.as<float>(), d_conv_out.as<float>(), d_projected.data(), in.stride,
+                      in.z_offset, d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(), step,
+                      shape, DType::kF32, nullptr, scratch.as<float>(), floats, chunked_from);
+    cuda::synchronize();
+  }
+  cuda::synchronize();
+  return {download(out), download(d_state)};
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The chunked delta rule against the CPU reference, token by token and chunked, over awkward
+// lengths in one step (1, 63, 64, 65, 200, 1000 tokens, decode tokens between them, a non-zero
+// initial state, slots in reverse) at the golden models' head dims (16, 64), an odd one (32/48)
+// and the real 128: both as run_step dispatches it (sequences of >= 64 tokens in chunks, the
+// rest through gdn_recurrent, whose rows must equal the recurrent-only run bit for bit) and with
+// every sequence chunked (T = 1 and 63 too). Bit-identical run to run.
+TEST_F(CudaKernels, GatedDeltaNetChunkedMatchesCpu) {
+  struct Dims {
+    int64_t hk, hv, dk, dv;
+  };
+  const StepPlan plan{{0, 5, 0, 9, 3, 0, 12, 0}, {1, 63, 1, 64, 65, 200, 1, 1000}};
+  const HostLayout layout = make_layout(plan);
+  const int64_t T = plan.tokens(), S = int64_t(plan.fresh.size());
+  for (const Dims& d : {Dims{2, 4, 16, 16}, Dims{2, 4, 64, 64}, Dims{2, 6, 32, 48}, Dims{2, 4, 128, 128}}) {
+    SCOPED_TRACE("dk " + std::to_string(d.dk) + " dv " + std::to_string(d.dv));
+    const GdnInputs in = random_gdn_inputs(d.hk, d.hv, d.dk, d.dv, T, 100 + d.dk + d.dv);
+    const auto initial = random_vector(size_t(S * d.hv * d.dk * d.dv), 200 + d.dk, 0.1f);
+    std::vector<float> state_recurrent = initial, state_chunked = initial;
+    const auto want_recurrent = cpu_gdn_core(in, layout, state_recurrent, false);
+    const auto want_chunked = cpu_gdn_core(in, layout, state_chunked, true);
+
+    const GdnRun recurrent = gpu_gdn_core(in, layout, initial, 0, false);
+    const GdnRun mixed = gpu_gdn_core(in, layout, initial, 64, true);
+    const GdnRun all_chunked = gpu_gdn_core(in, layout, initial, 1, false);
+    for (const GdnRun* run : {&mixed, &all_chunked}) {
+      const char* name = run == &mixed ? "mixed" : "all chunked";
+      EXPECT_LE(relative_l2(run->out, want_recurrent), numerics::kCudaChunkedDeltaRuleRelL2) << name;
+      EXPECT_LE(relative_l2(run->out, want_chunked), numerics::kCudaChunkedDeltaRuleRelL2) << name;
+      EXPECT_LE(relative_l2(run->state, state_recurrent), numerics::kCudaChunkedDeltaRuleRelL2) << name;
+      EXPECT_LE(relative_l2(run->state, state_chunked), numerics::kCudaChunkedDeltaRuleRelL2) << name;
+    }
+    // Per sequence too: a short one's error does not hide in the 1000-token one's norm.
+    const int64_t value_dim = d.hv * d.dv, state_size = d.hv * d.dk * d.dv;
+    for (int64_t s = 0; s < S; ++s) {
+      const auto rows = [&](const std::vector<float>& v) {
+        return std::vector<float>(v.begin() + layout.seq_start[s] * value_dim, v.begin() + layout.seq_start[s + 1] * value_dim);
+      };
+      const auto slot_state = [&](const std::vector<float>& v) {
+        const int64_t slot = layout.slots[s];
+        return std::vector<float>(v.begin() + slot * state_size, v.begin() + (slot + 1) * state_size);
+      };
+      EXPECT_LE(relative_l2(rows(all_chunked.out), rows(want_recurrent)), numerics::kCudaChunkedDeltaRuleRelL2)
+          << "sequence " << s << " of " << plan.fresh[s] << " tokens";
+      EXPECT_LE(relative_l2(slot_state(all_chunked.state), slot_state(state_recurrent)),
+                numerics::kCudaChunkedDeltaRuleRelL2)
+          << "sequence " << s << " of " << plan.fresh[s] << " tokens";
+      if (plan.fresh[s] < 64) {  // the mixed step ran these through gdn_recurrent, as the plain step did
+        EXPECT_TRUE(same_bits(rows(mixed.out), rows(recurrent.out))) << "sequence " << s;
+        EXPECT_TRUE(same_bits(slot_state(mixed.state), slot_state(recurrent.state))) << "sequence " << s;
+      }
+    }
+    const GdnRun again = gpu_gdn_core(in, layout, initial, 1, false);
+    EXPECT_TRUE(same_bits(again.out, all_chunked.out));
+    EXPECT_TRUE(same_bits(again.state, all_chunked.state));
+    const GdnRun mixed_again = gpu_gdn_core(in, layout, initial, 64, true);
+    EXPECT_TRUE(same_bits(mixed_again.out, mixed.out));
+    EXPECT_TRUE(same_bits(mixed_again.state, mixed.state));
+  }
+}
+
+// The chunked kernels' fused FP8 output for the out_proj (bf16 activations, dv = 128): the codes
+// and scales are the CPU quantisation (scale = max(absmax, 1e-10) / 448, e4m3 of x / scale) of
+// the kernel's own bf16 output, bit for bit, per (token, head); the output is the recurrent
+// kernel's to bf16 rounding; a step whose sequences are all shorter than min_tokens writes nothing.
+TEST_F(CudaKernels, GatedDeltaNetChunkedFp8OutputAndBf16) {
+  const int64_t hk = 2, hv = 4, dk = 128, dv = 128, value_dim = hv * dv;
+  const StepPlan plan{{0, 7}, {130, 1}};
+  const HostLayout layout = make_layout(plan);
+  const int64_t T = plan.tokens(), S = int64_t(plan.fresh.size());
+  GdnInputs in = random_gdn_inputs(hk, hv, dk, dv, T, 300);
+  const auto to_bf16 = [](const std::vector<float>& values) {
+    std::vector<uint16_t> bits(values.size());
+    for (size_t i = 0; i < values.size(); ++i) bits[i] = f32_to_bf16(values[i]);
+    return bits;
+  };
+  const auto initial = random_vector(size_t(S * hv * dk * dv), 301, 0.1f);
+  auto d_conv_out = upload(in.conv_out, DType::kF32), d_projected = upload(to_bf16(in.projected), DType::kBF16);
+  auto d_ba = upload(to_bf16(in.ba), DType::kBF16), d_a_log = upload(in.a_log, DType::kF32);
+  auto d_dt_bias = upload(in.dt_bias, DType::kF32), d_norm = upload(in.norm_w, DType::kF32);
+  auto d_seq = upload(layout.token_seq, DType::kI32), d_pos = upload(layout.positions, DType::kI32);
+  auto d_start = upload(layout.seq_start, DType::kI32), d_slots = upload(layout.slots, DType::kI32);
+  const cuda::StepLayout step{d_seq.as<int32_t>(), d_pos.as<int32_t>(), d_start.as<int32_t>(), nullptr,
+                              d_slots.as<int32_t>(), T, S, 0};
+  const cuda::DeltaNetShape shape{hk, hv, dk, dv, 4, in.eps};
+  const int64_t floats = cuda::gdn_chunked_scratch_floats(T, S, 64, shape);
+  cuda::DeviceBuffer scratch(DType::kF32, {floats});
+  const auto read_bf16 = [](const cuda::DeviceBuffer& buffer) {
+    std::vector<uint16_t> bits(size_t(buffer.shape().numel()));
+    cuda::copy_to_host(bits.data(), buffer.data(), bits.size() * 2);
+    std::vector<float> values(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) values[i] = bf16_to_f32(bits[i]);
+    return values;
+  };
+  // The chunked step (the 1-token sequence through gdn_recurrent) and the recurrent-only step.
+  std::vector<std::vector<float>> outs;
+  std::vector<uint8_t> codes(size_t(T * value_dim));
+  std::vector<float> scales(size_t(T * hv));
+  for (int64_t chunked_from : {int64_t(64), int64_t(0)}) {
+    auto d_state = upload(initial, DType::kF32);
+    cuda::DeviceBuffer out(DType::kBF16, {T * value_dim}), q(DType::kU8, {T * value_dim}), q_scales(DType::kF32, {T * hv});
+    cuda::gdn_recurrent(out.data(), d_state.as<float>(), d_conv_out.as<float>(), d_projected.data(), in.stride,
+                        in.z_offset, d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(), step,
+                        shape, DType::kBF16, nullptr, q.as<uint8_t>(), q_scales.as<float>(), {}, chunked_from);
+    if (chunked_from > 0)
+      cuda::gdn_chunked(out.data(), d_state.as<float>(), d_conv_out.as<float>(), d_projected.data(), in.stride,
+                        in.z_offset, d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(), step,
+                        shape, DType::kBF16, nullptr, scratch.as<float>(), floats, chunked_from, q.as<uint8_t>(),
+                        q_scales.as<float>());
+    cuda::synchronize();
+    outs.push_back(read_bf16(out));
+    if (chunked_from == 0) continue;
+    cuda::copy_to_host(codes.data(), q.data(), codes.size());
+    scales = download(q_scales);
+  }
+  EXPECT_LE(relative_l2(outs[0], outs[1]), numerics::kCudaChunkedBf16OutputRelL2);
+  int64_t code_mismatches = 0, scale_mismatches = 0;
+  for (int64_t row = 0; row < T * hv; ++row) {
+    float absmax = 0.0f;
+    for (int64_t c = 0; c < dv; ++c) absmax = std::max(absmax, std::fabs(outs[0][size_t(row * dv + c)]));
+    const float scale = std::max(absmax, 1e-10f) / 448.0f;
+    scale_mismatches += scales[size_t(row)] != scale;
+    for (int64_t c = 0; c < dv; ++c) {
+      const float x = std::min(std::max(outs[0][size_t(row * dv + c)] / scale, -448.0f), 448.0f);
+      code_mismatches += codes[size_t(row * dv + c)] != f32_to_f8e4m3(x);
+    }
+  }
+  EXPECT_EQ(scale_mismatches, 0);
+  EXPECT_EQ(code_mismatches, 0);
+
+  // min_tokens above every sequence's length: the chunked kernels touch neither output nor state.
+  auto d_state = upload(initial, DType::kF32);
+  auto out = upload(to_bf16(std::vector<float>(size_t(T * value_dim), 5.0f)), DType::kBF16);
+  cuda::gdn_chunked(out.data(), d_state.as<float>(), d_conv_out.as<float>(), d_projected.data(), in.stride, in.z_offset,
+                    d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(), step, shape,
+                    DType::kBF16, nullptr, scratch.as<float>(), floats, 131);
+  cuda::synchronize();
+  EXPECT_TRUE(read_bf16(out) == std::vector<float>(size_t(T * value_dim), 5.0f));
+  EXPECT_TRUE(download(d_state) == initial);
 }
 
 // copy_spans: more spans than one launch takes, empty, one-element and misaligned ones.

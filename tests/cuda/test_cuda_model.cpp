@@ -133,6 +133,92 @@ TEST_F(CudaModel, Deterministic) {
   EXPECT_EQ(runs[0], runs[2]);
 }
 
+// The chunked delta rule (gdn_chunked) and the token-by-token one agree through the whole model
+// on the 150-token golden prompt (f32); kAuto takes the chunks at that length (bit-identical to
+// kChunked), and a forward that keeps a rollback window cannot ask for chunks.
+TEST_F(CudaModel, ChunkedPrefillEqualsRecurrentThroughTheModel) {
+  for (const char* name : {"qwen3_5_dense", "qwen3_next"}) {
+    CudaModelOptions options;
+    options.activations = DType::kF32;
+    options.max_context = 256;
+    options.max_step_tokens = 256;
+    options.max_logit_rows = 256;
+    auto model = load_qwen35_cuda(kGolden + name, options);
+    nlohmann::json reference = read_json_file(kGolden + name + "/reference.json");
+    auto ids = reference["prompts"][1]["ids"].get<std::vector<int32_t>>();
+    ASSERT_GE(ids.size(), 128u) << name;
+    const auto logits_of = [&](DeltaRuleChoice choice) {
+      auto state = model->new_sequence(int64_t(ids.size()));
+      Buffer logits(DType::kF32, {int64_t(ids.size()), model->info().vocab_size});
+      ForwardOptions all;
+      all.all_logits = true;
+      all.delta_rule = choice;
+      model->forward(ids, *state, logits, all);
+      return std::vector<float>(logits.f32(), logits.f32() + logits.numel());
+    };
+    const auto chunked = logits_of(DeltaRuleChoice::kChunked), recurrent = logits_of(DeltaRuleChoice::kRecurrent);
+    const auto automatic = logits_of(DeltaRuleChoice::kAuto);
+    const double error = relative_l2(chunked, recurrent);
+    std::printf("cuda %s: chunked vs token-by-token delta rule, logits rel L2 %.3g\n", name, error);
+    EXPECT_LE(error, numerics::kSamePathRelL2) << name;
+    EXPECT_TRUE(automatic == chunked) << name << ": kAuto did not take the chunked path at " << ids.size() << " tokens";
+    EXPECT_FALSE(automatic == recurrent) << name << ": the chunked path left the logits bit-identical";
+    auto state = model->new_sequence(int64_t(ids.size()));
+    Buffer last(DType::kF32, {1, model->info().vocab_size});
+    ForwardOptions window;
+    window.keep_rollback = true;
+    window.delta_rule = DeltaRuleChoice::kChunked;
+    try {
+      model->forward(ids, *state, last, window);
+      ADD_FAILURE() << name << ": a chunked forward keeping a rollback window was accepted";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("chunked delta rule"), std::string::npos) << error.what();
+    }
+  }
+}
+
+// A batched step mixing prompt chunks of 64+ tokens (chunked delta rule) with a decode token and a
+// short chunk (token by token): each sequence's logits match running it alone token by token.
+TEST_F(CudaModel, MixedBatchOfChunkedPrefillsAndDecodes) {
+  CudaModelOptions options;
+  options.activations = DType::kF32;
+  options.max_sequences = 5;  // the batch's four and one run alone
+  options.max_context = 256;
+  options.max_step_tokens = 256;
+  options.max_logit_rows = 8;
+  auto model = load_qwen35_cuda(kGolden + "qwen3_5_dense", options);
+  const int64_t vocab = model->info().vocab_size;
+  nlohmann::json reference = read_json_file(kGolden + "qwen3_5_dense/reference.json");
+  const auto prompt = reference["prompts"][1]["ids"].get<std::vector<int32_t>>();
+  // Sequence 0: 20 tokens already, one more now; 1: 100 new; 2: 9 already, 70 new; 3: 30 new.
+  const std::vector<std::pair<int64_t, int64_t>> plan = {{20, 1}, {0, 100}, {9, 70}, {0, 30}};
+  std::vector<std::unique_ptr<SequenceState>> states;
+  std::vector<std::vector<int32_t>> fresh;
+  Buffer one(DType::kF32, {1, vocab});
+  ForwardOptions token_by_token;
+  token_by_token.delta_rule = DeltaRuleChoice::kRecurrent;
+  for (size_t s = 0; s < plan.size(); ++s) {
+    const auto [cached, count] = plan[s];
+    states.push_back(model->new_sequence(200));
+    const auto begin = prompt.begin() + int64_t(s) * 7;
+    if (cached > 0) model->forward({&*begin, size_t(cached)}, *states.back(), one, token_by_token);
+    fresh.emplace_back(begin + cached, begin + cached + count);
+  }
+  std::vector<BatchItem> items;
+  for (size_t s = 0; s < plan.size(); ++s) items.push_back({fresh[s], states[s].get(), false});
+  Buffer batch(DType::kF32, {int64_t(items.size()), vocab});
+  model->forward_batch(items, batch);
+  for (size_t s = 0; s < plan.size(); ++s) {
+    const auto [cached, count] = plan[s];
+    auto alone = model->new_sequence(200);
+    const auto begin = prompt.begin() + int64_t(s) * 7;
+    model->forward({&*begin, size_t(cached + count)}, *alone, one, token_by_token);
+    const std::vector<float> want(one.f32(), one.f32() + vocab);
+    const std::vector<float> got(batch.f32() + int64_t(s) * vocab, batch.f32() + int64_t(s + 1) * vocab);
+    EXPECT_LE(relative_l2(got, want), numerics::kLogitsRelL2) << "sequence " << s << ": " << count << " new tokens";
+  }
+}
+
 // Synthetic 27B at real shapes: builds, runs a batched decode step, produces valid token ids.
 TEST_F(CudaModel, SyntheticRealShapesDecode) {
   Qwen35Config config = reduced_config("qwen3.5-27b", 4);

@@ -8,7 +8,10 @@ concurrent greedy streams equal to each request alone, on a KV cache small enoug
 a request larger than the cache gets a 400; a client that hangs up mid-stream frees its cache; 40+
 bad requests get 4xx with an error object and the server stays up; the API key guards all but
 /health. A second server: CORS allow-list, --max-concurrent-requests (429), and SIGTERM draining
-(the stream in flight completes, new requests get 503, exit 0).
+(the stream in flight completes, new requests get 503, exit 0). A third: --speculative ngram, whose
+greedy outputs, logprobs and stop strings equal those of requests that opt out
+(num_speculative_tokens 0), alone and 16 at once; seeded sampling repeats; the speculative metrics
+add up; bad num_speculative_tokens values get 400.
 Exits 77 (skipped) when the model is not fetched, unless VT_REQUIRE_SMOLLM2=1.
 """
 import concurrent.futures
@@ -280,6 +283,7 @@ def test_disconnect(port):
 
 
 BAD_REQUESTS = [
+    ("/v1/completions", {"prompt": "hi", "num_speculative_tokens": 2}),  # this server does not speculate
     ("/v1/completions", "{not json"),
     ("/v1/completions", "[1, 2, 3]"),
     ("/v1/completions", '"a string"'),
@@ -356,6 +360,90 @@ def test_bad_requests(port):
     check(len(set(json.dumps(b) if not isinstance(b, bytes) else b.hex() for _, b in BAD_REQUESTS)) + 1 >= 40,
           "at least 40 distinct bad requests")
     check(raw(port, "GET", "/health")[0] == 200, "the server is up after bad requests")
+
+
+def labeled_metrics(port):
+    status, data = raw(port, "GET", "/metrics")
+    values = {}
+    for line in data.decode().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+def test_speculative(vt, model):
+    """vt serve --speculative ngram: n-gram drafts verified inside the batched steps."""
+    process, port = start_server(vt, model, "--speculative", "ngram", "--num-draft", "4")
+    try:
+        prompt = ("Repeat the text exactly.\nText: The quick brown fox jumps over the lazy dog near the river bank, "
+                  "and the dog sleeps on while the fox runs away into the forest.\nRepeated: The quick brown fox")
+
+        def complete(drafts=None, text=prompt, **extra):
+            body = {"model": "smollm2", "prompt": text, "max_tokens": 40, "temperature": 0, "logprobs": 2, **extra}
+            if drafts is not None:
+                body["num_speculative_tokens"] = drafts
+            status, data = raw(port, "POST", "/v1/completions", body)
+            check(status == 200, f"speculative server: {status} {data[:200]!r}")
+            return json.loads(data)["choices"][0] if status == 200 else {}
+
+        before = labeled_metrics(port)
+        plain = complete(0)
+        for drafts in (None, 1, 4):
+            got = complete(drafts)
+            check(got.get("text") == plain.get("text"), f"k={drafts}: {got.get('text')!r} != plain {plain.get('text')!r}")
+            check(got.get("logprobs") == plain.get("logprobs"), f"k={drafts}: logprobs differ from plain decoding")
+            check(got.get("finish_reason") == plain.get("finish_reason"), f"k={drafts}: finish_reason")
+        stopped_plain, stopped = complete(0, stop=["lazy"]), complete(None, stop=["lazy"])
+        check(stopped.get("text") == stopped_plain.get("text") and stopped.get("finish_reason") == "stop" and
+              "lazy" not in stopped.get("text", "x"), f"stop string: {stopped!r} vs {stopped_plain!r}")
+        seeded = [complete(None, temperature=0.8, seed=7, logprobs=None).get("text") for _ in range(2)]
+        check(seeded[0] == seeded[1], f"a seeded sampled request repeats: {seeded}")
+
+        # 16 at once, speculating (k 4, 2) and not, each equal to plain decoding.
+        prompts = [prompt.replace("fox", f"fox number {i}") for i in range(4)]
+        alone = [complete(0, text=p).get("text") for p in prompts]
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            def one(i):
+                status, data = raw(port, "POST", "/v1/completions",
+                                   {"model": "smollm2", "prompt": prompts[i % 4], "max_tokens": 40, "temperature": 0,
+                                    "num_speculative_tokens": [0, 2, 4, 4][i // 4]})
+                return json.loads(data)["choices"][0]["text"] if status == 200 else f"status {status}"
+            together = list(pool.map(one, range(16)))
+        for i, text in enumerate(together):
+            check(text == alone[i % 4], f"concurrent speculative request {i}: {text!r} != alone {alone[i % 4]!r}")
+
+        after = labeled_metrics(port)
+        delta = {name: after[name] - before.get(name, 0) for name in after}
+        steps, accepted = delta["vt_spec_decode_steps_total"], delta["vt_spec_accepted_tokens_total"]
+        print(f"speculative: {accepted:.0f} drafts accepted in {steps:.0f} steps "
+              f"({delta['vt_spec_emitted_tokens_total'] / max(steps, 1):.2f} tokens/step)", flush=True)
+        check(accepted >= 10, f"the n-gram drafts of a copy task are accepted: {accepted} in {steps} steps")
+        check(delta["vt_spec_emitted_tokens_total"] <= accepted + steps, "emitted <= accepted + steps")
+        check(delta["vt_spec_emitted_tokens_total"] >= accepted, "emitted >= accepted")
+        check(delta["vt_spec_accepted_tokens_per_step_count"] == steps, "histogram count = steps")
+        check(delta["vt_spec_accepted_tokens_per_step_sum"] == accepted, "histogram sum = accepted")
+        check(delta['vt_spec_accepted_tokens_per_step_bucket{le="+Inf"}'] == steps, "+Inf bucket = steps")
+        drafted = sum(delta[f'vt_spec_position_drafted_total{{position="{i}"}}'] for i in range(4))
+        check(drafted == delta["vt_spec_draft_tokens_total"], f"drafted by position {drafted} = drafted total")
+        check(sum(delta[f'vt_spec_position_accepted_total{{position="{i}"}}'] for i in range(4)) == accepted,
+              "accepted by position = accepted total")
+        check(after["vt_generation_tokens_total"] - before["vt_generation_tokens_total"] >=
+              delta["vt_spec_emitted_tokens_total"], "generated tokens include the speculative steps' tokens")
+
+        for value in (5, -1, "2", 1.5):
+            status, data = raw(port, "POST", "/v1/completions",
+                               {"model": "smollm2", "prompt": "hi", "num_speculative_tokens": value})
+            error = json.loads(data).get("error", {}) if data.startswith(b"{") else {}
+            check(status == 400 and error.get("param") == "num_speculative_tokens",
+                  f"num_speculative_tokens {value!r}: {status} {data[:200]!r}")
+    finally:
+        process.terminate()
+        try:
+            check(process.wait(timeout=20) == 0, "the speculative server exits 0 on SIGTERM")
+        except subprocess.TimeoutExpired:
+            process.kill()
+            check(False, "the speculative server did not stop on SIGTERM")
 
 
 def test_operations(vt, model):
@@ -467,6 +555,7 @@ def main():
             process.kill()
             check(False, "vt serve did not stop on SIGTERM")
     test_operations(vt, model)
+    test_speculative(vt, model)
     print(f"{'FAILED' if failures else 'passed'} in {time.time() - started:.1f} s ({len(failures)} failures)")
     sys.exit(1 if failures else 0)
 

@@ -70,14 +70,15 @@ inline double chi_square(const std::map<std::vector<int32_t>, int64_t>& observed
   return statistic;
 }
 
-// `label` names the backend in the printed lines and failures.
-inline void expect_speculative_sampling_follows_target(Model& target, const std::vector<int32_t>& prompt,
-                                                       const std::string& label) {
+// The sampling these checks use: temperature 1, top-k 3 (27 possible first three tokens).
+inline SamplingParams three_token_sampling() { return {1.0f, 3, 1.0f, 0}; }
+
+// Exact joint probabilities of the first three tokens the target samples after `prompt`.
+inline std::map<std::vector<int32_t>, double> first_three_token_distribution(Model& target,
+                                                                            const std::vector<int32_t>& prompt) {
   const int64_t vocab = target.info().vocab_size;
-  const SamplingParams sampling{1.0f, 3, 1.0f, 0};
-  // Exact joint probabilities of the 27 sequences the target can sample.
   std::map<std::vector<int32_t>, double> expected;
-  Sampler exact(sampling);
+  Sampler exact(three_token_sampling());
   std::vector<float> p;
   const auto distribution_after = [&](const std::vector<int32_t>& tokens) {
     std::vector<int32_t> all = prompt;
@@ -99,6 +100,31 @@ inline void expect_speculative_sampling_follows_target(Model& target, const std:
         if (p3[c] > 0) expected[{a, b, c}] = double(p1[a]) * p2[b] * p3[c];
     }
   }
+  return expected;
+}
+
+// The observed first-three-token counts of `samples` sampled outputs pass a chi-square test
+// against `expected` at the 0.999 quantile (Wilson-Hilferty) with cells - 1 degrees of freedom.
+inline void expect_chi_square_passes(const std::map<std::vector<int32_t>, int64_t>& observed,
+                                     const std::map<std::vector<int32_t>, double>& expected, int64_t samples,
+                                     int64_t accepted, int64_t drafted, const std::string& name) {
+  int64_t cells = 0;
+  const double statistic = chi_square(observed, expected, samples, &cells);
+  const double dof = double(cells - 1), z = 3.0902;
+  const double bound = dof * std::pow(1 - 2 / (9 * dof) + z * std::sqrt(2 / (9 * dof)), 3);
+  std::printf("%s: chi-square %.1f over %lld cells (bound %.1f), drafts accepted %lld of %lld\n", name.c_str(),
+              statistic, (long long)cells, bound, (long long)accepted, (long long)drafted);
+  EXPECT_LT(statistic, bound) << name;
+  // Drafts were both accepted and rejected, so both branches shaped the counts.
+  EXPECT_GT(accepted, drafted / 10) << name;
+  EXPECT_LT(accepted, drafted * 9 / 10) << name;
+}
+
+// `label` names the backend in the printed lines and failures.
+inline void expect_speculative_sampling_follows_target(Model& target, const std::vector<int32_t>& prompt,
+                                                       const std::string& label) {
+  const SamplingParams sampling = three_token_sampling();
+  const auto expected = first_three_token_distribution(target, prompt);
   ASSERT_EQ(expected.size(), 27u);
   for (const SamplingParams& draft_sampling : {SamplingParams{}, SamplingParams{1.5f, 5, 1.0f, 99}}) {
     const std::string name = label + (draft_sampling.temperature == 0 ? " point-mass q" : " dense q");
@@ -118,17 +144,7 @@ inline void expect_speculative_sampling_follows_target(Model& target, const std:
       ++observed[{result.output_ids.begin(), result.output_ids.begin() + 3}];
       drafted += result.stats.drafted, accepted += result.stats.accepted;
     }
-    int64_t cells = 0;
-    const double statistic = chi_square(observed, expected, samples, &cells);
-    // The 0.999 quantile of chi-square with cells - 1 degrees of freedom (Wilson-Hilferty).
-    const double dof = double(cells - 1), z = 3.0902;
-    const double bound = dof * std::pow(1 - 2 / (9 * dof) + z * std::sqrt(2 / (9 * dof)), 3);
-    std::printf("%s: chi-square %.1f over %lld cells (bound %.1f), drafts accepted %lld of %lld\n", name.c_str(),
-                statistic, (long long)cells, bound, (long long)accepted, (long long)drafted);
-    EXPECT_LT(statistic, bound) << name;
-    // Drafts were both accepted and rejected, so both branches shaped the counts.
-    EXPECT_GT(accepted, drafted / 10) << name;
-    EXPECT_LT(accepted, drafted * 9 / 10) << name;
+    expect_chi_square_passes(observed, expected, samples, accepted, drafted, name);
   }
 }
 

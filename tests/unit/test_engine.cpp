@@ -1,14 +1,21 @@
 // The serving engine on the tiny golden Qwen3.5 model: greedy outputs equal generate() and do not
 // depend on what else runs; admission, queueing, preemption by recompute, cancellation and stop
-// tokens; seeds, logprobs and logit_bias; stop strings.
+// tokens; seeds, logprobs and logit_bias; stop strings. Speculative decoding in the batch: greedy
+// outputs (and logprobs) identical to plain decoding for k = 1..8, alone and 16 at once mixed with
+// plain requests, through preemption; seeded sampled outputs independent of the load; the sampled
+// distribution the target's (chi-square); stop tokens and max_tokens inside accepted drafts; the
+// statistics and their /metrics rendering; bad options refused.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <functional>
 #include <future>
+#include <map>
 #include <mutex>
 #include <random>
+#include <sstream>
 
 #include "core/error.h"
 #include "engine/engine.h"
@@ -16,6 +23,9 @@
 #include "engine/logprobs.h"
 #include "engine/stop_strings.h"
 #include "models/registry.h"
+#include "server/metrics.h"
+#include "spec/draft_model_drafter.h"
+#include "../spec/spec_test_support.h"
 
 namespace vt {
 namespace {
@@ -322,6 +332,530 @@ TEST_F(EngineTest, StopTokenEndsTheRequest) {
   const size_t first = size_t(std::find(full.begin(), full.end(), full[3]) - full.begin());
   EXPECT_EQ(collector.ids, std::vector<int32_t>(full.begin(), full.begin() + first + 1));
   EXPECT_EQ(collector.last.finish_reason, FinishReason::kStop);
+}
+
+// ---- Speculative decoding inside continuous batching ----
+
+// The target's own drafts (a draft model run on a second copy of the target). With make_wrong,
+// greedy drafts get one token made wrong at a position that cycles through 0..max_tokens
+// (max_tokens: none wrong), so verification accepts every prefix length in turn.
+class OracleDrafter final : public Drafter {
+ public:
+  OracleDrafter(Model& copy, const SamplingParams& sampling, bool make_wrong)
+      : oracle_(copy, sampling), vocab_(copy.info().vocab_size), make_wrong_(make_wrong) {}
+  std::string name() const override { return "oracle"; }
+  void start(std::span<const int32_t> prompt, int64_t max_length) override { oracle_.start(prompt, max_length); }
+  void propose(std::span<const int32_t> context, int64_t max_tokens, Draft& draft) override {
+    oracle_.propose(context, max_tokens, draft);
+    const size_t wrong = size_t(calls_++ % (max_tokens + 1));
+    if (make_wrong_ && wrong < draft.tokens.size() && draft.probs.empty())
+      draft.tokens[wrong] = int32_t((draft.tokens[wrong] + 1) % vocab_);
+  }
+
+ private:
+  DraftModelDrafter oracle_;
+  int64_t vocab_, calls_ = 0;
+  bool make_wrong_;
+};
+
+// Proposes the continuation a test already knows (the plain greedy output): always right.
+class ScriptedDrafter final : public Drafter {
+ public:
+  ScriptedDrafter(size_t prompt_size, std::vector<int32_t> script) : prompt_size_(prompt_size), script_(std::move(script)) {}
+  std::string name() const override { return "scripted"; }
+  void start(std::span<const int32_t>, int64_t) override {}
+  void propose(std::span<const int32_t> context, int64_t max_tokens, Draft& draft) override {
+    draft.tokens.clear();
+    draft.probs.clear();
+    const size_t done = context.size() - prompt_size_;
+    for (size_t i = done; i < script_.size() && int64_t(i - done) < max_tokens; ++i) draft.tokens.push_back(script_[i]);
+  }
+
+ private:
+  size_t prompt_size_;
+  std::vector<int32_t> script_;
+};
+
+struct Outcome {
+  std::vector<int32_t> ids;
+  std::vector<TokenEvent> events;
+  TokenEvent last;
+};
+
+// Runs the requests at once on one engine; returns each one's outcome and the engine's stats.
+std::vector<Outcome> run_all(Model& model, const EngineOptions& options, const std::vector<std::vector<int32_t>>& prompts,
+                             const std::vector<RequestParams>& params, EngineStats* stats = nullptr) {
+  std::vector<Collector> collectors(prompts.size());
+  {
+    Engine engine(model, nullptr, options);
+    for (size_t i = 0; i < prompts.size(); ++i) engine.submit(prompts[i], params[i], collectors[i].callback());
+    for (auto& collector : collectors) collector.wait();
+    if (stats) *stats = engine.stats();
+  }
+  std::vector<Outcome> outcomes;
+  for (auto& collector : collectors) outcomes.push_back({collector.ids, collector.events, collector.last});
+  return outcomes;
+}
+
+// The statistics' own arithmetic, and with no stop tokens every step makes its accepted drafts
+// plus one token: emitted = accepted + steps.
+void check_spec_stats(const SpeculativeStats& stats, bool stops_possible) {
+  int64_t steps = 0, accepted = 0, drafted = 0;
+  for (size_t a = 0; a < stats.accepted_histogram.size(); ++a)
+    steps += stats.accepted_histogram[a], accepted += int64_t(a) * stats.accepted_histogram[a];
+  for (size_t i = 0; i < stats.drafted_at.size(); ++i) {
+    drafted += stats.drafted_at[i];
+    EXPECT_LE(stats.accepted_at[i], stats.drafted_at[i]);
+    if (i > 0) {
+      EXPECT_LE(stats.drafted_at[i], stats.drafted_at[i - 1]);
+      EXPECT_LE(stats.accepted_at[i], stats.accepted_at[i - 1]);
+    }
+  }
+  EXPECT_EQ(steps, stats.steps);
+  EXPECT_EQ(accepted, stats.accepted);
+  EXPECT_EQ(drafted, stats.drafted);
+  int64_t accepted_by_position = 0;
+  for (int64_t count : stats.accepted_at) accepted_by_position += count;
+  EXPECT_EQ(accepted_by_position, stats.accepted);
+  if (!stops_possible) {
+    EXPECT_EQ(stats.emitted, stats.accepted + stats.steps);
+  } else {
+    EXPECT_LE(stats.emitted, stats.accepted + stats.steps);
+  }
+}
+
+class EngineSpecTest : public EngineTest {
+ protected:
+  static void SetUpTestSuite() {
+    EngineTest::SetUpTestSuite();
+    copy_ = load_model(kModelDir, {}).release();
+  }
+  static void TearDownTestSuite() {
+    delete copy_;
+    EngineTest::TearDownTestSuite();
+  }
+  // Engine options whose drafter is the oracle on the target's copy (or the n-gram drafter).
+  static EngineOptions spec_options(int64_t max_num_draft, bool oracle, SamplingParams draft_sampling = {}) {
+    EngineOptions options;
+    options.max_num_draft = max_num_draft;
+    if (oracle)
+      options.make_drafter = [draft_sampling](const RequestParams&) {
+        return std::make_unique<OracleDrafter>(*copy_, draft_sampling, true);
+      };
+    return options;
+  }
+  static Model* copy_;
+};
+Model* EngineSpecTest::copy_ = nullptr;
+
+// Prompts: random ones, and one that repeats itself (n-gram drafts find matches in it).
+std::vector<std::vector<int32_t>> spec_prompts(int64_t vocab) {
+  std::mt19937 rng(21);
+  std::vector<std::vector<int32_t>> prompts = {random_prompt(rng, 11, vocab), random_prompt(rng, 5, vocab)};
+  auto motif = random_prompt(rng, 6, vocab);
+  std::vector<int32_t> repeated;
+  for (int i = 0; i < 4; ++i) repeated.insert(repeated.end(), motif.begin(), motif.end());
+  prompts.push_back(repeated);
+  return prompts;
+}
+
+// Batch 1: for k = 1..8, the n-gram and the oracle drafter give exactly the plain greedy ids and
+// logprobs (the verify's rows are the decode's logits), and the oracle's drafts are accepted at
+// every prefix length. The random tiny model never repeats itself, so a logit_bias (applied to
+// every verify row) makes outputs the n-gram drafter can predict: one token forced, or a few favoured.
+TEST_F(EngineSpecTest, GreedyAloneIdenticalToPlainForEveryK) {
+  const int64_t vocab = model_->info().vocab_size;
+  SpeculativeStats oracle_totals;
+  oracle_totals.reset(8);
+  int64_t ngram_accepted = 0, ngram_drafted = 0;
+  const std::vector<std::vector<std::pair<int32_t, float>>> biases = {
+      {}, {{17, 100.0f}}, {{17, 6.0f}, {40, 6.0f}, {99, 6.0f}}};
+  const auto prompts = spec_prompts(vocab);
+  for (size_t case_index = 0; case_index < prompts.size() + 2; ++case_index) {
+    const auto& prompt = prompts[std::min(case_index, prompts.size() - 1)];
+    RequestParams plain;
+    plain.max_tokens = 48;
+    plain.logprobs = 3;
+    plain.logit_bias = biases[case_index < prompts.size() ? 0 : case_index - prompts.size() + 1];
+    const Outcome want = run_all(*model_, {}, {prompt}, {plain})[0];
+    ASSERT_EQ(int64_t(want.ids.size()), plain.max_tokens);
+    for (int64_t k = 1; k <= 8; ++k) {
+      for (bool oracle : {false, true}) {
+        SCOPED_TRACE("case " + std::to_string(case_index) + " k " + std::to_string(k) +
+                     (oracle ? " oracle" : " ngram"));
+        RequestParams params = plain;
+        params.num_draft = k;
+        EngineStats stats;
+        const Outcome got = run_all(*model_, spec_options(8, oracle), {prompt}, {params}, &stats)[0];
+        EXPECT_EQ(got.ids, want.ids);
+        ASSERT_EQ(got.events.size(), want.events.size());
+        for (size_t t = 0; t < got.events.size(); ++t) {
+          EXPECT_EQ(got.events[t].logprob, want.events[t].logprob) << "token " << t;
+          ASSERT_EQ(got.events[t].top_logprobs.size(), 3u);
+          for (size_t j = 0; j < 3; ++j) {
+            EXPECT_EQ(got.events[t].top_logprobs[j].token_id, want.events[t].top_logprobs[j].token_id);
+            EXPECT_EQ(got.events[t].top_logprobs[j].logprob, want.events[t].top_logprobs[j].logprob);
+          }
+          EXPECT_EQ(got.events[t].completion_tokens, int64_t(t) + 1);
+        }
+        EXPECT_EQ(got.last.finish_reason, FinishReason::kLength);
+        const SpeculativeStats& spec = stats.speculative;
+        check_spec_stats(spec, false);
+        // The first token comes from the prefill; every later one from a verify step.
+        EXPECT_EQ(spec.emitted, plain.max_tokens - 1);
+        EXPECT_EQ(stats.generation_tokens_total, plain.max_tokens);
+        EXPECT_EQ(spec.steps, stats.steps - 1);  // the prefill step, then one verify step each
+        for (size_t i = size_t(k); i < spec.drafted_at.size(); ++i) EXPECT_EQ(spec.drafted_at[i], 0);
+        if (oracle && case_index < prompts.size()) {  // (the oracle knows no logit_bias)
+          EXPECT_GT(spec.accepted, 0);
+          EXPECT_LT(spec.steps, plain.max_tokens - 1);  // several tokens per step
+          for (size_t a = 0; a < spec.accepted_histogram.size(); ++a)
+            oracle_totals.accepted_histogram[a] += spec.accepted_histogram[a];
+        } else if (!oracle) {
+          ngram_accepted += spec.accepted, ngram_drafted += spec.drafted;
+          if (case_index == prompts.size()) {  // one token forced: drafts of it are right
+            EXPECT_GT(spec.accepted, plain.max_tokens / 3);
+            EXPECT_LT(spec.steps, (plain.max_tokens - 1) * 2 / 3);
+          }
+        }
+      }
+    }
+  }
+  std::printf("oracle: steps by drafts accepted");
+  for (int64_t count : oracle_totals.accepted_histogram) std::printf(" %lld", static_cast<long long>(count));
+  std::printf("; n-gram drafts accepted %lld of %lld\n", static_cast<long long>(ngram_accepted),
+              static_cast<long long>(ngram_drafted));
+  for (int64_t a = 0; a <= 8; ++a) EXPECT_GT(oracle_totals.accepted_histogram[size_t(a)], 0) << a << " accepted";
+  EXPECT_GT(ngram_accepted, 0);
+  EXPECT_LT(ngram_accepted, ngram_drafted);
+}
+
+// 16 requests at once on a tight budget (verify steps wait for room): speculating ones (k = 1..8,
+// some adaptive) and plain ones, greedy and seeded. Greedy outputs equal plain decoding; a seeded
+// speculating request gives what it gives alone; plain ones what they give alone.
+TEST_F(EngineSpecTest, SixteenMixedRequestsEqualRunningAlone) {
+  const int64_t vocab = model_->info().vocab_size;
+  for (bool oracle : {true, false}) {
+    SCOPED_TRACE(oracle ? "oracle" : "ngram");
+    EngineOptions options = spec_options(8, oracle);
+    options.prefill_chunk = 8;
+    options.step_token_budget = 24;
+    options.max_running = 16;
+    options.cache_blocks = 256;
+    std::mt19937 rng(31);
+    const int kRequests = 16;
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<RequestParams> params(kRequests);
+    for (int i = 0; i < kRequests; ++i) {
+      prompts.push_back(random_prompt(rng, 1 + int64_t(rng() % 30), vocab));
+      params[i].max_tokens = 5 + int64_t(rng() % 26);
+      if (i % 2 == 0) params[i].num_draft = 1 + (i / 2) % 8;
+      params[i].adaptive_draft = i % 4 == 0;
+      if (i % 3 == 2) params[i].sampling = {0.9f, 0, 0.95f, uint64_t(500 + i)};
+      if (i % 5 == 1) params[i].logprobs = 2;
+    }
+    EngineStats stats;
+    const auto together = run_all(*model_, options, prompts, params, &stats);
+    int64_t spec_completion = 0, total_completion = 0, spec_requests = 0;
+    for (int i = 0; i < kRequests; ++i) {
+      SCOPED_TRACE("request " + std::to_string(i));
+      ASSERT_EQ(int64_t(together[i].ids.size()), params[i].max_tokens);
+      EXPECT_EQ(together[i].ids, run_all(*model_, options, {prompts[i]}, {params[i]})[0].ids);
+      if (params[i].sampling.temperature == 0) {
+        RequestParams plain = params[i];
+        plain.num_draft = 0;
+        EXPECT_EQ(together[i].ids, run_all(*model_, options, {prompts[i]}, {plain})[0].ids);
+      }
+      total_completion += int64_t(together[i].ids.size());
+      if (params[i].num_draft > 0) spec_completion += int64_t(together[i].ids.size()), ++spec_requests;
+    }
+    check_spec_stats(stats.speculative, false);
+    EXPECT_EQ(stats.generation_tokens_total, total_completion);
+    EXPECT_EQ(stats.speculative.emitted, spec_completion - spec_requests);
+    EXPECT_EQ(stats.running + stats.waiting + stats.cache.blocks_used + stats.cache.slots_used, 0);
+    if (oracle) EXPECT_GT(stats.speculative.accepted, stats.speculative.drafted / 10);
+    EXPECT_GT(stats.speculative.steps, 0);
+  }
+}
+
+// A pool far too small: speculating requests (greedy and seeded) are preempted and recomputed,
+// their verify steps reserve the blocks the drafts write, and each gives what it gives alone.
+TEST_F(EngineSpecTest, PreemptionByRecomputeKeepsOutputsExact) {
+  EngineOptions options = spec_options(6, true);
+  options.prefill_chunk = 8;
+  options.step_token_budget = 24;
+  options.max_running = 8;
+  options.cache_blocks = 12;
+  options.block_size = 8;
+  std::mt19937 rng(16);
+  const int kRequests = 12;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<RequestParams> params(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    prompts.push_back(random_prompt(rng, 4 + int64_t(rng() % 20), model_->info().vocab_size));
+    params[i].max_tokens = 20 + int64_t(rng() % 30);
+    params[i].num_draft = i % 4 == 3 ? 0 : 2 + i % 5;
+    if (i % 3 == 2) params[i].sampling = {1.0f, 0, 0.95f, uint64_t(300 + i)};
+  }
+  EngineStats stats;
+  const auto together = run_all(*model_, options, prompts, params, &stats);
+  EXPECT_GT(stats.preemptions, 0);
+  EXPECT_GT(stats.recomputed_tokens, 0);
+  EXPECT_EQ(stats.requests_finished, kRequests);
+  EXPECT_EQ(stats.running + stats.waiting + stats.cache.blocks_used + stats.cache.slots_used, 0);
+  check_spec_stats(stats.speculative, false);
+  EngineOptions alone = options;
+  alone.cache_blocks = 64;
+  alone.reservation = EngineOptions::Reservation::kFull;
+  for (int i = 0; i < kRequests; ++i) {
+    EXPECT_EQ(together[i].last.error, "") << "request " << i;
+    EXPECT_EQ(together[i].ids, run_all(*model_, alone, {prompts[i]}, {params[i]})[0].ids) << "request " << i;
+    EXPECT_EQ(int64_t(together[i].ids.size()), params[i].max_tokens);
+  }
+}
+
+// Stop tokens and max_tokens when several tokens are accepted in one step: the drafter is always
+// right, so the stop token arrives as an accepted draft; the output ends exactly where plain
+// decoding ends, with the same finish reasons.
+TEST_F(EngineSpecTest, StopTokenAndLengthInsideAcceptedDrafts) {
+  std::mt19937 rng(41);
+  const auto prompt = random_prompt(rng, 8, model_->info().vocab_size);
+  RequestParams params;
+  params.max_tokens = 30;
+  const auto full = run_alone(*model_, {}, prompt, params);
+  EngineOptions options;
+  options.max_num_draft = 8;
+  options.make_drafter = [&](const RequestParams&) { return std::make_unique<ScriptedDrafter>(prompt.size(), full); };
+  const size_t first = size_t(std::find(full.begin(), full.end(), full[9]) - full.begin());
+  ASSERT_GT(first, 0u);
+  int64_t stops_on_a_draft = 0;
+  for (int64_t k : {1, 2, 3, 4, 8}) {
+    SCOPED_TRACE("k " + std::to_string(k));
+    RequestParams stop = params;
+    stop.num_draft = k;
+    stop.stop_token_ids = {full[9]};
+    EngineStats stats;
+    const Outcome got = run_all(*model_, options, {prompt}, {stop}, &stats)[0];
+    EXPECT_EQ(got.ids, std::vector<int32_t>(full.begin(), full.begin() + first + 1));
+    EXPECT_EQ(got.last.finish_reason, FinishReason::kStop);
+    EXPECT_EQ(got.last.completion_tokens, int64_t(first) + 1);
+    check_spec_stats(stats.speculative, true);
+    // Steps of k drafts and a bonus after the prefill's token: the stop is a draft unless it is a
+    // bonus, and then its step made only its accepted drafts; the drafts after it go unverified.
+    // Every draft the stop did not cut off is accepted (the drafter is always right).
+    const size_t offset = (first - 1) % size_t(k + 1);
+    const bool on_draft = offset < size_t(k);
+    stops_on_a_draft += on_draft;
+    EXPECT_EQ(stats.speculative.drafted - stats.speculative.accepted, on_draft ? k - int64_t(offset) - 1 : 0);
+    EXPECT_EQ(stats.speculative.emitted, stats.speculative.accepted + stats.speculative.steps - (on_draft ? 1 : 0));
+    for (int64_t max_tokens : {1, 2, 5, 17}) {
+      RequestParams length = params;
+      length.num_draft = k;
+      length.max_tokens = max_tokens;
+      const Outcome short_run = run_all(*model_, options, {prompt}, {length})[0];
+      EXPECT_EQ(short_run.ids, std::vector<int32_t>(full.begin(), full.begin() + max_tokens)) << max_tokens;
+      EXPECT_EQ(short_run.last.finish_reason, FinishReason::kLength);
+    }
+  }
+  EXPECT_GT(stops_on_a_draft, 0);
+}
+
+// Sampling stays exact: the joint distribution of the first three tokens (temperature 1, top-k 3:
+// 27 sequences) of 2000 seeded requests run at once, speculating with k = 2, is the target's
+// (chi-square at the 0.999 quantile), with greedy drafts (q a point mass) and sampled ones (dense q).
+// A seeded request also repeats itself exactly.
+TEST_F(EngineSpecTest, SampledDistributionIsTheTargets) {
+  const int64_t vocab = model_->info().vocab_size;
+  std::mt19937 rng(51);
+  const auto prompt = random_prompt(rng, 10, vocab);
+  const SamplingParams sampling = testing::three_token_sampling();
+  const auto expected = testing::first_three_token_distribution(*model_, prompt);
+  ASSERT_EQ(expected.size(), 27u);
+  for (const SamplingParams& draft_sampling : {SamplingParams{}, SamplingParams{1.5f, 5, 1.0f, 99}}) {
+    const bool dense = draft_sampling.temperature > 0;
+    SCOPED_TRACE(dense ? "dense q" : "point-mass q");
+    EngineOptions options;
+    options.max_num_draft = 2;
+    options.max_running = 64;
+    // Each request's drafter draws with a seed of its own (drafts independent across the samples).
+    options.make_drafter = [draft_sampling](const RequestParams& request) {
+      SamplingParams seeded = draft_sampling;
+      seeded.seed = 1000003 * request.sampling.seed + 99;
+      return std::make_unique<OracleDrafter>(*copy_, seeded, false);
+    };
+    const int64_t samples = 2000;
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(samples), prompt);
+    std::vector<RequestParams> params(static_cast<size_t>(samples));
+    for (int64_t seed = 0; seed < samples; ++seed) {
+      params[size_t(seed)].sampling = sampling;
+      params[size_t(seed)].sampling.seed = uint64_t(seed);
+      params[size_t(seed)].max_tokens = 4;  // the first verify drafts 2 tokens; the 4th is not counted
+      params[size_t(seed)].num_draft = 2;
+    }
+    EngineStats stats;
+    const auto outcomes = run_all(*model_, options, prompts, params, &stats);
+    std::map<std::vector<int32_t>, int64_t> observed;
+    for (const Outcome& outcome : outcomes) {
+      ASSERT_EQ(outcome.ids.size(), 4u);
+      ++observed[{outcome.ids.begin(), outcome.ids.begin() + 3}];
+    }
+    testing::expect_chi_square_passes(observed, expected, samples, stats.speculative.accepted,
+                                      stats.speculative.drafted, std::string("engine, ") + (dense ? "dense q" : "point-mass q"));
+    check_spec_stats(stats.speculative, false);
+    // Seed-determinism: a few requests again, alone.
+    for (size_t i : {size_t(0), size_t(7), size_t(1234)})
+      EXPECT_EQ(run_all(*model_, options, {prompts[i]}, {params[i]})[0].ids, outcomes[i].ids) << i;
+  }
+}
+
+// /metrics after speculative requests: the counters, the accepted-per-step histogram and the
+// acceptance by position, consistent with each other and with the generated tokens; none of them
+// without speculation.
+TEST_F(EngineSpecTest, MetricsRenderTheSpeculativeStatistics) {
+  std::mt19937 rng(61);
+  const int kRequests = 6;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<RequestParams> params(kRequests);
+  int64_t expected_generated = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    prompts.push_back(random_prompt(rng, 6 + i, model_->info().vocab_size));
+    params[i].max_tokens = 10 + 3 * i;
+    params[i].num_draft = 1 + i % 4;
+    expected_generated += params[i].max_tokens;
+  }
+  EngineStats stats;
+  run_all(*model_, spec_options(4, true), prompts, params, &stats);
+  server::ServerMetrics metrics;
+  const std::string text = metrics.render(stats, 0);
+  std::map<std::string, double> values;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    values[line.substr(0, space)] = std::stod(line.substr(space + 1));
+  }
+  for (const char* name : {"vt_spec_decode_steps_total", "vt_spec_draft_tokens_total", "vt_spec_accepted_tokens_total",
+                           "vt_spec_emitted_tokens_total", "vt_spec_accepted_tokens_per_step_mean",
+                           "vt_spec_tokens_per_step_mean", "vt_spec_acceptance_rate",
+                           "vt_spec_accepted_tokens_per_step_count", "vt_spec_accepted_tokens_per_step_sum"})
+    ASSERT_TRUE(values.count(name)) << name << " missing from\n" << text;
+  EXPECT_NE(text.find("# TYPE vt_spec_accepted_tokens_per_step histogram"), std::string::npos);
+  const double steps = values["vt_spec_decode_steps_total"], accepted = values["vt_spec_accepted_tokens_total"];
+  EXPECT_GT(accepted, 0);
+  EXPECT_EQ(values["vt_generation_tokens_total"], double(expected_generated));
+  // Every token after a request's first comes from a decode step: accepted drafts plus one a step.
+  EXPECT_EQ(accepted, values["vt_generation_tokens_total"] - kRequests - steps);
+  EXPECT_EQ(values["vt_spec_emitted_tokens_total"], values["vt_generation_tokens_total"] - kRequests);
+  EXPECT_EQ(values["vt_spec_accepted_tokens_per_step_count"], steps);
+  EXPECT_EQ(values["vt_spec_accepted_tokens_per_step_sum"], accepted);
+  EXPECT_NEAR(values["vt_spec_accepted_tokens_per_step_mean"], accepted / steps, 1e-9);
+  EXPECT_EQ(values["vt_spec_accepted_tokens_per_step_bucket{le=\"+Inf\"}"], steps);
+  EXPECT_EQ(values["vt_spec_accepted_tokens_per_step_bucket{le=\"4\"}"], steps);
+  double previous = 0, weighted = 0;
+  for (int a = 0; a <= 4; ++a) {
+    const double cumulative = values["vt_spec_accepted_tokens_per_step_bucket{le=\"" + std::to_string(a) + "\"}"];
+    EXPECT_GE(cumulative, previous);
+    weighted += a * (cumulative - previous);
+    previous = cumulative;
+  }
+  EXPECT_EQ(weighted, accepted);
+  double drafted = 0, accepted_by_position = 0;
+  for (int i = 0; i < 4; ++i) {
+    const std::string label = "{position=\"" + std::to_string(i) + "\"}";
+    ASSERT_TRUE(values.count("vt_spec_position_drafted_total" + label)) << label;
+    const double at = values["vt_spec_position_drafted_total" + label];
+    const double ok = values["vt_spec_position_accepted_total" + label];
+    drafted += at, accepted_by_position += ok;
+    EXPECT_NEAR(values["vt_spec_position_acceptance_rate" + label], at ? ok / at : 0.0, 1e-9);
+  }
+  EXPECT_GT(values["vt_spec_position_drafted_total{position=\"3\"}"], 0);
+  EXPECT_EQ(drafted, values["vt_spec_draft_tokens_total"]);
+  EXPECT_EQ(accepted_by_position, accepted);
+  EXPECT_FALSE(values.count("vt_spec_position_drafted_total{position=\"4\"}"));
+
+  EngineStats plain;
+  run_all(*model_, {}, {prompts[0]}, {RequestParams{}}, &plain);
+  EXPECT_EQ(metrics.render(plain, 0).find("vt_spec_"), std::string::npos);
+}
+
+// Bad speculative options are refused with a message naming them; nothing is queued.
+TEST_F(EngineSpecTest, RefusesBadOptions) {
+  auto message_of = [](const std::function<void()>& action) -> std::string {
+    try {
+      action();
+    } catch (const Error& error) {
+      return error.what();
+    }
+    return "";
+  };
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  RequestParams params;
+  params.num_draft = 2;
+  Collector unused;
+  {
+    Engine plain(*model_, nullptr, {});
+    EXPECT_NE(message_of([&] { plain.submit(prompt, params, unused.callback()); }).find("not enabled"), std::string::npos);
+  }
+  EngineOptions options;
+  options.max_num_draft = 4;
+  {
+    Engine engine(*model_, nullptr, options);
+    params.num_draft = 5;
+    EXPECT_NE(message_of([&] { engine.submit(prompt, params, unused.callback()); }).find("num_draft 5 must be in [0, 4]"),
+              std::string::npos);
+    params.num_draft = -1;
+    EXPECT_NE(message_of([&] { engine.submit(prompt, params, unused.callback()); }).find("must be in [0, 4]"),
+              std::string::npos);
+    EXPECT_EQ(engine.stats().waiting + engine.stats().running, 0);
+  }
+  options.max_num_draft = -1;
+  EXPECT_NE(message_of([&] { Engine engine(*model_, nullptr, options); }).find("max_num_draft must be >= 0"),
+            std::string::npos);
+  options.max_num_draft = 8;
+  options.prefill_chunk = 4;
+  options.step_token_budget = 8;  // a verify of 1 + 8 tokens would never fit
+  EXPECT_NE(message_of([&] { Engine engine(*model_, nullptr, options); }).find("must hold a verify step"),
+            std::string::npos);
+  struct NoRollback final : Model {
+    ModelInfo model_info{"test-arch", 4, 64};
+    const ModelInfo& info() const override { return model_info; }
+    std::unique_ptr<SequenceState> new_sequence(int64_t) const override { return nullptr; }
+    void forward(std::span<const int32_t>, SequenceState&, const TensorView&, const ForwardOptions&) override {}
+    std::string describe() const override { return ""; }
+  } no_rollback;
+  EngineOptions on = {};
+  on.max_num_draft = 2;
+  EXPECT_NE(message_of([&] { Engine engine(no_rollback, nullptr, on); }).find("cannot"), std::string::npos);
+}
+
+// The batched forward's contract: an all_logits item gets a row per token, equal to what a
+// one-token-at-a-time decode gives, and a plain item beside it its last row as before.
+TEST_F(EngineSpecTest, ForwardBatchGivesAllRowsForAllLogitsItems) {
+  const int64_t vocab = model_->info().vocab_size;
+  std::mt19937 rng(71);
+  const auto a = random_prompt(rng, 9, vocab), b = random_prompt(rng, 7, vocab);
+  auto state_a = model_->new_sequence(32), state_b = model_->new_sequence(32);
+  Buffer scratch(DType::kF32, {1, vocab});
+  model_->forward(std::span<const int32_t>(a.data(), 5), *state_a, scratch, {});
+  model_->forward(std::span<const int32_t>(b.data(), 6), *state_b, scratch, {});
+  std::vector<BatchItem> items = {{std::span<const int32_t>(a.data() + 5, 4), state_a.get(), true, true},
+                                  {std::span<const int32_t>(b.data() + 6, 1), state_b.get()}};
+  ASSERT_EQ(batch_logit_rows(items), 5);
+  Buffer logits(DType::kF32, {5, vocab});
+  model_->forward_batch(items, logits);
+  EXPECT_THROW(model_->forward_batch(items, scratch), Error);  // one row is not enough
+  auto decode = [&](const std::vector<int32_t>& tokens, size_t prefix, size_t count) {
+    auto state = model_->new_sequence(32);
+    Buffer row(DType::kF32, {1, vocab});
+    model_->forward(std::span<const int32_t>(tokens.data(), prefix), *state, row, {});
+    for (size_t t = prefix; t < prefix + count; ++t)
+      model_->forward(std::span<const int32_t>(tokens.data() + t, 1), *state, row, {});
+    return std::vector<float>(row.f32(), row.f32() + vocab);
+  };
+  for (int64_t r = 0; r < 4; ++r)
+    EXPECT_EQ(std::vector<float>(logits.f32() + r * vocab, logits.f32() + (r + 1) * vocab), decode(a, 5, size_t(r) + 1))
+        << "row " << r;
+  EXPECT_EQ(std::vector<float>(logits.f32() + 4 * vocab, logits.f32() + 5 * vocab), decode(b, 6, 1));
 }
 
 TEST(Logprobs, AreTheLogSoftmax) {

@@ -163,5 +163,39 @@ TEST(ServerValidation, ErrorBodyAndKeyCompare) {
   EXPECT_FALSE(constant_time_equal("", "x"));
 }
 
+// The vt extension num_speculative_tokens: 0 always parses (plain decoding); other values need a
+// server that speculates and lie in [0, its k]; the error names the field.
+TEST(ServerValidation, NumSpeculativeTokens) {
+  ValidationLimits off = limits();
+  auto status_of = [](const std::string& body, const ValidationLimits& with) -> std::pair<int, std::string> {
+    try {
+      parse_completion_request(body, false, with);
+    } catch (const ApiError& error) {
+      return {error.status, error.param};
+    }
+    return {0, ""};
+  };
+  EXPECT_EQ(parse_completion_request(R"({"prompt": "a"})", false, off).num_speculative_tokens, -1);
+  EXPECT_EQ(parse_completion_request(R"({"prompt": "a", "num_speculative_tokens": 0})", false, off).num_speculative_tokens, 0);
+  try {
+    parse_completion_request(R"({"prompt": "a", "num_speculative_tokens": 2})", false, off);
+    FAIL() << "no error";
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.status, 400);
+    EXPECT_EQ(error.param, "num_speculative_tokens");
+    EXPECT_NE(std::string(error.what()).find("not enabled on this server"), std::string::npos) << error.what();
+  }
+  ValidationLimits on = limits();
+  on.max_num_draft = 4;
+  EXPECT_EQ(parse_completion_request(R"({"prompt": "a", "num_speculative_tokens": 4})", false, on).num_speculative_tokens, 4);
+  EXPECT_EQ(parse_completion_request(R"({"messages": [{"role": "user", "content": "u"}], "num_speculative_tokens": 1})",
+                                     true, on)
+                .num_speculative_tokens,
+            1);
+  const std::pair<int, std::string> bad = {400, "num_speculative_tokens"};
+  for (const char* value : {"5", "-1", "1.5", "\"2\"", "true", "[1]", "99999999999999999999"})
+    EXPECT_EQ(status_of(std::string(R"({"prompt": "a", "num_speculative_tokens": )") + value + "}", on), bad) << value;
+}
+
 }  // namespace
 }  // namespace vt::server

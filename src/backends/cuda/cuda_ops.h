@@ -102,11 +102,36 @@ void gdn_conv(float* conv_out, float* conv_state, const void* projected, int64_t
 // conv_out [T, conv_dim] f32; z: column block of `projected` [T, stride] act;
 // ba [T, 2*Hv] act ([b | a]); out [T, Hv*dv] act. With q_codes set (dv == 128), also writes
 // out's FP8 quantisation for the out_proj ([T, Hv*dv] e4m3, [T, Hv] scales).
+// chunked_from > 0: sequences with at least that many tokens are left to gdn_chunked (same
+// min_tokens) and untouched here; no rollback window then. 0 (decode): every sequence.
 void gdn_recurrent(void* out, float* recurrent, const float* conv_out, const void* projected,
                    int64_t projected_stride, int64_t z_offset, const void* ba, const float* a_log,
                    const float* dt_bias, const float* norm_w, const StepLayout& layout,
                    const DeltaNetShape& shape, DType act, cudaStream_t stream, uint8_t* q_codes = nullptr,
-                   float* q_scales = nullptr, const GdnWindow& window = {});
+                   float* q_scales = nullptr, const GdnWindow& window = {}, int64_t chunked_from = 0);
+
+// The same Gated DeltaNet core in chunks of kGdnChunk tokens (prefill): the CPU reference's
+// UT-transform form (cpu::gated_delta_rule_chunked) for the sequences of the step with at least
+// min_tokens (>= 1) tokens; the others are untouched (run gdn_recurrent with chunked_from =
+// min_tokens for them). Same arguments, outputs, final states and FP8 codes as gdn_recurrent,
+// never a rollback window; deterministic (fixed reduction orders, no atomics). Needs dk a
+// multiple of 4, dk and dv <= 128. scratch: gdn_chunked_scratch_floats(num_tokens, num_seqs,
+// min_tokens, shape) floats of device memory (per token and value head ~(dk + dv + 66) floats,
+// per chunk and value head dk * dv + 1). Three kernels: per (chunk, value head) norms, gating and
+// the triangular solve; per (sequence, value head, 32 state columns) the state from chunk to
+// chunk; per (chunk, value head) the outputs with the gated RMSNorm epilogue.
+constexpr int64_t kGdnChunk = 64;
+bool gdn_chunked_supports(const DeltaNetShape& shape);  // the head dims gdn_chunked takes
+// Chunks a step can have: sum of ceil(len / 64) over its sequences with >= min_tokens tokens.
+int64_t gdn_chunked_max_chunks(int64_t tokens, int64_t seqs, int64_t min_tokens);
+int64_t gdn_chunked_scratch_floats(int64_t tokens, int64_t seqs, int64_t min_tokens, const DeltaNetShape& shape);
+void gdn_chunked(void* out, float* recurrent, const float* conv_out, const void* projected, int64_t projected_stride,
+                 int64_t z_offset, const void* ba, const float* a_log, const float* dt_bias, const float* norm_w,
+                 const StepLayout& layout, const DeltaNetShape& shape, DType act, cudaStream_t stream, float* scratch,
+                 int64_t scratch_floats, int64_t min_tokens, uint8_t* q_codes = nullptr, float* q_scales = nullptr);
+// VT_GDN_CHUNKED: 1 (default) lets models run long sequences through gdn_chunked; 0 keeps every
+// sequence token by token (A/B runs). Read once.
+bool gdn_chunked_enabled();
 
 // dst[i] <- src[i] (count[i] f32 each) for every span, in one launch per 64 spans: the GDN states
 // of all layers into or out of a rollback window entry.

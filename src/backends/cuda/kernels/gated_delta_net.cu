@@ -80,16 +80,22 @@ struct RecurrentArgs {
   uint8_t* q_codes;  // optional FP8 output (dv == 128: one 1x128 group per head)
   float* q_scales;
   GdnWindow window;  // read by the kWindow instantiation only
+  int32_t chunked_from;  // read by the kSkipChunked instantiation only
 };
 
 // Block (sequence, value head). Two threads share column j of the state S [dk, dv], each
 // holding half its rows in registers; their partial dot products meet through one shuffle.
-template <typename T, bool kWindow>
+// kSkipChunked (prefill steps that also run gdn_chunked): sequences of >= chunked_from tokens exit.
+template <typename T, bool kWindow, bool kSkipChunked = false>
 __global__ void __launch_bounds__(kStateThreads) sm90_gdn_recurrent(RecurrentArgs args) {
   __shared__ float s_q[kMaxKeyDim], s_k[kMaxKeyDim];
   __shared__ float s_scratch[kStateThreads / 32];
   const auto& shape = args.shape;
   const int64_t seq = blockIdx.x, head = blockIdx.y, tid = threadIdx.x;
+  if constexpr (kSkipChunked) {
+    // Metadata is safe before the wait, as the slot below (uploaded before the step's first kernel).
+    if (args.layout.seq_start[seq + 1] - args.layout.seq_start[seq] >= args.chunked_from) return;
+  }
   const int64_t j = tid / kSplit, row0 = (tid % kSplit) * kRowsPerThread;
   const int64_t hk = shape.num_k_heads, hv = shape.num_v_heads, dk = shape.k_dim, dv = shape.v_dim;
   const int64_t key_head = head / (hv / hk), conv_dim = 2 * hk * dk + hv * dv;
@@ -247,13 +253,17 @@ void gdn_conv(float* conv_out, float* conv_state, const void* projected, int64_t
 void gdn_recurrent(void* out, float* recurrent, const float* conv_out, const void* projected, int64_t projected_stride,
                    int64_t z_offset, const void* ba, const float* a_log, const float* dt_bias, const float* norm_w,
                    const StepLayout& layout, const DeltaNetShape& shape, DType act, cudaStream_t stream,
-                   uint8_t* q_codes, float* q_scales, const GdnWindow& window) {
+                   uint8_t* q_codes, float* q_scales, const GdnWindow& window, int64_t chunked_from) {
   check_shape(shape);
   check_window(window);
   VT_CHECK(!q_codes || shape.v_dim == 128, "gdn_recurrent: fused FP8 output needs v_dim == 128, got ", shape.v_dim);
+  VT_CHECK(chunked_from >= 0 && chunked_from <= (int64_t(1) << 30), "gdn_recurrent: chunked_from ", chunked_from);
+  VT_CHECK(chunked_from == 0 || !window.states,
+           "gdn_recurrent: a rollback window saves every token's state: no sequence may go to the chunked kernel");
   if (layout.num_seqs == 0) return;
   RecurrentArgs args{out,    recurrent, conv_out, projected, projected_stride, z_offset, ba,
-                     a_log,  dt_bias,   norm_w,   layout,    shape,            q_codes,  q_scales, window};
+                     a_log,  dt_bias,   norm_w,   layout,    shape,            q_codes,  q_scales, window,
+                     int32_t(chunked_from)};
   dim3 grid(unsigned(layout.num_seqs), unsigned(shape.num_v_heads));
   // The recurrent state [dk, dv] f32 of every (sequence, value head) read and written once; per
   // token q, k (f32), v, z, b, a in and the output (and its FP8 codes) out.
@@ -270,6 +280,9 @@ void gdn_recurrent(void* out, float* recurrent, const float* conv_out, const voi
   VT_DISPATCH_ACT(act, T, {
     if (window.states)
       launch("sm90_gdn_recurrent", cost, sm90_gdn_recurrent<T, true>, grid, dim3(kStateThreads), 0, stream, args);
+    else if (chunked_from > 0)
+      launch("sm90_gdn_recurrent", cost, sm90_gdn_recurrent<T, false, true>, grid, dim3(kStateThreads), 0, stream,
+             args);
     else
       launch("sm90_gdn_recurrent", cost, sm90_gdn_recurrent<T, false>, grid, dim3(kStateThreads), 0, stream, args);
   });
