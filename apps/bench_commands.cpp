@@ -285,6 +285,19 @@ vt::Qwen35Config bench_config(const BenchArgs& args) {
 
 size_t weight_bytes(const vt::Qwen35CudaModel& model) { return model.weights().bytes(); }
 
+// A benchmark's model on one GPU, built with `options`: --synthetic (the real shapes, random
+// weights) or --model DIR; `name` is what the report calls it.
+std::unique_ptr<vt::Qwen35CudaModel> make_bench_model(const BenchArgs& args, const vt::CudaModelOptions& options,
+                                                      std::string* name) {
+  if (!args.synthetic.empty()) {
+    auto model = vt::make_synthetic_cuda_model(args.synthetic, args.weights, options, 1234);
+    *name = model->describe();
+    return model;
+  }
+  *name = args.model;
+  return vt::load_qwen35_cuda(args.model, options);
+}
+
 // The model a benchmark runs: a checkpoint folder or a synthetic model, with random KV cache and
 // GDN state (the contents do not change the work done).
 std::unique_ptr<vt::Qwen35CudaModel> open_cuda_model(const BenchArgs& args, const std::vector<int64_t>& batches,
@@ -292,14 +305,7 @@ std::unique_ptr<vt::Qwen35CudaModel> open_cuda_model(const BenchArgs& args, cons
   const vt::CudaModelOptions options = bench_model_options(args, batches);
   const vt::Qwen35Config config = bench_config(args);
   vt::profile::check_backend_overrides(decode_gemm_shapes(config, batches));
-  std::unique_ptr<vt::Qwen35CudaModel> model;
-  if (!args.synthetic.empty()) {
-    model = vt::make_synthetic_cuda_model(args.synthetic, args.weights, options, 1234);
-    *name = model->describe();
-  } else {
-    model = vt::load_qwen35_cuda(args.model, options);
-    *name = args.model;
-  }
+  std::unique_ptr<vt::Qwen35CudaModel> model = make_bench_model(args, options, name);
   model->randomize_state(99);
   return model;
 }
@@ -456,14 +462,7 @@ void run_bench_verify_cuda(const BenchArgs& args, const std::vector<int64_t>& ba
     for (int64_t k : ks) step_rows.push_back(batch * (k + 1));
   vt::profile::check_backend_overrides(decode_gemm_shapes(bench_config(args), step_rows));
   std::string name;
-  std::unique_ptr<vt::Qwen35CudaModel> model;
-  if (!args.synthetic.empty()) {
-    model = vt::make_synthetic_cuda_model(args.synthetic, args.weights, options, 1234);
-    name = model->describe();
-  } else {
-    model = vt::load_qwen35_cuda(args.model, options);
-    name = args.model;
-  }
+  std::unique_ptr<vt::Qwen35CudaModel> model = make_bench_model(args, options, &name);
   const int64_t vocab = model->config().vocab_size;
   nlohmann::json report = {{"model", name},   {"device", "cuda"},         {"context", args.context},
                            {"steps", args.steps}, {"acceptance", rates}, {"batches", nlohmann::json::array()}};
@@ -574,14 +573,7 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
   const vt::Qwen35Config config = bench_config(args);
   vt::profile::check_backend_overrides(decode_gemm_shapes(config, {options.max_step_tokens}));
   std::string name;
-  std::unique_ptr<vt::Qwen35CudaModel> model;
-  if (!args.synthetic.empty()) {
-    model = vt::make_synthetic_cuda_model(args.synthetic, args.weights, options, 1234);
-    name = model->describe();
-  } else {
-    model = vt::load_qwen35_cuda(args.model, options);
-    name = args.model;
-  }
+  std::unique_ptr<vt::Qwen35CudaModel> model = make_bench_model(args, options, &name);
   const int64_t vocab = model->config().vocab_size;
   std::vector<std::pair<std::string, vt::DeltaRuleChoice>> paths;
   if (vt::cuda::gdn_chunked_enabled()) paths.emplace_back("chunked", vt::DeltaRuleChoice::kChunked);

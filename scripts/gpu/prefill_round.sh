@@ -31,25 +31,9 @@ if want tests; then
   test_result+=": $(grep -cE '^\[       OK \]' "$LOGS/tests.log") ok, $(grep -cE '^\[  FAILED  \]' "$LOGS/tests.log") failed"
 fi
 
-SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
 SANITIZE_FILTER='CudaKernels.GatedDeltaNetChunked*'
-sanitizer_result="not run (no compute-sanitizer)"
-if ! want memcheck; then
-  sanitizer_result="not asked for (PARTS)"
-elif [ -n "$SANITIZER" ]; then
-  timeout "$MEMCHECK_TIMEOUT" "$SANITIZER" --tool memcheck --error-exitcode 3 "$TESTS" --gtest_filter="$SANITIZE_FILTER" \
-    >"$LOGS/memcheck.log" 2>&1
-  code=$?
-  summary=$(grep -E "ERROR SUMMARY" "$LOGS/memcheck.log" | tail -1)
-  case $code in
-    0) sanitizer_result="clean: ${summary:-no summary}" ;;
-    124) sanitizer_result="TIMEOUT after $MEMCHECK_TIMEOUT s"; status=1 ;;
-    3) sanitizer_result="ERRORS: $summary"; status=1 ;;
-    *) sanitizer_result="tests failed (exit $code): ${summary:-no summary}"; status=1 ;;
-  esac
-else
-  status=1
-fi
+sanitizer_result="not asked for (PARTS)"
+if want memcheck; then run_memcheck "$SANITIZE_FILTER" "$LOGS/memcheck.log" || status=1; fi
 
 bench() {  # name, vt bench prefill args...
   local name=$1; shift

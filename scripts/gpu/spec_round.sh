@@ -29,27 +29,11 @@ fi
 
 # memcheck: the window kernels at real head sizes, windows of 8 and 9 tokens (k = 7, 8) on the
 # golden models and the 27B layer shapes, and batched verifies of 0..8 drafts for 16 sequences.
-SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
 SANITIZE_FILTER='CudaKernels.GatedDeltaNetWindow*:CudaKernels.CopySpans*:CudaSpec.RollbackWindowBoundsAndRepeatedRollbacks'
 SANITIZE_FILTER+=':CudaSpec.RollbackToEveryPositionEqualsAFreshRun:CudaSpec.RealShapesRollback'
 SANITIZE_FILTER+=':CudaSpec.BatchedVerifyOf16SequencesIsLossless'
-sanitizer_result="not run (no compute-sanitizer)"
-if ! want memcheck; then
-  sanitizer_result="not asked for (PARTS)"
-elif [ -n "$SANITIZER" ]; then
-  timeout "$MEMCHECK_TIMEOUT" "$SANITIZER" --tool memcheck --error-exitcode 3 "$TESTS" --gtest_filter="$SANITIZE_FILTER" \
-    >"$LOGS/memcheck.log" 2>&1
-  code=$?
-  summary=$(grep -E "ERROR SUMMARY" "$LOGS/memcheck.log" | tail -1)
-  case $code in
-    0) sanitizer_result="clean: ${summary:-no summary}" ;;
-    124) sanitizer_result="TIMEOUT after $MEMCHECK_TIMEOUT s"; status=1 ;;
-    3) sanitizer_result="ERRORS: $summary"; status=1 ;;
-    *) sanitizer_result="tests failed (exit $code): ${summary:-no summary}"; status=1 ;;
-  esac
-else
-  status=1
-fi
+sanitizer_result="not asked for (PARTS)"
+if want memcheck; then run_memcheck "$SANITIZE_FILTER" "$LOGS/memcheck.log" || status=1; fi
 
 if want bench; then
   "$VT" bench decode --synthetic qwen3.5-27b --weights fp8 --batch 1,16 --context "$CONTEXT" --steps 20 \
