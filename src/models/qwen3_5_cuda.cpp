@@ -253,70 +253,13 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
     w.gdn_chunk_scratch = cuda::DeviceBuffer(
         DType::kF32, {std::max(cuda::gdn_chunked_scratch_floats(T, S, kGdnChunkedMinTokens, delta_net),
                                cuda::gdn_chunked_scratch_floats(T, 1, 1, delta_net))});
-  setup_fp8_gemms();
-}
-
-// The output layer quantised on the device to FP8 128x128 blocks (BF16 in published checkpoints).
-void Qwen35CudaModel::convert_lm_head_fp8() {
-  CudaLinear& head = weights_.lm_head;
-  VT_CHECK(head.format == WeightFormat::kDense && head.parts.size() == 1, "the LM head is already FP8");
-  CudaLinear::Part fp8;
-  fp8.n = head.n;
-  fp8.weight = cuda::DeviceBuffer(DType::kU8, {head.n, head.k});
-  fp8.scales = cuda::DeviceBuffer(DType::kF32, {(head.n + 127) / 128, (head.k + 127) / 128});
-  cuda::fp8_quantize_weight_blocks(fp8.weight.as<uint8_t>(), fp8.scales.as<float>(), head.parts[0].weight.data(),
-                                   head.parts[0].weight.view().dtype, head.n, head.k, stream_);
-  VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  head.parts.clear();
-  head.parts.push_back(std::move(fp8));
-  head.format = WeightFormat::kFp8Block;
+  setup_fp8_gemms(workspace_->max_tokens);
 }
 
 void Qwen35CudaModel::quantize_lm_head_fp8() {
   convert_lm_head_fp8();
   graphs_ = std::make_unique<Graphs>();  // captured graphs launch the old output layer
-  setup_fp8_gemms();
-}
-
-// The FP8 GEMM registry: every FP8 linear's (n, k) with its instances across layers, tuned at
-// start-up (or the built-in rule), and a forced backend refused here if it cannot serve a shape.
-void Qwen35CudaModel::setup_fp8_gemms() {
-  std::map<std::pair<int64_t, int64_t>, cuda::GemmTuneShape> shapes;
-  int64_t widest_k = 0;
-  const auto add = [&](const CudaLinear& linear) {
-    if (linear.format != WeightFormat::kFp8Block) return;
-    for (const auto& part : linear.parts) {
-      auto& shape = shapes[{part.n, linear.k}];
-      shape.n = part.n;
-      shape.k = linear.k;
-      shape.weights.emplace_back(part.weight.as<uint8_t>(), part.scales.as<float>());
-      widest_k = std::max(widest_k, linear.k);
-    }
-  };
-  for (const auto& layer : weights_.layers) {
-    for (const CudaLinear* linear : {&layer.in_proj, &layer.in_proj_ba, &layer.out_proj, &layer.qkv, &layer.o_proj,
-                                     &layer.mlp.gate_up, &layer.mlp.down, &layer.moe.shared.gate_up,
-                                     &layer.moe.shared.down, &layer.moe.shared_gate})
-      add(*linear);
-  }
-  add(weights_.lm_head);
-  if (shapes.empty()) return;
-  const int64_t max_m = std::max(workspace_->max_tokens, options_.max_logit_rows);
-  fp8_gemm_ = std::make_unique<cuda::Fp8GemmRegistry>(max_m, widest_k);
-  std::vector<cuda::GemmTuneShape> list;
-  for (auto& [key, shape] : shapes) list.push_back(std::move(shape));
-  if (const auto forced = fp8_gemm_->forced()) {
-    for (const auto& shape : list)
-      for (int64_t m : {int64_t(1), max_m})
-        VT_CHECK(fp8_gemm_->supports(*forced, m, shape.n, shape.k, shape.n, options_.activations),
-                 "the forced GEMM backend ", cuda::gemm_backend_name(*forced),
-                 " (VT_GEMM_BACKEND / VT_FP8_GEMM) cannot serve the ", shape.n, " x ", shape.k,
-                 " FP8 GEMM at M = ", m, "; unset it or pick a backend that can");
-  }
-  if (options_.tune_gemms) {
-    gemm_plan_ = fp8_gemm_->tune(list, std::min<int64_t>(max_m, 128), options_.activations, stream_);
-    std::fputs(gemm_plan_.c_str(), stderr);
-  }
+  setup_fp8_gemms(workspace_->max_tokens);
 }
 
 Qwen35CudaModel::~Qwen35CudaModel() {
@@ -883,49 +826,6 @@ void Qwen35CudaModel::randomize_state(uint64_t seed) {
     }
   }
   VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-}
-
-double Qwen35CudaModel::decode_bytes(int64_t batch, int64_t context) const {
-  const auto& c = config_;
-  double bytes = double(weights_.bytes());
-  // MoE: only the experts a step routes to are read. Expected distinct experts for `batch`
-  // tokens each choosing k of E uniformly: E (1 - (1 - k/E)^batch) (an estimate, stated so).
-  for (const auto& layer : weights_.layers) {
-    if (!layer.is_moe) continue;
-    const double e = double(layer.moe.experts), k = double(c.num_experts_per_tok);
-    const double distinct = e * (1.0 - std::pow(1.0 - k / e, double(batch)));
-    bytes -= double(layer.moe.expert_bytes()) * (e - distinct);
-  }
-  double per_sequence = 0;
-  const double act = double(dtype_size(options_.activations));
-  for (LayerKind kind : c.layer_types) {
-    if (kind == LayerKind::kLinearAttention) {
-      per_sequence += 2.0 * 4 * c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;  // state r+w
-      per_sequence += 2.0 * 4 * c.conv_dim() * (c.linear_conv_kernel - 1);
-    } else {
-      per_sequence += 2.0 * act * double(context) * c.num_kv_heads * c.head_dim;  // K and V read
-    }
-  }
-  return bytes + double(batch) * per_sequence;
-}
-
-std::unique_ptr<Qwen35CudaModel> make_synthetic_cuda_model(const std::string& name, const std::string& weights,
-                                                           const CudaModelOptions& options, uint64_t seed) {
-  VT_CHECK(weights == "fp8" || weights == "bf16", "synthetic weights: expected fp8 or bf16, got '", weights, "'");
-  Qwen35Config config = synthetic_config(name);
-  CudaWeights synthetic = synthetic_cuda_weights(config, weights == "fp8", seed);
-  return std::make_unique<Qwen35CudaModel>(std::move(config), std::move(synthetic), options,
-                                           name + " (synthetic, " + weights + ")");
-}
-
-std::unique_ptr<Qwen35CudaModel> load_qwen35_cuda(const std::string& dir, const CudaModelOptions& options) {
-  Qwen35Config config = parse_qwen35_config(dir + "/config.json");
-  WeightStore store = WeightStore::open(dir);
-  CudaWeights weights = load_cuda_weights(store, config, options.activations);
-  std::ostringstream description;
-  description << "architecture: " << config.architecture << " on CUDA, activations "
-              << dtype_name(options.activations) << ", " << weights.bytes() << " weight bytes\n";
-  return std::make_unique<Qwen35CudaModel>(std::move(config), std::move(weights), options, description.str());
 }
 
 }  // namespace vt

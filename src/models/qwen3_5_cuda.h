@@ -210,7 +210,7 @@ class Qwen35CudaModel final : public Model {
   DeviceAllReduce all_reduce_;
   void reduce_branch(int64_t num_tokens);  // all_reduce_ over workspace branch [T, H], when set
   std::string gemm_plan_;
-  void setup_fp8_gemms();
+  void setup_fp8_gemms(int64_t max_step_tokens);  // every linear's backend, for up to that many rows
   void convert_lm_head_fp8();
   void launch_decode_graph(int64_t batch, const std::function<void()>& upload);  // capture on first use
   void copy_logits_to_host(float* destination, int64_t rows);  // VT_FUSED_QUANT=0: every FP8 linear quantises its own input (A/B runs)
