@@ -115,6 +115,17 @@ class CudaSequence final : public SequenceState {
 // (CUPTI profile, batch 16: 512 left one split per head and 140 us per layer).
 constexpr int64_t kAttentionBlocks = 4096;
 
+// The fewest keys one split takes (VT_ATTENTION_SPLIT_KEYS overrides it for A/B runs).
+int64_t attention_split_keys() {
+  static const int64_t keys = [] {
+    const char* value = std::getenv("VT_ATTENTION_SPLIT_KEYS");
+    const int64_t parsed = value ? std::atoll(value) : 64;
+    VT_CHECK(parsed >= 1 && parsed <= 4096, "VT_ATTENTION_SPLIT_KEYS='", value ? value : "", "': expected 1..4096");
+    return parsed;
+  }();
+  return keys;
+}
+
 // Dense linears up to this many outputs run vt's block-per-row GEMV at small M (cuda_ops.h).
 constexpr int64_t kNarrowDense = 4096;
 
@@ -365,7 +376,8 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
 
   // Static per (T, max_context), so a captured graph stays valid as positions grow.
   const int64_t attention_splits =
-      std::clamp<int64_t>(kAttentionBlocks / (T * c.num_heads), 1, (options_.max_context + 63) / 64);
+      std::clamp<int64_t>(kAttentionBlocks / (T * c.num_heads), 1,
+                          (options_.max_context + attention_split_keys() - 1) / attention_split_keys());
   const int64_t keys_per_split = (options_.max_context + attention_splits - 1) / attention_splits;
   {
     profile::OpScope op("embed", OpGroup::kEmbed);

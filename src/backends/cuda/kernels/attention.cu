@@ -162,30 +162,39 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_par
   }
 }
 
-// Block (token, query head): merges the splits in order and applies the sigmoid output gate;
-// with q_codes set (head_dim % 128 == 0, blockDim 128), quantises each 128-group of the output.
+// Block (token, query head): merges the splits and applies the sigmoid output gate; with q_codes
+// set (head_dim % 128 == 0, blockDim 128), quantises each 128-group of the output. Every load is
+// issued before its value is needed: the splits' (max, sum) pairs one thread per split, their
+// weights exp(max_s - max) into shared memory, then each output element's split values eight at a
+// time (an empty split's partial is zeros with weight 0). Dynamic shared memory: num_splits floats.
 template <typename T>
 __global__ void sm90_attention_combine(AttentionArgs args) {
+  extern __shared__ float s_weight[];
   __shared__ float s_scratch[32];
   device::pdl_enter();
   const auto& shape = args.shape;
-  const int64_t token = blockIdx.x, head = blockIdx.y, d = shape.head_dim;
-  const float* partials = args.partials + (token * shape.num_heads + head) * args.num_splits * (d + 2);
-  float total_max = -INFINITY;
-  for (int64_t s = 0; s < args.num_splits; ++s)
-    if (partials[s * (d + 2) + 1] > 0.0f) total_max = fmaxf(total_max, partials[s * (d + 2)]);
-  float total_sum = 0.0f;
-  for (int64_t s = 0; s < args.num_splits; ++s)
-    if (partials[s * (d + 2) + 1] > 0.0f)
-      total_sum += partials[s * (d + 2) + 1] * __expf(partials[s * (d + 2)] - total_max);
+  const int64_t token = blockIdx.x, head = blockIdx.y, d = shape.head_dim, splits = args.num_splits;
+  const float* partials = args.partials + (token * shape.num_heads + head) * splits * (d + 2);
+  float local_max = -INFINITY;
+  for (int64_t s = threadIdx.x; s < splits; s += blockDim.x)
+    if (partials[s * (d + 2) + 1] > 0.0f) local_max = fmaxf(local_max, partials[s * (d + 2)]);
+  const float total_max = device::block_max(local_max, s_scratch);
+  float local_sum = 0.0f;
+  for (int64_t s = threadIdx.x; s < splits; s += blockDim.x) {
+    const float sum = partials[s * (d + 2) + 1];
+    const float weight = sum > 0.0f ? __expf(partials[s * (d + 2)] - total_max) : 0.0f;
+    s_weight[s] = weight;
+    local_sum += sum * weight;
+  }
+  const float total_sum = device::block_sum(local_sum, s_scratch);  // its barrier publishes s_weight
   const T* gate = static_cast<const T*>(args.gate) + (token * shape.num_heads + head) * d;
   T* out = static_cast<T*>(args.out) + (token * shape.num_heads + head) * d;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float gate_value = device::to_float(gate[i]);
     float value = 0.0f;
-    for (int64_t s = 0; s < args.num_splits; ++s)
-      if (partials[s * (d + 2) + 1] > 0.0f)
-        value += partials[s * (d + 2) + 2 + i] * __expf(partials[s * (d + 2)] - total_max);
-    const T result = device::from_float<T>(value / total_sum * device::sigmoid(device::to_float(gate[i])));
+#pragma unroll 8
+    for (int64_t s = 0; s < splits; ++s) value += partials[s * (d + 2) + 2 + i] * s_weight[s];
+    const T result = device::from_float<T>(value / total_sum * device::sigmoid(gate_value));
     out[i] = result;
     if (args.q_codes) {  // the loop is uniform: d is a multiple of blockDim
       const float rounded = device::to_float(result);
@@ -230,6 +239,7 @@ void paged_attention(void* out, float* partials, const float* q, const void* gat
                      int64_t kv_tokens) {
   check_shape(shape);
   VT_CHECK(num_splits >= 1 && keys_per_split >= 1, "paged_attention: ", num_splits, " splits of ", keys_per_split);
+  VT_CHECK(num_splits <= 12288, "paged_attention: ", num_splits, " splits (the combine keeps a weight per split in 48 KB)");
   VT_CHECK(!q_codes || shape.head_dim % 128 == 0, "paged_attention: fused FP8 output needs head_dim % 128 == 0");
   if (layout.num_tokens == 0) return;
   AttentionArgs args{out,       partials,       q, gate, k_cache, v_cache, layout, shape, 1.0f / sqrtf(float(shape.head_dim)),
@@ -255,7 +265,8 @@ void paged_attention(void* out, float* partials, const float* q, const void* gat
                          dim3(kAttentionWarps * 32), 0, stream, args));
   dim3 combine_grid(unsigned(layout.num_tokens), unsigned(shape.num_heads));
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_attention_combine", combine_cost, sm90_attention_combine<T>, combine_grid, dim3(128), 0, stream,
+                  launch("sm90_attention_combine", combine_cost, sm90_attention_combine<T>, combine_grid, dim3(128),
+                         size_t(num_splits) * sizeof(float), stream,
                          args));
 }
 
