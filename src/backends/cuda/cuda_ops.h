@@ -162,11 +162,12 @@ void transpose_scales(float* out, const float* in, int64_t m, int64_t kb, int64_
 void fp8_quantize_weight_blocks(uint8_t* q, float* scales, const void* w, DType dtype, int64_t n, int64_t k,
                                 cudaStream_t stream);
 // y [M, N] act (row stride ldy) = (q * a_scale) @ (w * w_scale)^T, fp32 accumulation.
-// Backends: kGemv (M = 1 only: CUDA cores, a warp per output column with its row in flight before
-// the previous kernel ends), kWarpRows (CUDA cores, M tiles of up to 16 rows), kMma (tensor-core
-// m16n8k32 e4m3, K split over a block's warps, up to 64 rows per weight pass); kAuto: kGemv at
-// M = 1, else kMma (measured choices and overrides: fp8_gemm_registry.h); kGemvSplitK (M = 1: four warps per column,
-// K split between them), kGemvTma (M = 1: weight rows streamed into shared memory by bulk copies).
+// Backends: kGemv (M = 1 only: CUDA cores, a warp per two output columns, one 512-byte piece of
+// each row per round in flight while the previous round is used), kWarpRows (CUDA cores, M tiles
+// of up to 16 rows), kMma (tensor-core m16n8k32 e4m3, K split over a block's warps, up to 64 rows
+// per weight pass); kAuto: kGemv at M = 1, else kMma (measured choices and overrides:
+// fp8_gemm_registry.h); kGemvSplitK (M = 1: kGemv's loop with four columns per warp and K split
+// between two warps), kGemvTma (M = 1: weight rows streamed into shared memory by bulk copies).
 enum class Fp8GemmBackend { kAuto, kGemv, kWarpRows, kMma, kGemvSplitK, kGemvTma };
 const char* fp8_gemm_kernel_name(Fp8GemmBackend backend);  // the kernel a backend launches
 void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,

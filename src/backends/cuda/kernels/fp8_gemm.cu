@@ -1,6 +1,8 @@
-// FP8 block-scaled linear, the simple correct version: per-token 1x128 activation quantisation,
-// and a warp-per-output-row kernel that streams each weight row once with 16-byte loads and
-// applies the activation and weight block scales in fp32. The fast split-K kernel replaces it.
+// FP8 block-scaled linears: per-token 1x128 activation quantisation, and the small-M kernels the
+// GEMM registry (fp8_gemm_registry.h) measures per shape: CUDA-core GEMVs for M = 1 (warp per
+// column group, split-K, bulk-copy), a warp-per-row kernel for M <= 16, and a tensor-core split-K
+// kernel; every one applies the activation and weight block scales in fp32 and reduces in a
+// fixed order (deterministic).
 #include <atomic>
 #include <cuda_fp8.h>
 
@@ -107,124 +109,103 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemm_warp_rows(
 }
 
 
-// One lane's 16 e4m3 weights against the 16 activation codes at `a`: their dot product times the
-// two 1x128 / 128x128 block scales' product (the M = 1 kernels' inner step).
-__device__ __forceinline__ float dot16_scaled(const uint4& weights, const uint8_t* a, float scale) {
-  float r_wf[kBytesPerLane], r_af[kBytesPerLane];
-  device::fp8x16_to_float(weights, r_wf);
-  device::fp8x16_to_float(*reinterpret_cast<const uint4*>(a), r_af);
-  float dot = 0.0f;
-#pragma unroll
-  for (int e = 0; e < kBytesPerLane; ++e) dot += r_af[e] * r_wf[e];
-  return dot * scale;
-}
-
-// M = 1 (single-stream decode): one warp per output column, and the warp's first kUnroll x 512
-// bytes of its weight row are loaded into registers before waiting on the previous kernel
-// (weights are constant), so at K <= 6,144 the whole row is in flight while the previous kernel
-// drains; later rounds (K > kUnroll x 512) stream the same way. Activations and scales (L2-
-// resident) are read after the wait.
-template <typename T, int kUnroll>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemv(
+// M = 1 (single-stream decode), CUDA cores: a warp owns kCols consecutive output columns and a
+// 1/kSplit slice of K (whole 512-byte pieces); each round every lane loads kUnroll 16-byte pieces
+// of each of its rows (a warp load is 512 contiguous bytes of one row) and the next round's loads
+// are issued before this round is used; the activation codes are converted once per round for
+// all kCols rows. kSplit warps of a block share a column group and meet in shared memory in a
+// fixed order (deterministic). The first round is loaded before the PDL wait (weights are
+// constant). Few bytes per warp in flight and many warps beat deep per-warp unrolling on the H200:
+// scripts/gpu/gemv_explore.cu's sweep (docs/perf/2026-11-29-gemv-sweep.md) found (kWarps, kUnroll,
+// kCols, kSplit) = (4, 1, 2, 1) best on the wide 27B shapes and (4, 1, 4, 2) on the N = 5120 ones.
+template <typename T, int kWarps, int kUnroll, int kCols, int kSplit>
+__device__ __forceinline__ void fp8_gemv_columns(
     T* __restrict__ g_y, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
     const uint8_t* __restrict__ g_w, const float* __restrict__ g_w_scales, int64_t n, int64_t k) {
-  constexpr int64_t kRound = int64_t(kUnroll) * 32 * kBytesPerLane;
-  const int64_t column = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const bool active = column < n;
-  const uint8_t* weight_row = g_w + (active ? column : 0) * k + int64_t(lane) * kBytesPerLane;
-  uint4 r_w[kUnroll];
+  static_assert(kWarps % kSplit == 0 && kCols <= 32, "whole column groups per block");
+  constexpr int64_t kPiece = 32 * kBytesPerLane, kRound = int64_t(kUnroll) * kPiece;
+  __shared__ float s_partial[kWarps][kCols];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, slice = warp % kSplit;
+  const int64_t column0 = (int64_t(blockIdx.x) * (kWarps / kSplit) + warp / kSplit) * kCols;
+  const int64_t pieces = (k + kPiece - 1) / kPiece, per = (pieces + kSplit - 1) / kSplit;
+  const int64_t begin = min(k, slice * per * kPiece), end = min(k, (slice + 1) * per * kPiece);
+  uint4 r_next[kCols][kUnroll];
+  const auto load_round = [&](int64_t round) {
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int64_t k0 = int64_t(lane) * kBytesPerLane + int64_t(u) * 32 * kBytesPerLane;
-    r_w[u] = active && k0 < k ? __ldcs(reinterpret_cast<const uint4*>(weight_row + int64_t(u) * 32 * kBytesPerLane))
-                              : make_uint4(0, 0, 0, 0);
-  }
+    for (int c = 0; c < kCols; ++c)
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k0 = round + u * kPiece + lane * kBytesPerLane;
+        r_next[c][u] = k0 < end && column0 + c < n
+                           ? __ldcs(reinterpret_cast<const uint4*>(g_w + (column0 + c) * k + k0))
+                           : make_uint4(0, 0, 0, 0);
+      }
+  };
+  if (begin < end) load_round(begin);
   device::pdl_enter();
-  if (!active) return;
   const int64_t k_blocks = (k + kGroup - 1) / kGroup;
-  const float* weight_scales = g_w_scales + (column / kGroup) * k_blocks;
-  float acc = 0.0f;
-  for (int64_t round = 0; round < k; round += kRound) {
+  float r_acc[kCols];
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) r_acc[c] = 0.0f;
+  for (int64_t round = begin; round < end; round += kRound) {
+    uint4 r_w[kCols][kUnroll];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c)
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) r_w[c][u] = r_next[c][u];
+    if (round + kRound < end) load_round(round + kRound);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t k0 = round + int64_t(lane) * kBytesPerLane + int64_t(u) * 32 * kBytesPerLane;
-      if (k0 >= k) break;
-      acc += dot16_scaled(r_w[u], g_a + k0, g_a_scales[k0 / kGroup] * weight_scales[k0 / kGroup]);
-    }
-    if (round + kRound >= k) break;
+      const int64_t k0 = round + u * kPiece + lane * kBytesPerLane;
+      if (k0 >= end) break;
+      float r_af[kBytesPerLane];
+      device::fp8x16_to_float(*reinterpret_cast<const uint4*>(g_a + k0), r_af);
+      const float a_scale = g_a_scales[k0 / kGroup];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t offset = round + kRound + int64_t(u) * 32 * kBytesPerLane;
-      r_w[u] = offset + int64_t(lane) * kBytesPerLane < k
-                   ? __ldcs(reinterpret_cast<const uint4*>(weight_row + offset))
-                   : make_uint4(0, 0, 0, 0);
+      for (int c = 0; c < kCols; ++c) {
+        float r_wf[kBytesPerLane];
+        device::fp8x16_to_float(r_w[c][u], r_wf);
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kBytesPerLane; ++e) dot += r_af[e] * r_wf[e];
+        const int64_t column = min(column0 + c, n - 1);
+        r_acc[c] += dot * (a_scale * g_w_scales[(column / kGroup) * k_blocks + k0 / kGroup]);
+      }
     }
   }
-  acc = device::warp_sum(acc);
-  if (lane == 0) g_y[column] = device::from_float<T>(acc);
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) r_acc[c] = device::warp_sum(r_acc[c]);
+  float mine = r_acc[0];  // lane c keeps column c's total
+#pragma unroll
+  for (int c = 1; c < kCols; ++c) mine = lane == c ? r_acc[c] : mine;
+  if constexpr (kSplit == 1) {
+    if (lane < kCols && column0 + lane < n) g_y[column0 + lane] = device::from_float<T>(mine);
+  } else {
+    if (lane < kCols) s_partial[warp][lane] = mine;
+    __syncthreads();
+    if (slice == 0 && lane < kCols && column0 + lane < n) {
+      float total = s_partial[warp][lane];
+      for (int other = 1; other < kSplit; ++other) total += s_partial[warp + other][lane];
+      g_y[column0 + lane] = device::from_float<T>(total);
+    }
+  }
 }
 
-// M = 1 with K split inside the block: kWarpsPerRow warps share an output column, each streaming
-// a contiguous slice of its weight row (its first 4 x 512 bytes issued before the PDL wait), and
-// meet in a fixed-order shared-memory sum (deterministic). Four times the warps of sm90_fp8_gemv
-// for the same bytes: for the short-K shapes, whose rows are only 2-3 rounds of loads long.
-constexpr int kSplitWarpsPerRow = 4;
-constexpr int kSplitRowsPerBlock = kWarpsPerBlock / kSplitWarpsPerRow;
+// The two M = 1 CUDA-core backends, (kWarps, kUnroll, kCols, kSplit) = (4, 1, 2, 1) and (4, 1, 4, 2).
+constexpr int kGemvWarps = 4, kGemvCols = 2, kGemvSplitCols = 4, kGemvSplit = 2;
 
 template <typename T>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemv_splitk(
+__global__ void __launch_bounds__(kGemvWarps * 32) sm90_fp8_gemv(
     T* __restrict__ g_y, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
     const uint8_t* __restrict__ g_w, const float* __restrict__ g_w_scales, int64_t n, int64_t k) {
-  constexpr int kUnroll = 4;
-  constexpr int64_t kPiece = 32 * kBytesPerLane;  // one warp load: 512 bytes
-  __shared__ float s_partial[kSplitRowsPerBlock][kSplitWarpsPerRow];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row_in_block = warp / kSplitWarpsPerRow, slice = warp % kSplitWarpsPerRow;
-  const int64_t column = int64_t(blockIdx.x) * kSplitRowsPerBlock + row_in_block;
-  const bool active = column < n;
-  // Slices of whole 512-byte pieces: slice s covers pieces [s * per, (s + 1) * per).
-  const int64_t pieces = (k + kPiece - 1) / kPiece, per = (pieces + kSplitWarpsPerRow - 1) / kSplitWarpsPerRow;
-  const int64_t begin = int64_t(slice) * per * kPiece, end = min(k, (int64_t(slice) + 1) * per * kPiece);
-  const uint8_t* weight_row = g_w + (active ? column : 0) * k;
-  uint4 r_w[kUnroll];
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int64_t k0 = begin + int64_t(u) * kPiece + int64_t(lane) * kBytesPerLane;
-    r_w[u] = active && k0 < end ? __ldcs(reinterpret_cast<const uint4*>(weight_row + k0)) : make_uint4(0, 0, 0, 0);
-  }
-  device::pdl_enter();
-  const int64_t k_blocks = (k + kGroup - 1) / kGroup;
-  const float* weight_scales = g_w_scales + (active ? column / kGroup : 0) * k_blocks;
-  float acc = 0.0f;
-  if (active) {
-    for (int64_t round = begin; round < end; round += kUnroll * kPiece) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t k0 = round + int64_t(u) * kPiece + int64_t(lane) * kBytesPerLane;
-        if (k0 >= end) break;
-        acc += dot16_scaled(r_w[u], g_a + k0, g_a_scales[k0 / kGroup] * weight_scales[k0 / kGroup]);
-      }
-      const int64_t next = round + kUnroll * kPiece;
-      if (next >= end) break;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t k0 = next + int64_t(u) * kPiece + int64_t(lane) * kBytesPerLane;
-        r_w[u] = k0 < end ? __ldcs(reinterpret_cast<const uint4*>(weight_row + k0)) : make_uint4(0, 0, 0, 0);
-      }
-    }
-  }
-  acc = device::warp_sum(acc);
-  if (lane == 0) s_partial[row_in_block][slice] = acc;
-  __syncthreads();
-  if (threadIdx.x < kSplitRowsPerBlock) {
-    const int64_t out_column = int64_t(blockIdx.x) * kSplitRowsPerBlock + threadIdx.x;
-    if (out_column < n) {
-      float total = s_partial[threadIdx.x][0];
-      for (int w = 1; w < kSplitWarpsPerRow; ++w) total += s_partial[threadIdx.x][w];
-      g_y[out_column] = device::from_float<T>(total);
-    }
-  }
+  fp8_gemv_columns<T, kGemvWarps, 1, kGemvCols, 1>(g_y, g_a, g_a_scales, g_w, g_w_scales, n, k);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kGemvWarps * 32) sm90_fp8_gemv_splitk(
+    T* __restrict__ g_y, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
+    const uint8_t* __restrict__ g_w, const float* __restrict__ g_w_scales, int64_t n, int64_t k) {
+  fp8_gemv_columns<T, kGemvWarps, 1, kGemvSplitCols, kGemvSplit>(g_y, g_a, g_a_scales, g_w, g_w_scales, n, k);
 }
 
 // M = 1 through the bulk-copy engine (TMA, cp.async.bulk): a block owns kTmaRows output columns
@@ -553,23 +534,22 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
     });
     return;
   }
-  if (backend == Fp8GemmBackend::kGemvSplitK) {
-    VT_CHECK(m == 1, "fp8_block_gemm: the gemv_splitk backend serves M = 1, not ", m);
-    const dim3 blocks(unsigned((n + kSplitRowsPerBlock - 1) / kSplitRowsPerBlock)), threads(kWarpsPerBlock * 32);
-    VT_DISPATCH_ACT(act, T,
-                    launch("sm90_fp8_gemv_splitk", cost("gemv_splitk"), sm90_fp8_gemv_splitk<T>, blocks, threads, 0, stream,
-                           static_cast<T*>(y), q, a_scales, w, w_scales, n, k));
-    return;
-  }
-  if (backend == Fp8GemmBackend::kGemv) {
-    // Four 512-byte loads per lane per round: `vt bench gemm` on the H200 (commit afef4cf and
-    // before, docs/perf) found 4 faster than 8 and 12 on six of the seven 27B shapes (fewer
-    // registers, more warps in flight), so only 4 is built.
-    const dim3 blocks(unsigned((n + kWarpsPerBlock - 1) / kWarpsPerBlock)), threads(kWarpsPerBlock * 32);
-    VT_CHECK(ldy >= n, "fp8_block_gemm: ldy");
-    VT_DISPATCH_ACT(act, T,
-                    launch("sm90_fp8_gemv", cost("gemv"), sm90_fp8_gemv<T, 4>, blocks, threads, 0, stream,
-                           static_cast<T*>(y), q, a_scales, w, w_scales, n, k));
+  if (backend == Fp8GemmBackend::kGemvSplitK || backend == Fp8GemmBackend::kGemv) {
+    VT_CHECK(m == 1, "fp8_block_gemm: the ", backend == Fp8GemmBackend::kGemv ? "gemv" : "gemv_splitk",
+             " backend serves M = 1, not ", m);
+    if (backend == Fp8GemmBackend::kGemv) {
+      constexpr int64_t columns_per_block = kGemvWarps * kGemvCols;
+      const dim3 blocks(unsigned((n + columns_per_block - 1) / columns_per_block)), threads(kGemvWarps * 32);
+      VT_DISPATCH_ACT(act, T,
+                      launch("sm90_fp8_gemv", cost("gemv"), sm90_fp8_gemv<T>, blocks, threads, 0, stream,
+                             static_cast<T*>(y), q, a_scales, w, w_scales, n, k));
+    } else {
+      constexpr int64_t columns_per_block = kGemvWarps / kGemvSplit * kGemvSplitCols;
+      const dim3 blocks(unsigned((n + columns_per_block - 1) / columns_per_block)), threads(kGemvWarps * 32);
+      VT_DISPATCH_ACT(act, T,
+                      launch("sm90_fp8_gemv_splitk", cost("gemv_splitk"), sm90_fp8_gemv_splitk<T>, blocks, threads, 0,
+                             stream, static_cast<T*>(y), q, a_scales, w, w_scales, n, k));
+    }
     return;
   }
   const size_t element = dtype_size(act);
