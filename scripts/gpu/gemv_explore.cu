@@ -453,6 +453,92 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_sweep_mma(float* __restrict_
   }
 }
 
+// --- cp.async-staged tensor-core GEMV, M <= 16: a block of kWarps warps owns kRows weight rows
+// and streams them through a kStages-deep shared-memory ring, 512 bytes of every row per stage
+// (each warp copies kRows / kWarps rows, one 512-byte contiguous row piece per instruction, the
+// gemv's access pattern, via cp.async.cg). Warp w computes 128-block w of each stage for all rows:
+// lane (g, q) reads 16 bytes of row g at h * 64 + q * 16 (rows 576 bytes apart: conflict-free) and
+// the activation codes with the same byte-to-k mapping; partials meet in shared memory in a fixed
+// order.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(uint32_t(__cvta_generic_to_shared(dst))), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+template <int kRows, int kStages, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32) gemv_cpasync_mma(float* __restrict__ y, const uint8_t* __restrict__ a,
+                                                               const float* __restrict__ as, const uint8_t* __restrict__ w,
+                                                               const float* __restrict__ ws, int m, int64_t n, int64_t k) {
+  constexpr int kTiles = kRows / 8, kStride = 576, kBlocksPerStage = 4;
+  static_assert(kWarps == kBlocksPerStage, "one 128-block of each stage per warp");
+  __shared__ __align__(128) uint8_t s_ring[kStages][kRows][kStride];
+  __shared__ float s_part[kWarps][kTiles][32][4];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int64_t n0 = int64_t(blockIdx.x) * kRows, pieces = k / 512, kb = k / kGroup;
+  const auto issue = [&](int64_t piece) {
+    if (piece < pieces) {
+      const int stage = int(piece % kStages);
+#pragma unroll
+      for (int r = warp; r < kRows; r += kWarps) {
+        const int64_t row = min(n0 + r, n - 1);
+        cp_async16(&s_ring[stage][r][lane * 16], w + row * k + piece * 512 + lane * 16);
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int p = 0; p < kStages - 1; ++p) issue(p);
+  float acc[kTiles][4] = {};
+  for (int64_t piece = 0; piece < pieces; ++piece) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage `piece` landed for every warp; stage piece - 1 is free again
+    issue(piece + kStages - 1);
+    const int stage = int(piece % kStages);
+    const int64_t block = piece * kBlocksPerStage + warp;
+    float d[kTiles][4] = {};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t k0 = block * kGroup + h * 64 + q * 16;
+      const uint4 a0 = g < m ? *reinterpret_cast<const uint4*>(a + int64_t(g) * k + k0) : make_uint4(0, 0, 0, 0);
+      const uint4 a1 = g + 8 < m ? *reinterpret_cast<const uint4*>(a + int64_t(g + 8) * k + k0) : make_uint4(0, 0, 0, 0);
+      const uint32_t af[4] = {a0.x, a1.x, a0.y, a1.y}, af2[4] = {a0.z, a1.z, a0.w, a1.w};
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) {
+        const uint4 wv = *reinterpret_cast<const uint4*>(&s_ring[stage][t * 8 + g][warp * 128 + h * 64 + q * 16]);
+        const uint32_t bf[2] = {wv.x, wv.y}, bf2[2] = {wv.z, wv.w};
+        mma_e4m3(d[t], af, bf);
+        mma_e4m3(d[t], af2, bf2);
+      }
+    }
+    const float s0 = g < m ? as[int64_t(g) * kb + block] : 0.0f;
+    const float s1 = g + 8 < m ? as[int64_t(g + 8) * kb + block] : 0.0f;
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      const float w_scale = ws[(min(n0 + t * 8, n - 1) / kGroup) * kb + block];
+      acc[t][0] += d[t][0] * s0 * w_scale, acc[t][1] += d[t][1] * s0 * w_scale;
+      acc[t][2] += d[t][2] * s1 * w_scale, acc[t][3] += d[t][3] * s1 * w_scale;
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s_part[warp][t][lane][i] = acc[t][i];
+  __syncthreads();
+  for (int o = threadIdx.x; o < kTiles * 128; o += kWarps * 32) {
+    const int t = o / 128, l = (o / 4) % 32, i = o % 4;
+    float total = 0.0f;
+    for (int v = 0; v < kWarps; ++v) total += s_part[v][t][l][i];
+    const int row = l / 4 + (i >= 2 ? 8 : 0);
+    const int64_t c = n0 + t * 8 + 2 * (l % 4) + (i % 2);
+    if (row < m && c < n) y[int64_t(row) * n + c] = total;
+  }
+}
+
 // --- harness ------------------------------------------------------------------------------
 struct Shape {
   const char* name;
@@ -657,6 +743,18 @@ int main(int argc, char** argv) {
       STG(2, 8, 4);
       STG(1, 4, 4);
 #undef STG
+#define CPA(R, S)                                                                                                 \
+  run("cpasync_mma r" #R " s" #S, [&](int i) {                                                                  \
+    gemv_cpasync_mma<R, S, 4><<<unsigned((s.n + R - 1) / R), 128, 0, runner.stream>>>(y, a, as, w[i % copies],   \
+                                                                                   ws[i % copies], m, s.n, s.k); \
+  })
+      CPA(8, 3);
+      CPA(8, 4);
+      CPA(8, 6);
+      CPA(16, 3);
+      CPA(16, 4);
+      CPA(32, 3);
+#undef CPA
     }
     for (int c = 0; c < copies; ++c) cudaFree(w[c]), cudaFree(ws[c]);
     cudaFree(a), cudaFree(as), cudaFree(y), cudaFree(yref);
