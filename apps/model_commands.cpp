@@ -21,7 +21,7 @@
 #include "io/gguf.h"
 #include "io/weight_store.h"
 #include "models/registry.h"
-#include "models/qwen3_5.h"
+#include "model/mtp_head.h"
 #include "spec/draft_model_drafter.h"
 #include "spec/mtp_drafter.h"
 #include "spec/ngram_drafter.h"
@@ -154,12 +154,11 @@ void run_generate(const GenerateArgs& args) {
     drafter = std::make_unique<vt::DraftModelDrafter>(*draft_model, draft_sampling);
   }
   if (args.speculative == "mtp") {
-    auto* qwen = dynamic_cast<vt::Qwen35Model*>(model.get());
-    VT_CHECK(qwen, "--speculative mtp: runs on the CPU reference of the Qwen3.5 family (not ",
-             model->info().architecture, " on --device ", args.device, ")");
+    auto* head = dynamic_cast<vt::MtpHead*>(model.get());
+    VT_CHECK(head, "--speculative mtp: runs on the Qwen3.5 family (not ", model->info().architecture, ")");
     vt::SamplingParams draft_sampling = args.sampling;
     draft_sampling.seed = args.sampling.seed + 1;
-    drafter = std::make_unique<vt::MtpDrafter>(*qwen, draft_sampling);
+    drafter = std::make_unique<vt::MtpDrafter>(*head, draft_sampling);
   }
   vt::SpeculativeResult result;
   if (drafter) {
