@@ -175,6 +175,19 @@ class Qwen35CudaModel final : public Model {
   void run_step(int64_t num_tokens, int64_t num_seqs, int64_t logit_rows);  // metadata on the device
   // y = x W^T; an FP8 linear reads `fused` when set, else quantises x itself.
   void linear(const CudaLinear& linear, void* y, const void* x, int64_t m, const Fp8Rows& fused = {});
+  // Whether an FP8 linear reads codes fused into the op before it (VT_FUSED_QUANT=0: never).
+  bool fused_fp8(const CudaLinear& linear) const {
+    return fuse_quant_ && linear.format == WeightFormat::kFp8Block;
+  }
+  // The blocks of one decoder layer over the uploaded step of `num_tokens` tokens from `num_seqs`
+  // sequences, on the workspace's residual stream x: input_norm adds `pending` (the previous
+  // block's output; null: none) and norms, returning the FP8 codes it fused for the mixer's first
+  // linear; attention runs the gated attention over the paged caches k_cache/v_cache into branch;
+  // ffn adds branch, norms and runs the FFN into branch.
+  Fp8Rows input_norm(const CudaLayer& layer, int64_t num_tokens, const void* pending);
+  void attention(const CudaLayer& layer, void* k_cache, void* v_cache, int64_t num_tokens, int64_t num_seqs,
+                 const Fp8Rows& mixer_in);
+  void ffn(const CudaLayer& layer, int64_t num_tokens);
   // workspace normed -> branch; normed_codes: the norm's fused FP8 output, if it made one.
   void moe(const CudaMoe& moe, int64_t num_tokens, const Fp8Rows& normed_codes);
   // window_entry [S]: the rollback-window entry each sequence's first token writes (-1 or
