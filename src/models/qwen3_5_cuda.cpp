@@ -70,9 +70,10 @@ constexpr int64_t kNarrowDense = 4096;
 // rule (cuda::gdn_chunked); shorter ones, decode tokens and verify steps run token by token.
 constexpr int64_t kGdnChunkedMinTokens = cuda::kGdnChunk;
 
-int64_t widest_projection(const Qwen35Config& c) {
+// with_mtp: also the MTP head's fc input [normed embedding | normed hidden], 2H wide.
+int64_t widest_projection(const Qwen35Config& c, bool with_mtp) {
   return std::max({c.conv_dim() + c.linear_value_dim(), c.num_heads * c.head_dim * 2 + 2 * c.num_kv_heads * c.head_dim,
-                   2 * c.intermediate_size, 2 * c.shared_expert_intermediate_size});
+                   2 * c.intermediate_size, 2 * c.shared_expert_intermediate_size, with_mtp ? 2 * c.hidden_size : 0});
 }
 
 int64_t widest_inner(const Qwen35Config& c) {
@@ -112,7 +113,8 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   w.x = cuda::DeviceBuffer(act, {T, H});
   w.normed = cuda::DeviceBuffer(act, {T, H});
   w.branch = cuda::DeviceBuffer(act, {T, H});
-  w.projected = cuda::DeviceBuffer(act, {T, widest_projection(config_)});
+  const bool with_mtp = weights_.mtp.has_value();
+  w.projected = cuda::DeviceBuffer(act, {T, widest_projection(config_, with_mtp)});
   w.ba = cuda::DeviceBuffer(act, {T, 2 * config_.linear_num_value_heads});
   w.conv_out = cuda::DeviceBuffer(DType::kF32, {T, config_.conv_dim()});
   w.mixer_out = cuda::DeviceBuffer(act, {T, widest_inner(config_)});
@@ -120,7 +122,7 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   w.gate = cuda::DeviceBuffer(act, {T, config_.num_heads * config_.head_dim});
   w.attention_partials = cuda::DeviceBuffer(
       DType::kF32, {std::max<int64_t>(kAttentionBlocks, T * config_.num_heads) * (config_.head_dim + 2)});
-  const int64_t widest_k = std::max({H, widest_inner(config_)});
+  const int64_t widest_k = std::max({with_mtp ? 2 * H : H, widest_inner(config_)});
   const int64_t top_k = std::max<int64_t>(config_.num_experts_per_tok, 1);
   for (auto [codes, scales] : {std::pair{&w.quantized, &w.scales}, std::pair{&w.inner, &w.inner_scales},
                                 std::pair{&w.scratch, &w.scratch_scales}}) {
@@ -190,6 +192,14 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
     w.recurrent_window.back() =
         cuda::DeviceBuffer(DType::kF32, {S * w.window_entries, config_.linear_num_value_heads,
                                          config_.linear_key_head_dim, config_.linear_value_head_dim});
+  }
+  if (with_mtp) {
+    // The head's KV cache: slot s < S uses the blocks of block-table row s, as a sequence slot does.
+    const int64_t mtp_rows = S * w.max_blocks * options_.block_size;
+    w.mtp_k_cache = cuda::DeviceBuffer(act, {mtp_rows, config_.num_kv_heads, config_.head_dim});
+    w.mtp_v_cache = cuda::DeviceBuffer(act, {mtp_rows, config_.num_kv_heads, config_.head_dim});
+    w.mtp_output = cuda::DeviceBuffer(act, {S, H});
+    mtp_slot_used_.assign(S, false);
   }
   // The chunked delta rule's scratch: for batched steps (sequences of >= kGdnChunkedMinTokens)
   // and for a forward() that asks for chunks at any length (one sequence).
@@ -569,6 +579,10 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
     ~DeltaRuleScope() { choice = DeltaRuleChoice::kAuto; }
   } delta_rule_scope{w.delta_rule};
   w.delta_rule = options.delta_rule;
+  // The MTP drafter's hidden states: every position's final-norm output, chunk after chunk.
+  const bool keep_hidden = keep_hidden_states_;
+  if (keep_hidden) kept_positions_ = {state.length(), total};
+  const size_t hidden_row_bytes = size_t(config_.hidden_size) * dtype_size(options_.activations);
   // Chunks of at most max_step_tokens (and of the logit rows the workspace holds).
   const int64_t chunk_limit = options.all_logits ? std::min(w.max_tokens, int64_t(w.logits.shape()[0])) : w.max_tokens;
   for (int64_t begin = 0; begin < total; begin += chunk_limit) {
@@ -588,6 +602,10 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
     upload_layout(ids, token_seq, positions, seq_start, slots, last_index, window_entry);
     const int64_t rows = int64_t(last_index.size());
     run_step(count, 1, rows);
+    if (keep_hidden)
+      VT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(w.kept_hidden.data()) + size_t(begin) * hidden_row_bytes,
+                                    w.normed.data(), size_t(count) * hidden_row_bytes, cudaMemcpyDeviceToDevice,
+                                    stream_));
     state.advance(count);
     if (!options.all_logits && !last_chunk) continue;
     copy_logits_to_host(logits.f32() + (options.all_logits ? begin * vocab : 0), rows);
@@ -654,6 +672,7 @@ void Qwen35CudaModel::verify_greedy(std::span<const BatchItem> items, std::vecto
 
 int64_t Qwen35CudaModel::run_batch(std::span<const BatchItem> items, bool all_rows) {
   auto& w = *workspace_;
+  kept_positions_ = {};  // batched steps keep no hidden states (forward() does)
   const int64_t count = int64_t(items.size());
   VT_CHECK(count > 0 && count <= w.max_seqs && count <= int64_t(w.logits.shape()[0]), "forward_batch: ", count,
            " sequences (at most ", w.max_seqs, ")");
@@ -771,6 +790,7 @@ void Qwen35CudaModel::decode_step(const std::vector<int32_t>& tokens, const std:
   for (int32_t position : positions)
     VT_CHECK(position >= 0 && position < options_.max_context, "decode_step: position ", position, " beyond ",
              options_.max_context);
+  kept_positions_ = {};
   std::vector<int32_t> token_seq(batch), seq_start(batch + 1), slots(batch), last_index(batch);
   for (int64_t i = 0; i < batch; ++i) token_seq[i] = slots[i] = last_index[i] = seq_start[i] = int32_t(i);
   seq_start[batch] = int32_t(batch);

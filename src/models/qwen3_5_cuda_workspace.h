@@ -60,6 +60,13 @@ struct Qwen35CudaModel::Workspace {
   cuda::DeviceBuffer gdn_chunk_scratch;
   int64_t longest_seq = 0, shortest_seq = 0;
   DeltaRuleChoice delta_rule = DeltaRuleChoice::kAuto;
+  // The MTP head (models loaded with it; qwen3_5_cuda_mtp.cpp): its attention layer's paged KV
+  // cache for max_sequences head sequences (block-table rows 0..S-1), and per head sequence the
+  // output (lm_head input) of the last pair it ran, [S, H] act, which chains the next draft.
+  cuda::DeviceBuffer mtp_k_cache, mtp_v_cache, mtp_output;
+  // The target's hidden states (after the final norm) of the last forward(), [max_positions, H]
+  // act, made when the MTP drafter asks to keep them (set_keep_hidden_states).
+  cuda::DeviceBuffer kept_hidden;
   // Set after each upload of the step metadata: the next upload waits for it before rewriting the
   // pinned staging (the copy reads it when the stream reaches it, not when enqueued).
   cudaEvent_t metadata_uploaded = nullptr;
