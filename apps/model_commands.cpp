@@ -93,10 +93,7 @@ std::unique_ptr<vt::Model> open_model(const GenerateArgs& args, int64_t context)
       options.max_rollback_tokens = args.num_draft + 1;
       options.max_logit_rows = args.num_draft + 1;
     }
-    if (args.speculative == "mtp") {  // the head's sequence runs up to k drafts past the target's
-      options.load_mtp = true;
-      options.max_context = context + args.num_draft;
-    }
+    options.load_mtp = args.speculative == "mtp";
     return vt::load_qwen35_cuda(args.model, options);
 #else
     VT_FAIL("--device cuda: this vt was built without CUDA");

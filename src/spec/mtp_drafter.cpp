@@ -1,5 +1,7 @@
 #include "spec/mtp_drafter.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace vt {
@@ -18,7 +20,9 @@ MtpDrafter::~MtpDrafter() {
 void MtpDrafter::start(std::span<const int32_t> prompt, int64_t max_length) {
   VT_CHECK(!prompt.empty(), "MTP drafter: empty prompt");
   state_.reset();  // first: a backend with a fixed number of sequences may need its slot
-  state_ = target_.new_mtp_sequence(max_length);
+  // The head's entries run up to k - 1 chained drafts past the context; where the model's
+  // positions end first, the chain stops early (propose checks the capacity).
+  state_ = target_.new_mtp_sequence(std::min(max_length, target_.info().max_positions));
   pairs_ = 0;
 }
 
