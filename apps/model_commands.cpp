@@ -21,7 +21,7 @@
 #include "io/gguf.h"
 #include "io/weight_store.h"
 #include "models/registry.h"
-#include "models/qwen3_5.h"
+#include "model/mtp_head.h"
 #include "spec/draft_model_drafter.h"
 #include "spec/mtp_drafter.h"
 #include "spec/ngram_drafter.h"
@@ -93,6 +93,7 @@ std::unique_ptr<vt::Model> open_model(const GenerateArgs& args, int64_t context)
       options.max_rollback_tokens = args.num_draft + 1;
       options.max_logit_rows = args.num_draft + 1;
     }
+    options.load_mtp = args.speculative == "mtp";
     return vt::load_qwen35_cuda(args.model, options);
 #else
     VT_FAIL("--device cuda: this vt was built without CUDA");
@@ -154,12 +155,11 @@ void run_generate(const GenerateArgs& args) {
     drafter = std::make_unique<vt::DraftModelDrafter>(*draft_model, draft_sampling);
   }
   if (args.speculative == "mtp") {
-    auto* qwen = dynamic_cast<vt::Qwen35Model*>(model.get());
-    VT_CHECK(qwen, "--speculative mtp: runs on the CPU reference of the Qwen3.5 family (not ",
-             model->info().architecture, " on --device ", args.device, ")");
+    auto* head = dynamic_cast<vt::MtpHead*>(model.get());
+    VT_CHECK(head, "--speculative mtp: runs on the Qwen3.5 family (not ", model->info().architecture, ")");
     vt::SamplingParams draft_sampling = args.sampling;
     draft_sampling.seed = args.sampling.seed + 1;
-    drafter = std::make_unique<vt::MtpDrafter>(*qwen, draft_sampling);
+    drafter = std::make_unique<vt::MtpDrafter>(*head, draft_sampling);
   }
   vt::SpeculativeResult result;
   if (drafter) {

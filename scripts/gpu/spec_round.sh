@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Run ON the GPU machine (after scripts/gpu/cuda_tests.sh built build-gpu/): speculative decoding
 # on the GPU (issue 10) — the CUDA speculation tests (rollback windows, lossless greedy at k = 1..8,
-# batch 16, sampling), compute-sanitizer memcheck over the window kernels and verifies up to k = 8,
-# and `vt bench decode --verify` on the synthetic 27B FP8 (a k+1-token verify vs a 1-token step,
-# k = 1..8, batch 1 and 16). Logs go to $OUT/spec_round.tar.gz; the tables print last.
+# batch 16, sampling; the MTP head against the CPU's, MTP drafting), compute-sanitizer memcheck
+# over the window kernels, verifies up to k = 8 and the MTP head, and `vt bench decode --verify` on
+# the synthetic 27B FP8 (a k+1-token verify vs a 1-token step, k = 1..8, batch 1 and 16). Logs go
+# to $OUT/spec_round.tar.gz; the tables print last.
 # PARTS="tests memcheck bench" (the default: all) picks parts, to fit the device's 10 minutes per
 # command; MEMCHECK_TIMEOUT (s, default 400) bounds the sanitizer run.
 set -uo pipefail
@@ -22,7 +23,7 @@ cmake --build build-gpu -j "$(nproc)" --target vt vt_cuda_tests >"$LOGS/build.lo
   grep -E "error" -A3 "$LOGS/build.log" | head -40; tar -czf "$OUT/spec_round.tar.gz" -C "$LOGS" .; exit 1; }
 export VT_REQUIRE_GPU=1
 
-SPEC_FILTER='CudaSpec.*:CudaKernels.GatedDeltaNetWindow*:CudaKernels.CopySpans*:CudaKernels.GatedDeltaNetMatchesCpu'
+SPEC_FILTER='CudaSpec.*:CudaMtpHead.*:CudaKernels.GatedDeltaNetWindow*:CudaKernels.CopySpans*:CudaKernels.GatedDeltaNetMatchesCpu'
 if want tests; then
   "$TESTS" --gtest_filter="$SPEC_FILTER" >"$LOGS/spec_tests.log" 2>&1 || { status=1; echo "FAILED: spec tests"; }
 fi
@@ -32,6 +33,8 @@ fi
 SANITIZE_FILTER='CudaKernels.GatedDeltaNetWindow*:CudaKernels.CopySpans*:CudaSpec.RollbackWindowBoundsAndRepeatedRollbacks'
 SANITIZE_FILTER+=':CudaSpec.RollbackToEveryPositionEqualsAFreshRun:CudaSpec.RealShapesRollback'
 SANITIZE_FILTER+=':CudaSpec.BatchedVerifyOf16SequencesIsLossless'
+# The MTP head: its KV cache and chunked pairs, chained drafts, rollbacks, FP8 linears.
+SANITIZE_FILTER+=':CudaMtpHead.RollbackAndRefusals:CudaMtpHead.LogitsFollowTheCpuHeadFp8'
 sanitizer_result="not asked for (PARTS)"
 if want memcheck; then run_memcheck "$SANITIZE_FILTER" "$LOGS/memcheck.log" || status=1; fi
 
@@ -43,8 +46,8 @@ fi
 
 tar -czf "$OUT/spec_round.tar.gz" -C "$LOGS" .
 echo
-want tests && { echo "== spec tests"; grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|near tie|chi-square" \
-  "$LOGS/spec_tests.log" | tail -20; }
+want tests && { echo "== spec tests"; grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|near tie|chi-square|MTP|rel L2" \
+  "$LOGS/spec_tests.log" | tail -30; }
 echo "== memcheck: $sanitizer_result"
 grep -E "^\[  FAILED  \]|Invalid|out of bounds" "$LOGS/memcheck.log" 2>/dev/null | head -10
 want bench && python3 - "$LOGS/verify_27b_fp8.json" <<'PY'

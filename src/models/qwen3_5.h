@@ -9,6 +9,7 @@
 
 #include "model/linear.h"
 #include "model/model.h"
+#include "model/mtp_head.h"
 #include "models/qwen3_5_config.h"
 
 namespace vt {
@@ -85,7 +86,7 @@ struct Qwen35LoadOptions {
 Qwen35Weights load_qwen35_weights(WeightStore& store, const Qwen35Config& config,
                                   const Qwen35LoadOptions& options);
 
-class Qwen35Model final : public Model {
+class Qwen35Model final : public Model, public MtpHead {
  public:
   Qwen35Model(const std::string& dir, const Qwen35LoadOptions& options);
   // One rank of a tensor-parallel world: `rank_config` holds the rank's head counts and widths and
@@ -108,22 +109,32 @@ class Qwen35Model final : public Model {
 
   // For the MTP drafter: keep the lm_head input (after the final norm) of every position each
   // forward runs. Off by default (it norms all T rows, not only the logits' rows).
-  void set_keep_hidden_states(bool keep) { keep_hidden_states_ = keep; }
+  void set_keep_hidden_states(bool keep) override { keep_hidden_states_ = keep; }
   // The kept rows of the last forward, [T, H] f32 (empty before one), and the first one's position.
   TensorView last_hidden_states() const { return last_hidden_states_.view(); }
   int64_t last_hidden_states_start() const { return last_hidden_states_start_; }
+  PositionRange kept_hidden_positions() const override {
+    const int64_t rows = last_hidden_states_.empty() ? 0 : last_hidden_states_.shape()[0];
+    return {last_hidden_states_start_, rows};
+  }
 
   // The MTP head (qwen3_5_mtp.cpp). Its sequence is the KV cache of its attention layer: position
   // p holds the pair (hidden at p, token at p + 1), rotated at position p as vLLM does.
-  bool has_mtp() const { return weights_.mtp.has_value(); }
-  std::unique_ptr<SequenceState> new_mtp_sequence(int64_t capacity) const;
+  bool has_mtp() const override { return weights_.mtp.has_value(); }
+  std::unique_ptr<SequenceState> new_mtp_sequence(int64_t capacity) const override;
   // Runs T pairs after what `state` holds: tokens [T], hidden [T, H] (lm_head inputs, the target's
   // or the head's own when chaining); writes hidden_out [T, H] (its lm_head inputs) and logits
   // [1, vocab] of the last pair.
   void mtp_forward(std::span<const int32_t> tokens, const TensorView& hidden, SequenceState& state,
                    const TensorView& hidden_out, const TensorView& logits);
   // Drops the pairs after the first `length` (a KV cache only shortens).
-  void mtp_rollback(SequenceState& state, int64_t length) const;
+  void mtp_rollback(SequenceState& state, int64_t length) const override;
+  // MtpHead (model/mtp_head.h) over mtp_forward: hidden rows from last_hidden_states(), the last
+  // pair's output kept in the state for chaining.
+  void mtp_forward_from_target(std::span<const int32_t> tokens, int64_t first_position,
+                               SequenceState& state, const TensorView& logits) override;
+  void mtp_forward_chained(int32_t token, SequenceState& state,
+                           const TensorView& logits) override;
 
  private:
   class State;

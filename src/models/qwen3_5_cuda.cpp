@@ -13,65 +13,13 @@
 #include <sstream>
 
 #include "backends/cuda/check.h"
+#include "models/qwen3_5_cuda_workspace.h"
 #include "profile/intent.h"
 #include "core/error.h"
 
 namespace vt {
 
 using profile::OpGroup;
-
-struct Qwen35CudaModel::Workspace {
-  int64_t max_tokens = 0, max_seqs = 0, max_blocks = 0;
-  // State slots: one per sequence plus a scratch slot (the last) that graph warm-ups run on, so
-  // capturing a decode graph never advances a live sequence's state.
-  int64_t state_slots = 0;
-  cuda::DeviceBuffer x, normed, branch;   // [T, H] act: residual stream, norm output, block output
-  cuda::DeviceBuffer projected;           // [T, widest projection] act
-  cuda::DeviceBuffer ba;                  // [T, 2*Hv] act
-  cuda::DeviceBuffer conv_out;            // [T, conv_dim] f32
-  cuda::DeviceBuffer mixer_out;           // [T, widest mixer/MLP inner width] act
-  cuda::DeviceBuffer q, gate;             // [T, Hq*D] f32 / act
-  cuda::DeviceBuffer attention_partials;  // split-key attention partials, f32
-  // MoE: router logits [T, E], routes [T*k] (ids i32, weights f32), per-pair expert activations
-  // [T*k, 2I] / [T*k, I] / [T*k, H], shared expert output [T, H] and gate [T, 1].
-  cuda::DeviceBuffer router_logits, route_ids, route_weights, expert_hidden, expert_act, expert_out;
-  cuda::DeviceBuffer shared_out, shared_gate;
-  // FP8 activations [rows, widest K] e4m3 and [rows, K/128] scales: `quantized` holds a norm's
-  // output (fused into the norm; read by every linear of the block), `inner` a mixer's or
-  // SwiGLU's output (fused into gdn_recurrent / attention combine / silu_mul), `scratch` what a
-  // linear quantises itself when nothing upstream did.
-  cuda::DeviceBuffer quantized, scales, inner, inner_scales, scratch, scratch_scales;
-  cuda::DeviceBuffer last_hidden, logits; // [rows, H], [rows, V] act
-  cuda::DeviceBuffer next_tokens;         // [S] i32
-  cuda::DeviceBuffer metadata;            // i32: see upload_layout
-  cuda::DeviceBuffer block_tables;        // [slots, max_blocks] i32 (static: slot s owns its own blocks)
-  int32_t* host_metadata = nullptr;       // pinned staging for one step's metadata
-  uint16_t* host_logits = nullptr;        // pinned staging for bf16 logits [rows, V] on their way to f32
-  int64_t kv_tokens = 0;                  // keys this step's tokens attend to (sum of position + 1)
-  size_t metadata_ints = 0;
-  cuda::StepLayout layout;
-  const int32_t* token_ids = nullptr;
-  const int32_t* last_index = nullptr;
-  std::vector<cuda::DeviceBuffer> k_cache, v_cache;       // per layer (attention layers only)
-  std::vector<cuda::DeviceBuffer> conv_state, recurrent;  // per layer (GDN layers only)
-  // Rollback windows (max_rollback_tokens > 0), per GDN layer: [S, entries, <state>] f32 for the
-  // sequence slots (the scratch slot never keeps one). window_entry: metadata [S] (upload_layout);
-  // writes_window: the uploaded step has a sequence that keeps its window.
-  std::vector<cuda::DeviceBuffer> conv_window, recurrent_window;
-  int64_t window_entries = 0;
-  const int32_t* window_entry = nullptr;
-  bool writes_window = false;
-  // Chunked GDN prefill (cuda::gdn_chunked; none when VT_GDN_CHUNKED=0): scratch for the widest
-  // step, the uploaded step's longest and shortest sequence (host), and the delta rule the
-  // running forward() asked for (kAuto: chunks for sequences of >= kGdnChunkedMinTokens tokens).
-  cuda::DeviceBuffer gdn_chunk_scratch;
-  int64_t longest_seq = 0, shortest_seq = 0;
-  DeltaRuleChoice delta_rule = DeltaRuleChoice::kAuto;
-  ~Workspace() {
-    if (host_metadata) cudaFreeHost(host_metadata);
-    if (host_logits) cudaFreeHost(host_logits);
-  }
-};
 
 struct Qwen35CudaModel::Graphs {
   std::map<int64_t, cudaGraphExec_t> decode;  // by batch size
@@ -133,9 +81,10 @@ constexpr int64_t kNarrowDense = 4096;
 // rule (cuda::gdn_chunked); shorter ones, decode tokens and verify steps run token by token.
 constexpr int64_t kGdnChunkedMinTokens = cuda::kGdnChunk;
 
-int64_t widest_projection(const Qwen35Config& c) {
+// with_mtp: also the MTP head's fc input [normed embedding | normed hidden], 2H wide.
+int64_t widest_projection(const Qwen35Config& c, bool with_mtp) {
   return std::max({c.conv_dim() + c.linear_value_dim(), c.num_heads * c.head_dim * 2 + 2 * c.num_kv_heads * c.head_dim,
-                   2 * c.intermediate_size, 2 * c.shared_expert_intermediate_size});
+                   2 * c.intermediate_size, 2 * c.shared_expert_intermediate_size, with_mtp ? 2 * c.hidden_size : 0});
 }
 
 int64_t widest_inner(const Qwen35Config& c) {
@@ -175,7 +124,8 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   w.x = cuda::DeviceBuffer(act, {T, H});
   w.normed = cuda::DeviceBuffer(act, {T, H});
   w.branch = cuda::DeviceBuffer(act, {T, H});
-  w.projected = cuda::DeviceBuffer(act, {T, widest_projection(config_)});
+  const bool with_mtp = weights_.mtp.has_value();
+  w.projected = cuda::DeviceBuffer(act, {T, widest_projection(config_, with_mtp)});
   w.ba = cuda::DeviceBuffer(act, {T, 2 * config_.linear_num_value_heads});
   w.conv_out = cuda::DeviceBuffer(DType::kF32, {T, config_.conv_dim()});
   w.mixer_out = cuda::DeviceBuffer(act, {T, widest_inner(config_)});
@@ -183,7 +133,7 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   w.gate = cuda::DeviceBuffer(act, {T, config_.num_heads * config_.head_dim});
   w.attention_partials = cuda::DeviceBuffer(
       DType::kF32, {std::max<int64_t>(kAttentionBlocks, T * config_.num_heads) * (config_.head_dim + 2)});
-  const int64_t widest_k = std::max({H, widest_inner(config_)});
+  const int64_t widest_k = std::max({with_mtp ? 2 * H : H, widest_inner(config_)});
   const int64_t top_k = std::max<int64_t>(config_.num_experts_per_tok, 1);
   for (auto [codes, scales] : {std::pair{&w.quantized, &w.scales}, std::pair{&w.inner, &w.inner_scales},
                                 std::pair{&w.scratch, &w.scratch_scales}}) {
@@ -209,6 +159,7 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   w.metadata_ints = size_t(3 * T + 3 * S + 1 + logit_rows);
   w.metadata = cuda::DeviceBuffer(DType::kI32, {int64_t(w.metadata_ints)});
   VT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&w.host_metadata), w.metadata_ints * sizeof(int32_t)));
+  VT_CUDA_CHECK(cudaEventCreateWithFlags(&w.metadata_uploaded, cudaEventDisableTiming));
   if (act == DType::kBF16)
     VT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&w.host_logits),
                                  size_t(logit_rows * config_.vocab_size) * sizeof(uint16_t)));
@@ -252,6 +203,14 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
     w.recurrent_window.back() =
         cuda::DeviceBuffer(DType::kF32, {S * w.window_entries, config_.linear_num_value_heads,
                                          config_.linear_key_head_dim, config_.linear_value_head_dim});
+  }
+  if (with_mtp) {
+    // The head's KV cache: slot s < S uses the blocks of block-table row s, as a sequence slot does.
+    const int64_t mtp_rows = S * w.max_blocks * options_.block_size;
+    w.mtp_k_cache = cuda::DeviceBuffer(act, {mtp_rows, config_.num_kv_heads, config_.head_dim});
+    w.mtp_v_cache = cuda::DeviceBuffer(act, {mtp_rows, config_.num_kv_heads, config_.head_dim});
+    w.mtp_output = cuda::DeviceBuffer(act, {S, H});
+    mtp_slot_used_.assign(S, false);
   }
   // The chunked delta rule's scratch: for batched steps (sequences of >= kGdnChunkedMinTokens)
   // and for a forward() that asks for chunks at any length (one sequence).
@@ -307,6 +266,9 @@ void Qwen35CudaModel::upload_layout(const std::vector<int32_t>& tokens, const st
            slots.size(), " sequences exceeds the workspace (", T, " / ", S, ")");
   VT_CHECK(window_entry.size() <= slots.size(), "upload_layout: ", window_entry.size(), " window entries for ",
            slots.size(), " sequences");
+  // The previous upload's copy may still be queued behind kernels (a chunked prefill enqueues
+  // chunk after chunk): wait for it before rewriting the staging it reads.
+  VT_CUDA_CHECK(cudaEventSynchronize(w.metadata_uploaded));
   int32_t* host_entries = w.host_metadata + (w.window_entry - w.metadata.as<int32_t>());
   std::fill(host_entries, host_entries + S, -1);
   std::copy(window_entry.begin(), window_entry.end(), host_entries);
@@ -329,6 +291,7 @@ void Qwen35CudaModel::upload_layout(const std::vector<int32_t>& tokens, const st
   for (int32_t position : positions) w.kv_tokens += int64_t(position) + 1;
   VT_CUDA_CHECK(cudaMemcpyAsync(w.metadata.data(), host, w.metadata_ints * sizeof(int32_t), cudaMemcpyHostToDevice,
                                 stream_));
+  VT_CUDA_CHECK(cudaEventRecord(w.metadata_uploaded, stream_));
 }
 
 void Qwen35CudaModel::linear(const CudaLinear& linear, void* y, const void* x, int64_t m, const Fp8Rows& fused) {
@@ -369,16 +332,8 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
   cuda::StepLayout layout = w.layout;
   layout.num_tokens = T;
   layout.num_seqs = num_seqs;
-  const cuda::AttentionShape attention{c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim, options_.block_size,
-                                       c.rope_theta, eps};
   const cuda::DeltaNetShape delta_net{c.linear_num_key_heads, hv, c.linear_key_head_dim, c.linear_value_head_dim,
                                       c.linear_conv_kernel, eps};
-
-  // Static per (T, max_context), so a captured graph stays valid as positions grow.
-  const int64_t attention_splits =
-      std::clamp<int64_t>(kAttentionBlocks / (T * c.num_heads), 1,
-                          (options_.max_context + attention_split_keys() - 1) / attention_split_keys());
-  const int64_t keys_per_split = (options_.max_context + attention_splits - 1) / attention_splits;
   {
     profile::OpScope op("embed", OpGroup::kEmbed);
     cuda::embedding(w.x.data(), act, w.token_ids, T, weights_.embed_tokens.data(), weights_.embed_tokens.view().dtype,
@@ -386,11 +341,9 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
   }
   const void* pending = nullptr;  // the previous block's output, added to x by the next norm
   // FP8 activations made by the op before a W8A8 linear (VT_FUSED_QUANT=0: each linear quantises).
-  const auto fp8 = [&](const CudaLinear& linear) { return fuse_quant_ && linear.format == WeightFormat::kFp8Block; };
-  const Fp8Rows none, normed_q{w.quantized.as<uint8_t>(), w.scales.as<float>()},
-      inner_q{w.inner.as<uint8_t>(), w.inner_scales.as<float>()};
+  const auto fp8 = [&](const CudaLinear& linear) { return fused_fp8(linear); };
+  const Fp8Rows none, inner_q{w.inner.as<uint8_t>(), w.inner_scales.as<float>()};
   const auto codes = [](bool fused, const Fp8Rows& rows) { return fused ? rows : Fp8Rows{}; };
-  const bool norm_fusable = H % 128 == 0;
   // GDN: sequences of >= chunked_from tokens take the chunked delta rule; 0: all token by token
   // (decode steps and their graphs, steps that save rollback windows, VT_GDN_CHUNKED=0).
   int64_t chunked_from = 0;
@@ -402,14 +355,8 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
   }
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     const CudaLayer& layer = weights_.layers[i];
-    const bool gdn = layer.kind == LayerKind::kLinearAttention;
-    const Fp8Rows mixer_in = codes(norm_fusable && fp8(gdn ? layer.in_proj : layer.qkv), normed_q);
-    {
-      profile::OpScope op("input_norm", OpGroup::kNorm);
-      cuda::add_rms_norm(w.normed.data(), w.x.data(), pending, layer.input_norm.as<float>(), T, H, eps, 1.0f, act,
-                         stream_, const_cast<uint8_t*>(mixer_in.codes), const_cast<float*>(mixer_in.scales));
-    }
-    if (gdn) {
+    const Fp8Rows mixer_in = input_norm(layer, T, pending);
+    if (layer.kind == LayerKind::kLinearAttention) {
       const int64_t stride = layer.in_proj.n;  // [qkv | z]
       {
         profile::OpScope op("gdn.in_proj", OpGroup::kGemmGdnIn);
@@ -449,47 +396,9 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
       linear(layer.out_proj, w.branch.data(), w.mixer_out.data(), T, out_in);
       reduce_branch(T);
     } else {
-      {
-        profile::OpScope op("attn.qkv", OpGroup::kGemmAttnQkv);
-        linear(layer.qkv, w.projected.data(), w.normed.data(), T, mixer_in);
-      }
-      profile::OpScope attention_op("attention", OpGroup::kAttention);
-      cuda::attention_prepare(w.q.as<float>(), w.gate.data(), w.k_cache[i].data(), w.v_cache[i].data(),
-                              w.projected.data(), layer.q_norm.as<float>(), layer.k_norm.as<float>(), layout,
-                              attention, act, stream_);
-      const Fp8Rows o_in = codes(fp8(layer.o_proj) && c.head_dim % 128 == 0, inner_q);
-      cuda::paged_attention(w.mixer_out.data(), w.attention_partials.as<float>(), w.q.as<float>(), w.gate.data(),
-                            w.k_cache[i].data(), w.v_cache[i].data(), layout, attention, attention_splits,
-                            keys_per_split, act, stream_, const_cast<uint8_t*>(o_in.codes),
-                            const_cast<float*>(o_in.scales), w.kv_tokens);
-      profile::OpScope out_op("attn.o_proj", OpGroup::kGemmOut);
-      linear(layer.o_proj, w.branch.data(), w.mixer_out.data(), T, o_in);
-      reduce_branch(T);
+      attention(layer, w.k_cache[i].data(), w.v_cache[i].data(), T, num_seqs, mixer_in);
     }
-    const bool ffn_fp8 = layer.is_moe ? fuse_quant_ && layer.moe.format == WeightFormat::kFp8Block
-                                      : fp8(layer.mlp.gate_up);
-    const Fp8Rows ffn_in = codes(norm_fusable && ffn_fp8, normed_q);
-    {
-      profile::OpScope op("post_attention_norm", OpGroup::kNorm);
-      cuda::add_rms_norm(w.normed.data(), w.x.data(), w.branch.data(), layer.post_attention_norm.as<float>(), T, H,
-                         eps, 1.0f, act, stream_, const_cast<uint8_t*>(ffn_in.codes),
-                         const_cast<float*>(ffn_in.scales));
-    }
-    if (layer.is_moe) {
-      moe(layer.moe, T, ffn_in);
-    } else {
-      profile::OpScope mlp_op("mlp.gate_up", OpGroup::kGemmMlp);
-      linear(layer.mlp.gate_up, w.projected.data(), w.normed.data(), T, ffn_in);
-      const Fp8Rows down_in = codes(fp8(layer.mlp.down) && c.intermediate_size % 128 == 0, inner_q);
-      {
-        profile::OpScope op("mlp.silu_mul", OpGroup::kElementwise);
-        cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, c.intermediate_size, act, stream_,
-                       const_cast<uint8_t*>(down_in.codes), const_cast<float*>(down_in.scales));
-      }
-      profile::OpScope down_op("mlp.down", OpGroup::kGemmMlp);
-      linear(layer.mlp.down, w.branch.data(), w.mixer_out.data(), T, down_in);
-    }
-    reduce_branch(T);  // the FFN's partial (dense down or MoE combine)
+    ffn(layer, T);
     pending = w.branch.data();
   }
   profile::OpScope final_op("final_norm", OpGroup::kNorm);
@@ -504,6 +413,88 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
   }
   profile::OpScope sampling_op("argmax", OpGroup::kSampling);
   cuda::argmax_rows(w.next_tokens.as<int32_t>(), w.logits.data(), rows, c.vocab_size, act, stream_);
+}
+
+Fp8Rows Qwen35CudaModel::input_norm(const CudaLayer& layer, int64_t T, const void* pending) {
+  auto& w = *workspace_;
+  const int64_t H = config_.hidden_size;
+  const CudaLinear& first = layer.kind == LayerKind::kLinearAttention ? layer.in_proj : layer.qkv;
+  const Fp8Rows mixer_in = H % 128 == 0 && fused_fp8(first) ? Fp8Rows{w.quantized.as<uint8_t>(), w.scales.as<float>()}
+                                                            : Fp8Rows{};
+  profile::OpScope op("input_norm", OpGroup::kNorm);
+  cuda::add_rms_norm(w.normed.data(), w.x.data(), pending, layer.input_norm.as<float>(), T, H, config_.rms_norm_eps,
+                     1.0f, options_.activations, stream_, const_cast<uint8_t*>(mixer_in.codes),
+                     const_cast<float*>(mixer_in.scales));
+  return mixer_in;
+}
+
+// Gated attention: q(+gate)/k/v projection, norms + RoPE + cache writes, paged attention with the
+// sigmoid gate, o_proj into branch.
+void Qwen35CudaModel::attention(const CudaLayer& layer, void* k_cache, void* v_cache, int64_t T, int64_t num_seqs,
+                                const Fp8Rows& mixer_in) {
+  auto& w = *workspace_;
+  const auto& c = config_;
+  const DType act = options_.activations;
+  cuda::StepLayout layout = w.layout;
+  layout.num_tokens = T;
+  layout.num_seqs = num_seqs;
+  const cuda::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim, options_.block_size,
+                                   c.rope_theta, c.rms_norm_eps};
+  // Static per (T, max_context), so a captured graph stays valid as positions grow.
+  const int64_t splits = std::clamp<int64_t>(kAttentionBlocks / (T * c.num_heads), 1,
+                                             (options_.max_context + attention_split_keys() - 1) / attention_split_keys());
+  const int64_t keys_per_split = (options_.max_context + splits - 1) / splits;
+  {
+    profile::OpScope op("attn.qkv", OpGroup::kGemmAttnQkv);
+    linear(layer.qkv, w.projected.data(), w.normed.data(), T, mixer_in);
+  }
+  profile::OpScope attention_op("attention", OpGroup::kAttention);
+  cuda::attention_prepare(w.q.as<float>(), w.gate.data(), k_cache, v_cache, w.projected.data(),
+                          layer.q_norm.as<float>(), layer.k_norm.as<float>(), layout, shape, act, stream_);
+  const Fp8Rows o_in = fused_fp8(layer.o_proj) && c.head_dim % 128 == 0
+                           ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()}
+                           : Fp8Rows{};
+  cuda::paged_attention(w.mixer_out.data(), w.attention_partials.as<float>(), w.q.as<float>(), w.gate.data(), k_cache,
+                        v_cache, layout, shape, splits, keys_per_split, act, stream_, const_cast<uint8_t*>(o_in.codes),
+                        const_cast<float*>(o_in.scales), w.kv_tokens);
+  profile::OpScope out_op("attn.o_proj", OpGroup::kGemmOut);
+  linear(layer.o_proj, w.branch.data(), w.mixer_out.data(), T, o_in);
+  reduce_branch(T);
+}
+
+// x += branch; normed = post_attention_norm(x); branch = ffn(normed) (SwiGLU MLP or MoE).
+void Qwen35CudaModel::ffn(const CudaLayer& layer, int64_t T) {
+  auto& w = *workspace_;
+  const auto& c = config_;
+  const DType act = options_.activations;
+  const int64_t H = c.hidden_size;
+  const bool ffn_fp8 =
+      layer.is_moe ? fuse_quant_ && layer.moe.format == WeightFormat::kFp8Block : fused_fp8(layer.mlp.gate_up);
+  const Fp8Rows ffn_in =
+      H % 128 == 0 && ffn_fp8 ? Fp8Rows{w.quantized.as<uint8_t>(), w.scales.as<float>()} : Fp8Rows{};
+  {
+    profile::OpScope op("post_attention_norm", OpGroup::kNorm);
+    cuda::add_rms_norm(w.normed.data(), w.x.data(), w.branch.data(), layer.post_attention_norm.as<float>(), T, H,
+                       c.rms_norm_eps, 1.0f, act, stream_, const_cast<uint8_t*>(ffn_in.codes),
+                       const_cast<float*>(ffn_in.scales));
+  }
+  if (layer.is_moe) {
+    moe(layer.moe, T, ffn_in);
+  } else {
+    profile::OpScope mlp_op("mlp.gate_up", OpGroup::kGemmMlp);
+    linear(layer.mlp.gate_up, w.projected.data(), w.normed.data(), T, ffn_in);
+    const Fp8Rows down_in = fused_fp8(layer.mlp.down) && c.intermediate_size % 128 == 0
+                                ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()}
+                                : Fp8Rows{};
+    {
+      profile::OpScope op("mlp.silu_mul", OpGroup::kElementwise);
+      cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, c.intermediate_size, act, stream_,
+                     const_cast<uint8_t*>(down_in.codes), const_cast<float*>(down_in.scales));
+    }
+    profile::OpScope down_op("mlp.down", OpGroup::kGemmMlp);
+    linear(layer.mlp.down, w.branch.data(), w.mixer_out.data(), T, down_in);
+  }
+  reduce_branch(T);  // the FFN's partial (dense down or MoE combine)
 }
 
 void Qwen35CudaModel::set_all_reduce(DeviceAllReduce all_reduce) {
@@ -600,6 +591,10 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
     ~DeltaRuleScope() { choice = DeltaRuleChoice::kAuto; }
   } delta_rule_scope{w.delta_rule};
   w.delta_rule = options.delta_rule;
+  // The MTP drafter's hidden states: every position's final-norm output, chunk after chunk.
+  const bool keep_hidden = keep_hidden_states_;
+  if (keep_hidden) kept_positions_ = {state.length(), total};
+  const size_t hidden_row_bytes = size_t(config_.hidden_size) * dtype_size(options_.activations);
   // Chunks of at most max_step_tokens (and of the logit rows the workspace holds).
   const int64_t chunk_limit = options.all_logits ? std::min(w.max_tokens, int64_t(w.logits.shape()[0])) : w.max_tokens;
   for (int64_t begin = 0; begin < total; begin += chunk_limit) {
@@ -619,6 +614,10 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
     upload_layout(ids, token_seq, positions, seq_start, slots, last_index, window_entry);
     const int64_t rows = int64_t(last_index.size());
     run_step(count, 1, rows);
+    if (keep_hidden)
+      VT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(w.kept_hidden.data()) + size_t(begin) * hidden_row_bytes,
+                                    w.normed.data(), size_t(count) * hidden_row_bytes, cudaMemcpyDeviceToDevice,
+                                    stream_));
     state.advance(count);
     if (!options.all_logits && !last_chunk) continue;
     copy_logits_to_host(logits.f32() + (options.all_logits ? begin * vocab : 0), rows);
@@ -685,6 +684,7 @@ void Qwen35CudaModel::verify_greedy(std::span<const BatchItem> items, std::vecto
 
 int64_t Qwen35CudaModel::run_batch(std::span<const BatchItem> items, bool all_rows) {
   auto& w = *workspace_;
+  kept_positions_ = {};  // batched steps keep no hidden states (forward() does)
   const int64_t count = int64_t(items.size());
   VT_CHECK(count > 0 && count <= w.max_seqs && count <= int64_t(w.logits.shape()[0]), "forward_batch: ", count,
            " sequences (at most ", w.max_seqs, ")");
@@ -802,6 +802,7 @@ void Qwen35CudaModel::decode_step(const std::vector<int32_t>& tokens, const std:
   for (int32_t position : positions)
     VT_CHECK(position >= 0 && position < options_.max_context, "decode_step: position ", position, " beyond ",
              options_.max_context);
+  kept_positions_ = {};
   std::vector<int32_t> token_seq(batch), seq_start(batch + 1), slots(batch), last_index(batch);
   for (int64_t i = 0; i < batch; ++i) token_seq[i] = slots[i] = last_index[i] = seq_start[i] = int32_t(i);
   seq_start[batch] = int32_t(batch);

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "io/weight_store.h"
 #include "model/linear.h"
 #include "model/model.h"
+#include "model/mtp_head.h"
 #include "models/qwen3_5_config.h"
 
 namespace vt {
@@ -64,12 +66,25 @@ struct CudaLayer {
   CudaMoe moe;
 };
 
+// The multi-token-prediction head (checkpoint `mtp.*`; Qwen35Model's MtpWeights on the device):
+// for the target's lm_head input h at position p and the token x at p + 1,
+// out = norm(layer(fc([norm_e(embed(x)) | norm_h(h)]))) is its own lm_head input, predicting the
+// token at p + 2. Embeddings and lm_head are the model's.
+struct CudaMtp {
+  cuda::DeviceBuffer pre_fc_norm_embedding, pre_fc_norm_hidden;  // f32 [H], zero-centred
+  CudaLinear fc;                                                 // [H, 2H]: input [embedding | hidden]
+  CudaLayer layer;           // one full-attention decoder layer, its FFN of layer 0's kind
+  cuda::DeviceBuffer norm;   // f32 [H], zero-centred
+  size_t bytes() const;
+};
+
 struct CudaWeights {
   cuda::DeviceBuffer embed_tokens;  // [V, H] as stored (bf16/f16/f32)
   std::vector<CudaLayer> layers;
   cuda::DeviceBuffer final_norm;  // f32 [H]
   CudaLinear lm_head;
-  size_t bytes() const;
+  std::optional<CudaMtp> mtp;  // loaded with CudaModelOptions::load_mtp
+  size_t bytes() const;        // the target's (a decode step reads them all); without the MTP head
 };
 
 struct CudaModelOptions {
@@ -90,6 +105,10 @@ struct CudaModelOptions {
   // recurrent and conv state (27B: 151 MB per copy) so Model::rollback can set any length in the
   // window; 0: no rollback (supports_rollback() is false).
   int64_t max_rollback_tokens = 0;
+  // Load the checkpoint's `mtp.*` head for the MTP drafter (required then, every tensor of it
+  // consumed; Qwen35LoadOptions::load_mtp on the CPU). Off: declared ignored. With the head the
+  // model also keeps its KV cache for max_sequences head sequences.
+  bool load_mtp = false;
   // The CUDA device the model lives on (a tensor-parallel rank's GPU); its weights must have been
   // made there, and every call must come from a thread with it current.
   int device = 0;
@@ -103,9 +122,9 @@ class TensorParallelPlan;
 
 // Loads a checkpoint folder's weights onto the current device (checks shapes/dtypes, consumes
 // all). With a plan: only rank `rank`'s slices (its heads, channels, rows and columns), for a
-// model built with plan->rank_config(rank).
+// model built with plan->rank_config(rank). load_mtp: the `mtp.*` head too (not with a plan).
 CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DType activations,
-                              const TensorParallelPlan* plan = nullptr, int rank = 0);
+                              const TensorParallelPlan* plan = nullptr, int rank = 0, bool load_mtp = false);
 // Random weights at the config's real shapes, made on the device (FP8 block-scaled or BF16).
 CudaWeights synthetic_cuda_weights(const Qwen35Config& config, bool fp8, uint64_t seed);
 // The real architectures by name: "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3-next-80b".
@@ -117,7 +136,7 @@ struct Fp8Rows {
   const float* scales = nullptr;
 };
 
-class Qwen35CudaModel final : public Model {
+class Qwen35CudaModel final : public Model, public MtpHead {
  public:
   Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const CudaModelOptions& options,
                   std::string description);
@@ -169,12 +188,51 @@ class Qwen35CudaModel final : public Model {
   // writes to the caller's buffer; next tokens still made on the device).
   void set_emit_logits(bool emit) { emit_logits_ = emit; }
 
+  // The MTP head (model/mtp_head.h; qwen3_5_cuda_mtp.cpp). Hidden states stay on the device: a
+  // forward() with keeping on copies every position's final-norm output aside (forward_batch and
+  // decode_step keep none); the head's sequences are KV caches of its attention layer in their own
+  // max_sequences slots. One sequence per call, logits copied to the host as f32; not on a
+  // tensor-parallel rank.
+  bool has_mtp() const override { return weights_.mtp.has_value(); }
+  void set_keep_hidden_states(bool keep) override;
+  PositionRange kept_hidden_positions() const override { return kept_positions_; }
+  std::unique_ptr<SequenceState> new_mtp_sequence(int64_t capacity) const override;
+  void mtp_rollback(SequenceState& state, int64_t length) const override;
+  void mtp_forward_from_target(std::span<const int32_t> tokens, int64_t first_position, SequenceState& state,
+                               const TensorView& logits) override;
+  void mtp_forward_chained(int32_t token, SequenceState& state, const TensorView& logits) override;
+  // The hidden states kept by the last forward(), [kept_hidden_positions().count, H], and the
+  // output a head sequence's last pair left for chaining, [H], as f32 on the host (tests).
+  std::vector<float> kept_hidden_states();
+  std::vector<float> mtp_last_output(const SequenceState& state);
+
  private:
   struct Workspace;
   struct Graphs;
   void run_step(int64_t num_tokens, int64_t num_seqs, int64_t logit_rows);  // metadata on the device
   // y = x W^T; an FP8 linear reads `fused` when set, else quantises x itself.
   void linear(const CudaLinear& linear, void* y, const void* x, int64_t m, const Fp8Rows& fused = {});
+  // Whether an FP8 linear reads codes fused into the op before it (VT_FUSED_QUANT=0: never).
+  bool fused_fp8(const CudaLinear& linear) const {
+    return fuse_quant_ && linear.format == WeightFormat::kFp8Block;
+  }
+  // The blocks of one decoder layer over the uploaded step of `num_tokens` tokens from `num_seqs`
+  // sequences, on the workspace's residual stream x: input_norm adds `pending` (the previous
+  // block's output; null: none) and norms, returning the FP8 codes it fused for the mixer's first
+  // linear; attention runs the gated attention over the paged caches k_cache/v_cache into branch;
+  // ffn adds branch, norms and runs the FFN into branch.
+  Fp8Rows input_norm(const CudaLayer& layer, int64_t num_tokens, const void* pending);
+  void attention(const CudaLayer& layer, void* k_cache, void* v_cache, int64_t num_tokens, int64_t num_seqs,
+                 const Fp8Rows& mixer_in);
+  void ffn(const CudaLayer& layer, int64_t num_tokens);
+  // One MTP step over the uploaded pairs of one head sequence in `mtp_slot`: hidden [T, H] act on
+  // the device; leaves the last pair's output in the slot's row of mtp_output and its logits.
+  void run_mtp_step(int64_t num_tokens, const void* hidden, int64_t mtp_slot);
+  // `count` values of act dtype on the device, as f32 on the host.
+  std::vector<float> download(const void* data, int64_t count);
+  // Runs `tokens` with hidden [T, H] act (device) on a head sequence, in chunks of the step size.
+  void mtp_forward_device(std::span<const int32_t> tokens, const void* hidden, SequenceState& state,
+                          const TensorView& logits);
   // workspace normed -> branch; normed_codes: the norm's fused FP8 output, if it made one.
   void moe(const CudaMoe& moe, int64_t num_tokens, const Fp8Rows& normed_codes);
   // window_entry [S]: the rollback-window entry each sequence's first token writes (-1 or
@@ -205,6 +263,9 @@ class Qwen35CudaModel final : public Model {
   std::unique_ptr<Workspace> workspace_;
   std::unique_ptr<Graphs> graphs_;
   mutable std::vector<bool> slot_used_;
+  mutable std::vector<bool> mtp_slot_used_;  // the MTP head's sequences (empty without the head)
+  bool keep_hidden_states_ = false;
+  PositionRange kept_positions_;  // of the hidden states in the workspace's kept_hidden
   bool fuse_quant_ = true;
   bool emit_logits_ = true;
   DeviceAllReduce all_reduce_;

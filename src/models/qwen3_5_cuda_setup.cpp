@@ -45,13 +45,18 @@ void Qwen35CudaModel::setup_fp8_gemms(int64_t max_step_tokens) {
       widest_k = std::max(widest_k, linear.k);
     }
   };
-  for (const auto& layer : weights_.layers) {
+  const auto add_layer = [&](const CudaLayer& layer) {
     for (const CudaLinear* linear : {&layer.in_proj, &layer.in_proj_ba, &layer.out_proj, &layer.qkv, &layer.o_proj,
                                      &layer.mlp.gate_up, &layer.mlp.down, &layer.moe.shared.gate_up,
                                      &layer.moe.shared.down, &layer.moe.shared_gate})
       add(*linear);
-  }
+  };
+  for (const auto& layer : weights_.layers) add_layer(layer);
   add(weights_.lm_head);
+  if (weights_.mtp) {
+    add(weights_.mtp->fc);
+    add_layer(weights_.mtp->layer);
+  }
   if (shapes.empty()) return;
   const int64_t max_m = std::max(max_step_tokens, options_.max_logit_rows);
   fp8_gemm_ = std::make_unique<cuda::Fp8GemmRegistry>(max_m, widest_k);
@@ -107,10 +112,12 @@ std::unique_ptr<Qwen35CudaModel> make_synthetic_cuda_model(const std::string& na
 std::unique_ptr<Qwen35CudaModel> load_qwen35_cuda(const std::string& dir, const CudaModelOptions& options) {
   Qwen35Config config = parse_qwen35_config(dir + "/config.json");
   WeightStore store = WeightStore::open(dir);
-  CudaWeights weights = load_cuda_weights(store, config, options.activations);
+  CudaWeights weights = load_cuda_weights(store, config, options.activations, nullptr, 0, options.load_mtp);
   std::ostringstream description;
   description << "architecture: " << config.architecture << " on CUDA, activations "
-              << dtype_name(options.activations) << ", " << weights.bytes() << " weight bytes\n";
+              << dtype_name(options.activations) << ", " << weights.bytes() << " weight bytes";
+  if (weights.mtp) description << " (+ " << weights.mtp->bytes() << " of the MTP head)";
+  description << "\n";
   return std::make_unique<Qwen35CudaModel>(std::move(config), std::move(weights), options, description.str());
 }
 

@@ -1,5 +1,6 @@
 // Device weights for the CUDA forward: from a checkpoint folder (merged projections, Qwen3-Next
 // row order, FP8 blocks kept as stored) or synthetic at the real shapes.
+#include <algorithm>
 #include <cstring>
 #include <tuple>
 
@@ -367,7 +368,8 @@ size_t CudaWeights::bytes() const {
 }
 
 CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DType activations,
-                              const TensorParallelPlan* plan, int rank) {
+                              const TensorParallelPlan* plan, int rank, bool load_mtp) {
+  VT_CHECK(!load_mtp || !plan, "the MTP head is not loaded on tensor-parallel ranks");
   Reader read{store, config, activations};
   const Slicer slice{plan, rank};
   const std::string& prefix = config.weight_prefix;
@@ -376,10 +378,10 @@ CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DT
   TensorView embed = store.take(prefix + "embed_tokens.weight", {config.vocab_size, hidden},
                                 {DType::kF32, DType::kBF16, DType::kF16});
   weights.embed_tokens = cuda::to_device(embed);
-  for (int64_t i = 0; i < config.num_layers; ++i) {
-    const std::string p = prefix + "layers." + std::to_string(i) + ".";
+  // One decoder layer under `p` (the MTP head's too): its kind, and a dense or MoE FFN.
+  const auto load_layer = [&](const std::string& p, LayerKind kind, bool is_moe) {
     CudaLayer layer;
-    layer.kind = config.layer_types[i];
+    layer.kind = kind;
     layer.input_norm = read.vector(p + "input_layernorm.weight", {hidden});
     layer.post_attention_norm = read.vector(p + "post_attention_layernorm.weight", {hidden});
     if (layer.kind == LayerKind::kLinearAttention) {
@@ -419,7 +421,7 @@ CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DT
                                            plan ? plan->attention_o_proj_columns(rank) : IndexRange{0, config.num_heads * d})},
                             activations);
     }
-    layer.is_moe = config.layer_is_moe(i);
+    layer.is_moe = is_moe;
     if (layer.is_moe) {
       layer.moe = load_moe(read, p + "mlp.", config, activations, slice);
     } else {
@@ -431,8 +433,11 @@ CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DT
                                  activations);
       layer.mlp.down = upload({slice.columns(read.read(p + "mlp.down_proj", hidden, inter), own)}, activations);
     }
-    weights.layers.push_back(std::move(layer));
-  }
+    return layer;
+  };
+  for (int64_t i = 0; i < config.num_layers; ++i)
+    weights.layers.push_back(load_layer(prefix + "layers." + std::to_string(i) + ".", config.layer_types[i],
+                                        config.layer_is_moe(i)));
   weights.final_norm = read.vector(prefix + "norm.weight", {hidden});
   if (config.tie_word_embeddings) {
     HostPart tied;
@@ -445,7 +450,23 @@ CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DT
     weights.lm_head = upload({read.read("lm_head", config.vocab_size, hidden)}, activations);
   }
   if (config.has_vision_tower) store.ignore_prefix("model.visual.", "vision tower (text-only inference)");
-  store.ignore_prefix("mtp.", "multi-token-prediction head (used by speculative decoding, not yet)");
+  if (load_mtp) {
+    // The head under `mtp.` (top level in every layout), as the CPU loader reads it: one
+    // full-attention decoder layer whose FFN is the family's layer-0 kind.
+    VT_CHECK(store.contains("mtp.fc.weight"), store.dir(),
+             ": the checkpoint has no MTP head (no mtp.fc.weight), needed by MTP drafting");
+    VT_CHECK(config.mtp_num_layers <= 1 && !store.contains("mtp.layers.1.input_layernorm.weight"), store.dir(),
+             ": an MTP head of ", std::max<int64_t>(config.mtp_num_layers, 2), " layers; vt runs one");
+    CudaMtp mtp;
+    mtp.pre_fc_norm_embedding = read.vector("mtp.pre_fc_norm_embedding.weight", {hidden});
+    mtp.pre_fc_norm_hidden = read.vector("mtp.pre_fc_norm_hidden.weight", {hidden});
+    mtp.fc = upload({read.read("mtp.fc", hidden, 2 * hidden)}, activations);
+    mtp.layer = load_layer("mtp.layers.0.", LayerKind::kFullAttention, config.layer_is_moe(0));
+    mtp.norm = read.vector("mtp.norm.weight", {hidden});
+    weights.mtp = std::move(mtp);
+  } else {
+    store.ignore_prefix("mtp.", "multi-token-prediction head (loaded for --speculative mtp)");
+  }
   store.finish();
   return weights;
 }

@@ -3,6 +3,7 @@
 //   x += attention(norm(x));  x += ffn(norm(x))           one decoder layer, its own KV cache
 //   hidden_out = norm(x);  logits = lm_head(hidden_out)   predicts the token at p + 2
 #include <cstring>
+#include <utility>
 
 #include "core/error.h"
 #include "models/qwen3_5.h"
@@ -15,11 +16,16 @@ class Qwen35Model::MtpState final : public SequenceState {
  public:
   MtpState(const Qwen35Config& config, int64_t capacity)
       : k_cache(DType::kF32, {capacity, config.num_kv_heads, config.head_dim}),
-        v_cache(DType::kF32, {capacity, config.num_kv_heads, config.head_dim}) {
+        v_cache(DType::kF32, {capacity, config.num_kv_heads, config.head_dim}),
+        output(DType::kF32, {1, config.hidden_size}),
+        next_output(DType::kF32, {1, config.hidden_size}) {
     capacity_ = capacity;
   }
   void set_length(int64_t length) { length_ = rollback_floor_ = length; }
   Buffer k_cache, v_cache;  // [capacity, Hkv, D]
+  // The head's output (lm_head input) of the last pair run, for chaining; next_output: scratch.
+  Buffer output, next_output;  // [1, H]
+  bool has_output = false;
 };
 
 std::unique_ptr<SequenceState> Qwen35Model::new_mtp_sequence(int64_t capacity) const {
@@ -33,7 +39,34 @@ void Qwen35Model::mtp_rollback(SequenceState& base_state, int64_t length) const 
   MtpState& state = dynamic_cast<MtpState&>(base_state);
   VT_CHECK(length >= 0 && length <= state.length(), "MTP rollback: length ", length,
            " is outside [0, ", state.length(), "]");
+  state.has_output = state.has_output && length == state.length();
   state.set_length(length);
+}
+
+void Qwen35Model::mtp_forward_from_target(std::span<const int32_t> tokens, int64_t first_position,
+                                          SequenceState& base_state, const TensorView& logits) {
+  MtpState& state = dynamic_cast<MtpState&>(base_state);
+  const int64_t num_tokens = int64_t(tokens.size()), H = config_.hidden_size;
+  const PositionRange kept = kept_hidden_positions();
+  VT_CHECK(num_tokens > 0 && kept.contains(first_position, num_tokens),
+           "MTP: the target's last forward kept the hidden states of positions [", kept.start, ", ",
+           kept.end(), "), not [", first_position, ", ", first_position + num_tokens, ")");
+  Buffer hidden_out(DType::kF32, {num_tokens, H});
+  const int64_t row = first_position - kept.start;
+  mtp_forward(tokens, last_hidden_states_.view().rows(row, row + num_tokens), state, hidden_out,
+              logits);
+  std::memcpy(state.output.f32(), hidden_out.f32() + (num_tokens - 1) * H, H * sizeof(float));
+  state.has_output = true;
+}
+
+void Qwen35Model::mtp_forward_chained(int32_t token, SequenceState& base_state,
+                                      const TensorView& logits) {
+  MtpState& state = dynamic_cast<MtpState&>(base_state);
+  VT_CHECK(state.has_output,
+           "MTP: chaining needs the output of a pair run since the last rollback");
+  mtp_forward(std::span<const int32_t>(&token, 1), state.output, state, state.next_output,
+              logits);
+  std::swap(state.output, state.next_output);
 }
 
 void Qwen35Model::mtp_forward(std::span<const int32_t> tokens, const TensorView& hidden,

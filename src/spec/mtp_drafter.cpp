@@ -1,13 +1,12 @@
 #include "spec/mtp_drafter.h"
 
-#include <cstring>
-#include <utility>
+#include <algorithm>
 
 #include "core/error.h"
 
 namespace vt {
 
-MtpDrafter::MtpDrafter(Qwen35Model& target, const SamplingParams& sampling)
+MtpDrafter::MtpDrafter(MtpHead& target, const SamplingParams& sampling)
     : target_(target), sampler_(sampling), logits_(DType::kF32, {1, target.info().vocab_size}) {
   VT_CHECK(target.has_mtp(), "MTP drafter: ", target.info().architecture,
            " was loaded without its MTP head (load it with load_mtp)");
@@ -20,7 +19,10 @@ MtpDrafter::~MtpDrafter() {
 
 void MtpDrafter::start(std::span<const int32_t> prompt, int64_t max_length) {
   VT_CHECK(!prompt.empty(), "MTP drafter: empty prompt");
-  state_ = target_.new_mtp_sequence(max_length);
+  state_.reset();  // first: a backend with a fixed number of sequences may need its slot
+  // The head's entries run up to k - 1 chained drafts past the context; where the model's
+  // positions end first, the chain stops early (propose checks the capacity).
+  state_ = target_.new_mtp_sequence(std::min(max_length, target_.info().max_positions));
   pairs_ = 0;
 }
 
@@ -34,35 +36,26 @@ void MtpDrafter::propose(std::span<const int32_t> context, int64_t max_tokens, D
   draft.tokens.clear();
   draft.probs.clear();
   // New pairs: positions [pairs_, last], hidden at p with context[p + 1].
-  const int64_t last = int64_t(context.size()) - 2, hidden_size = target_.config().hidden_size;
+  const int64_t last = int64_t(context.size()) - 2;
   VT_CHECK(last >= pairs_, "MTP drafter: a context of ", context.size(),
            " tokens is not longer than the ", pairs_ + 1, " already run");
-  const TensorView kept = target_.last_hidden_states();
-  const int64_t kept_start = target_.last_hidden_states_start();
-  const int64_t kept_rows = kept.data ? kept.dim(0) : 0;
-  VT_CHECK(pairs_ >= kept_start && last < kept_start + kept_rows,
+  const PositionRange kept = target_.kept_hidden_positions();
+  VT_CHECK(kept.contains(pairs_, last + 1 - pairs_),
            "MTP drafter: the target's last forward kept the hidden states of positions [",
-           kept_start, ", ", kept_start + kept_rows, "), the context needs [", pairs_, ", ",
-           last + 1, "]: propose after every target forward");
+           kept.start, ", ", kept.end(), "), the context needs [", pairs_, ", ", last + 1,
+           "]: propose after every target forward");
   target_.mtp_rollback(*state_, pairs_);  // the chained drafts' entries of the last call
 
   const int64_t num_pairs = last + 1 - pairs_;
-  Buffer hidden_out(DType::kF32, {num_pairs, hidden_size});
-  target_.mtp_forward(context.subspan(pairs_ + 1, num_pairs),
-                      kept.rows(pairs_ - kept_start, last + 1 - kept_start), *state_, hidden_out,
-                      logits_);
+  target_.mtp_forward_from_target(context.subspan(pairs_ + 1, num_pairs), pairs_, *state_, logits_);
   pairs_ = last + 1;
 
   // Chain: each draft with the head's own hidden state (lm_head input) of the step that made it.
-  Buffer hidden(DType::kF32, {1, hidden_size}), next_hidden(DType::kF32, {1, hidden_size});
-  std::memcpy(hidden.f32(), hidden_out.f32() + (num_pairs - 1) * hidden_size,
-              hidden_size * sizeof(float));
   for (int64_t i = 0; i < max_tokens; ++i) {
     const int32_t token = pick(logits_.f32(), draft);
     draft.tokens.push_back(token);
     if (i + 1 == max_tokens || state_->length() == state_->capacity()) break;
-    target_.mtp_forward(std::span<const int32_t>(&token, 1), hidden, *state_, next_hidden, logits_);
-    std::swap(hidden, next_hidden);
+    target_.mtp_forward_chained(token, *state_, logits_);
   }
 }
 

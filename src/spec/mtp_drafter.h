@@ -1,21 +1,22 @@
 // MTP drafter: the checkpoint's multi-token-prediction head proposes from the target's last
-// hidden state and the last token, then chains on its own hidden state for k > 1.
+// hidden state and the last token, then chains on its own hidden state for k > 1. Runs on any
+// model that implements MtpHead (model/mtp_head.h): the CPU reference and the CUDA model.
 #pragma once
 
 #include <memory>
 
 #include "engine/sampler.h"
-#include "models/qwen3_5.h"
+#include "model/mtp_head.h"
 #include "spec/drafter.h"
 
 namespace vt {
 
 class MtpDrafter final : public Drafter {
  public:
-  // `target` is the model being verified, loaded with its MTP head (Qwen35LoadOptions::load_mtp);
-  // the drafter turns on its hidden-state keeping until destroyed. Drafts greedily when
-  // `sampling` is greedy; otherwise samples with it and reports q.
-  MtpDrafter(Qwen35Model& target, const SamplingParams& sampling);
+  // `target` is the model being verified, loaded with its MTP head (load_mtp); the drafter turns
+  // on its hidden-state keeping until destroyed. Drafts greedily when `sampling` is greedy;
+  // otherwise samples with it and reports q.
+  MtpDrafter(MtpHead& target, const SamplingParams& sampling);
   ~MtpDrafter() override;
   std::string name() const override { return "mtp"; }
   // Makes the head's KV cache; the target's prefill must run with this drafter alive.
@@ -28,7 +29,7 @@ class MtpDrafter final : public Drafter {
  private:
   int32_t pick(const float* logits, Draft& draft);  // next draft token (+ its q when sampling)
 
-  Qwen35Model& target_;
+  MtpHead& target_;
   Sampler sampler_;
   std::unique_ptr<SequenceState> state_;
   int64_t pairs_ = 0;  // positions whose target pair the head's cache holds (chained ones after)

@@ -86,5 +86,28 @@ assert spec["speculative"]["drafter"] == "mtp" and spec["speculative"]["drafted"
 PY
 done
 
+# --device cuda, where this vt has CUDA and a GPU is visible: MTP drafting on the GPU gives the
+# GPU's plain greedy ids (and with f32 activations the CPU's too), the head loaded with the model.
+if "$vt" generate --model "$mtp_dir" --prompt-ids 1 --max-new-tokens 1 --device cuda >/dev/null 2>"$errors"; then
+  for act in f32 bf16; do
+    plain_cuda=$("$vt" generate --model "$mtp_dir" --prompt-ids "$ids" --max-new-tokens 24 --json --device cuda \
+      --activations $act 2>/dev/null)
+    spec=$("$vt" generate --model "$mtp_dir" --prompt-ids "$ids" --max-new-tokens 24 --json --device cuda \
+      --activations $act --speculative mtp --num-draft 3 2>"$errors")
+    python3 - "$plain_cuda" "$plain" "$spec" "$act" <<'PY' && echo "ok: --device cuda --activations $act --speculative mtp" \
+      || fail "cuda $act mtp: $spec $(cat "$errors")"
+import json, sys
+plain_cuda, plain, spec = (json.loads(arg) for arg in sys.argv[1:4])
+assert spec["output_ids"] == plain_cuda["output_ids"], (spec["output_ids"], plain_cuda["output_ids"])
+assert sys.argv[4] != "f32" or spec["output_ids"] == plain["output_ids"]
+assert spec["speculative"]["drafter"] == "mtp" and spec["speculative"]["drafted"] > 0
+PY
+  done
+elif grep -qE "built without CUDA|no CUDA-capable device|CUDA driver" "$errors"; then
+  echo "skip: --device cuda ($(head -c 120 "$errors"))"
+else
+  fail "--device cuda: $(cat "$errors")"
+fi
+
 [ $failures -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "cli_speculative: all passed"

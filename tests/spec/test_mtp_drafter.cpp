@@ -1,8 +1,9 @@
 // The MTP drafter on golden tiny models given random `mtp.*` weights (written at test time): its
 // first proposals equal a re-computation of the head from its definition written here; greedy
-// speculative output equals plain greedy output for k = 1..4; its state after any accepted
-// prefix equals a fresh drafter's; loading is strict. No HF reference exists (transformers does
-// not implement the MTP head); the definition followed is vLLM's qwen3_next_mtp / qwen3_5_mtp.
+// speculative output equals plain greedy output for k = 1..4 (an FP8 head too); a head fitted to
+// the target's greedy path has its drafts accepted; its state after any accepted prefix equals a
+// fresh drafter's; loading is strict. No HF reference exists (transformers does not implement the
+// MTP head); the definition followed is vLLM's qwen3_next_mtp / qwen3_5_mtp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,7 +15,7 @@
 #include <vector>
 
 #include "../numerics.h"
-#include "../unit/checkpoint_fixture.h"
+#include "mtp_test_support.h"
 #include "engine/generate.h"
 #include "io/json_config.h"
 #include "io/weight_store.h"
@@ -25,89 +26,11 @@
 namespace vt {
 namespace {
 
-using Tensors = std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>;
-
-std::vector<int32_t> golden_prompt(const std::string& name, int index) {
-  const auto reference =
-      read_json_file(std::string(VT_SOURCE_DIR) + "/tests/golden/" + name + "/reference.json");
-  return reference["prompts"][index]["ids"].get<std::vector<int32_t>>();
-}
-
-// Random f32 MTP tensors for `config`, named and shaped as Qwen3.5 / Qwen3-Next checkpoints ship.
-Tensors random_mtp_tensors(const Qwen35Config& c, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Tensors tensors;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale) {
-    int64_t count = 1;
-    for (int64_t d : shape) count *= d;
-    std::uniform_real_distribution<float> uniform(-scale, scale);
-    std::vector<float> values(static_cast<size_t>(count));
-    for (float& v : values) v = uniform(rng);
-    tensors["mtp." + name] = {std::move(shape), std::move(values)};
-  };
-  const int64_t H = c.hidden_size, D = c.head_dim;
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-    add(name, {rows, cols}, 1.7f / std::sqrt(float(cols)));
-  };
-  for (const char* norm : {"pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm",
-                           "layers.0.input_layernorm", "layers.0.post_attention_layernorm"})
-    add(std::string(norm) + ".weight", {H}, 0.3f);
-  matrix("fc.weight", H, 2 * H);
-  const std::string a = "layers.0.self_attn.";
-  matrix(a + "q_proj.weight", c.num_heads * D * 2, H);
-  matrix(a + "k_proj.weight", c.num_kv_heads * D, H);
-  matrix(a + "v_proj.weight", c.num_kv_heads * D, H);
-  matrix(a + "o_proj.weight", H, c.num_heads * D);
-  add(a + "q_norm.weight", {D}, 0.3f);
-  add(a + "k_norm.weight", {D}, 0.3f);
-  auto mlp = [&](const std::string& p, int64_t inter) {
-    matrix(p + "gate_proj.weight", inter, H);
-    matrix(p + "up_proj.weight", inter, H);
-    matrix(p + "down_proj.weight", H, inter);
-  };
-  if (c.layer_is_moe(0)) {
-    matrix("layers.0.mlp.gate.weight", c.num_experts, H);
-    for (int64_t e = 0; e < c.num_experts; ++e)
-      mlp("layers.0.mlp.experts." + std::to_string(e) + ".", c.moe_intermediate_size);
-    mlp("layers.0.mlp.shared_expert.", c.shared_expert_intermediate_size);
-    matrix("layers.0.mlp.shared_expert_gate.weight", 1, H);
-  } else {
-    mlp("layers.0.mlp.", c.intermediate_size);
-  }
-  return tensors;
-}
-
-// A scratch copy of a golden checkpoint with `tensors` appended (f32) to model.safetensors.
-class MtpCheckpoint {
- public:
-  MtpCheckpoint(const std::string& golden_case, const Tensors& tensors) : scratch_(golden_case) {
-    std::string data;  // filled by the edit, then appended (edit_header takes it by reference)
-    scratch_.edit_header(
-        "model.safetensors",
-        [&](nlohmann::json& header) {
-          size_t end = 0;
-          for (const auto& [name, entry] : header.items())
-            if (name != "__metadata__") end = std::max(end, entry["data_offsets"][1].get<size_t>());
-          for (const auto& [name, tensor] : tensors) {
-            const size_t begin = end + data.size();
-            data.append(reinterpret_cast<const char*>(tensor.second.data()),
-                        tensor.second.size() * sizeof(float));
-            header[name] = {{"dtype", "F32"},
-                            {"shape", tensor.first},
-                            {"data_offsets", {begin, end + data.size()}}};
-          }
-        },
-        data);
-  }
-  const std::string& dir() const { return scratch_.dir(); }
-
- private:
-  testing::ScratchCheckpoint scratch_;
-};
-
-Qwen35Config golden_config(const std::string& name) {
-  return parse_qwen35_config(std::string(VT_SOURCE_DIR) + "/tests/golden/" + name + "/config.json");
-}
+using testing::golden_config;
+using testing::golden_prompt;
+using testing::MtpCheckpoint;
+using testing::random_mtp_tensors;
+using testing::Tensors;
 
 std::unique_ptr<Qwen35Model> load_with_mtp(const std::string& dir) {
   Qwen35LoadOptions options;
@@ -371,6 +294,62 @@ TEST(MtpDrafter, GreedySpeculativeEqualsPlainGreedy) {
         EXPECT_EQ(result.output_ids, plain.output_ids);
         EXPECT_GT(result.stats.drafted, 0);
       }
+    }
+  }
+}
+
+// A head fitted to predict the target's greedy tokens (testing::fitted_mtp_tensors) has its drafts
+// accepted, first and chained ones, for k = 1..4: the drafter feeds it the hidden states of the
+// right positions. (Random heads, above, are almost never right.)
+TEST(MtpDrafter, FittedHeadDraftsAreAccepted) {
+  for (const char* name : kCases) {
+    SCOPED_TRACE(name);
+    const std::vector<std::vector<int32_t>> prompts = {golden_prompt(name, 0), golden_prompt(name, 1)};
+    MtpCheckpoint checkpoint(name, testing::fitted_mtp_tensors(name, prompts, 24, 19));
+    auto model = load_with_mtp(checkpoint.dir());
+    for (const auto& prompt : prompts) {
+      GenerateOptions options;
+      options.max_new_tokens = 24;
+      const auto plain = generate(*model, prompt, options);
+      for (int64_t k = 1; k <= 4; ++k) {
+        SCOPED_TRACE("prompt of " + std::to_string(prompt.size()) + ", k " + std::to_string(k));
+        MtpDrafter drafter(*model, {});
+        SpeculativeOptions speculative;
+        speculative.num_draft = k;
+        const auto result = generate_speculative(*model, drafter, prompt, options, speculative);
+        EXPECT_EQ(result.output_ids, plain.output_ids);
+        EXPECT_GE(result.stats.acceptance_rate(), 0.9)
+            << result.stats.accepted << " of " << result.stats.drafted;
+        if (k > 1) {
+          EXPECT_GT(result.stats.accepted_at[1], 0) << "no chained draft accepted";
+        }
+        std::printf("%s prompt %zu k %lld: %lld of %lld drafts accepted, %.2f tokens/step\n", name,
+                    prompt.size(), (long long)k, (long long)result.stats.accepted,
+                    (long long)result.stats.drafted, result.stats.tokens_per_step());
+      }
+    }
+  }
+}
+
+// An FP8 checkpoint's head (its linears E4M3 with 128x128 block scales, as the target's) loads, runs
+// W8A8 like the target, and drafts losslessly.
+TEST(MtpDrafter, Fp8HeadDraftsLosslessly) {
+  const std::string name = "qwen3_5_fp8";
+  MtpCheckpoint checkpoint(name, random_mtp_tensors(golden_config(name), 17), /*fp8_linears=*/true);
+  auto model = load_with_mtp(checkpoint.dir());
+  for (int index : {0, 1}) {
+    const std::vector<int32_t> prompt = golden_prompt(name, index);
+    GenerateOptions options;
+    options.max_new_tokens = 12;
+    const auto plain = generate(*model, prompt, options);
+    for (int64_t k : {1, 3}) {
+      SCOPED_TRACE("prompt " + std::to_string(index) + ", k " + std::to_string(k));
+      MtpDrafter drafter(*model, {});
+      SpeculativeOptions speculative;
+      speculative.num_draft = k;
+      const auto result = generate_speculative(*model, drafter, prompt, options, speculative);
+      EXPECT_EQ(result.output_ids, plain.output_ids);
+      EXPECT_GT(result.stats.drafted, 0);
     }
   }
 }

@@ -35,6 +35,12 @@ void add_rms_norm(void* out, void* residual, const void* branch, const float* w,
                   int64_t n, float eps, float weight_offset, DType act, cudaStream_t stream,
                   uint8_t* q = nullptr, float* q_scales = nullptr);
 
+// out [rows, 2n] act = [rmsnorm(a) * (offset + w_a) | rmsnorm(b) * (offset + w_b)]: two rows normed
+// side by side (the MTP head's fc input: normed embedding | normed hidden). a, b [rows, n] act;
+// w_a, w_b f32 [n]. out may not alias a or b.
+void rms_norm_concat(void* out, const void* a, const float* w_a, const void* b, const float* w_b, int64_t rows,
+                     int64_t n, float eps, float weight_offset, DType act, cudaStream_t stream);
+
 // gate_up [rows, 2n] act -> out [rows, n] act: silu(gate) * up. With q set (n % 128 == 0), also
 // writes out's FP8 quantisation (q [rows, n], q_scales [rows, n/128]) for the down projection.
 void silu_mul(void* out, const void* gate_up, int64_t rows, int64_t n, DType act, cudaStream_t stream,

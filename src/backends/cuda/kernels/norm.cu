@@ -1,7 +1,8 @@
 // RMSNorm with the residual add fused in: one block per row, fp32 accumulation, fixed
 // reduction order (bit-reproducible). When the row width allows (a multiple of 128), the row
 // lives in registers, 8 values per thread, and the FP8 quantisation of the output for the next
-// (W8A8) linear is fused in: one kernel instead of norm + quantise.
+// (W8A8) linear is fused in: one kernel instead of norm + quantise. Also two rows normed into one
+// (the MTP head's fc input).
 #include <algorithm>
 
 #include "backends/cuda/check.h"
@@ -98,7 +99,44 @@ __global__ void __launch_bounds__(kThreads) sm90_add_rms_norm_quant(
   }
 }
 
+// Two rows normed side by side: block (row, half) writes out[row, half * n, +n) from a (half 0)
+// or b (half 1). The same arithmetic as sm90_add_rms_norm without a branch.
+template <typename T>
+__global__ void sm90_rms_norm_concat(T* __restrict__ g_out, const T* __restrict__ g_a, const float* __restrict__ g_wa,
+                                     const T* __restrict__ g_b, const float* __restrict__ g_wb, int64_t n, float eps,
+                                     float weight_offset) {
+  __shared__ float s_scratch[kThreads / 32];
+  device::pdl_enter();
+  const bool second = blockIdx.y == 1;
+  const T* row = (second ? g_b : g_a) + blockIdx.x * n;
+  const float* w = second ? g_wb : g_wa;
+  T* out = g_out + blockIdx.x * 2 * n + (second ? n : 0);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+    const float value = device::to_float(row[i]);
+    sum += value * value;
+  }
+  const float scale = rsqrtf(device::block_sum(sum, s_scratch) / float(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += kThreads)
+    out[i] = device::from_float<T>(device::to_float(row[i]) * scale * (weight_offset + w[i]));
+}
+
 }  // namespace
+
+void rms_norm_concat(void* out, const void* a, const float* w_a, const void* b, const float* w_b, int64_t rows,
+                     int64_t n, float eps, float weight_offset, DType act, cudaStream_t stream) {
+  VT_CHECK(rows >= 0 && rows <= INT32_MAX && n > 0, "rms_norm_concat: rows ", rows, " n ", n);
+  VT_CHECK(out != a && out != b, "rms_norm_concat: out must not alias its inputs");
+  if (rows == 0) return;
+  // Both inputs read, the output written (2n per row), both weights.
+  const double row_bytes = double(n) * double(dtype_size(act));
+  const ::vt::profile::LaunchCost cost{
+      "cuda", {rows, 2 * n, 0, 0}, double(rows) * row_bytes * 4 + double(n) * 8, 0, ::vt::profile::OpGroup::kNorm};
+  VT_DISPATCH_ACT(act, T,
+                  launch("sm90_rms_norm_concat", cost, sm90_rms_norm_concat<T>, dim3(unsigned(rows), 2), dim3(kThreads),
+                         0, stream, static_cast<T*>(out), static_cast<const T*>(a), w_a, static_cast<const T*>(b), w_b,
+                         n, eps, weight_offset));
+}
 
 void add_rms_norm(void* out, void* residual, const void* branch, const float* w, int64_t rows, int64_t n, float eps,
                   float weight_offset, DType act, cudaStream_t stream, uint8_t* q, float* q_scales) {
