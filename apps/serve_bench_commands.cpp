@@ -544,7 +544,8 @@ void run_bench_serve(const ServeBenchArgs& args) {
   after["http_responses"] = responses;
   if (args.json) {
     std::printf("%s\n",
-                Json{{"url", url}, {"model", model_name}, {"sampling", sampling}, {"runs", runs}, {"server_after", after}}
+                Json{{"url", url}, {"model", model_name}, {"sampling", sampling}, {"runs", runs},
+                     {"server_after", after}}
                     .dump(2)
                     .c_str());
   } else {

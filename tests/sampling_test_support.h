@@ -133,7 +133,8 @@ inline void expect_same_seed_same_tokens(const SampleRowsFn& sample, const std::
   const std::vector<int32_t> other = sample(logits, vocab, reseeded);
   int64_t differ = 0;
   for (size_t i = 0; i < first.size(); ++i) differ += first[i] != other[i];
-  EXPECT_GT(differ, int64_t(first.size()) / 4) << label << ": another seed changed " << differ << " of " << first.size();
+  EXPECT_GT(differ, int64_t(first.size()) / 4)
+      << label << ": another seed changed " << differ << " of " << first.size();
 }
 
 }  // namespace vt::testing

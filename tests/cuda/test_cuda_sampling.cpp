@@ -170,7 +170,8 @@ TEST_F(CudaSampling, DeterministicBySeedAndCounter) {
   testing::expect_same_seed_same_tokens(kernel(DType::kF32), logits, 4099, "kernel");
   std::vector<SampleRowParams> alone = {sample_row_params({0.9f, 30, 0.9f, 123}, 17, 2, 4099)};
   std::vector<SampleRowParams> crowd;
-  for (int i = 0; i < 50; ++i) crowd.push_back(sample_row_params({1.0f, 0, 0.7f, uint64_t(i)}, uint64_t(i), i % 3, 4099));
+  for (int i = 0; i < 50; ++i)
+    crowd.push_back(sample_row_params({1.0f, 0, 0.7f, uint64_t(i)}, uint64_t(i), i % 3, 4099));
   crowd.insert(crowd.begin() + 23, alone[0]);
   EXPECT_EQ(kernel(DType::kF32)(logits, 4099, crowd)[23], kernel(DType::kF32)(logits, 4099, alone)[0]);
 }
