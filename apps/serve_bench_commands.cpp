@@ -6,7 +6,8 @@
 // when the server reports them.
 //   vt bench serve (--url http://HOST:PORT | --model FILE.gguf|DIR) [--concurrency 1,16,64]
 //                  [--workload chat,edit,agent] [--requests N | --duration S] [--request-rate R]
-//                  [--cancel-fraction F] [--speculative ngram [--num-draft K]] [--json]
+//                  [--cancel-fraction F] [--speculative ngram [--num-draft K]]
+//                  [--temperature T] [--top-k K] [--top-p P] [--json]
 #include <httplib.h>
 
 #include <CLI/CLI.hpp>
@@ -48,6 +49,8 @@ struct ServeBenchArgs {
   int64_t cache_tokens = 65536, max_running = 64;  // the in-process server (--model)
   std::string speculative;                         // --model: "" or "ngram"
   int64_t num_draft = 4;
+  double temperature = 0, top_p = 1;  // the requests' sampling (default greedy)
+  int64_t top_k = 0;
   uint64_t seed = 1;
   bool json = false;
 };
@@ -138,8 +141,9 @@ struct Sample {
 
 class ApiClient {
  public:
-  ApiClient(const std::string& url, std::string api_key)
-      : url_(url), api_key_(std::move(api_key)) {}
+  // `sampling`: the requests' temperature / top_k / top_p fields.
+  ApiClient(const std::string& url, std::string api_key, Json sampling = Json::object())
+      : url_(url), api_key_(std::move(api_key)), sampling_(std::move(sampling)) {}
 
   httplib::Client connect() const {
     httplib::Client client(url_);
@@ -155,6 +159,7 @@ class ApiClient {
     Json body = {{"model", model},           {"messages", messages},
                  {"max_tokens", max_tokens}, {"temperature", 0},
                  {"stream", true},           {"stream_options", {{"include_usage", true}}}};
+    body.update(sampling_);
     httplib::Request request;
     request.method = "POST";
     request.path = "/v1/chat/completions";
@@ -239,6 +244,7 @@ class ApiClient {
 
  private:
   std::string url_, api_key_;
+  Json sampling_;
 };
 
 // What a run did to the server's speculative-decoding counters (the difference of two /metrics
@@ -480,7 +486,9 @@ void run_bench_serve(const ServeBenchArgs& args) {
     }
   } stop_server{server, server_thread};
 
-  ApiClient client(url, args.api_key);
+  Json sampling = {{"temperature", args.temperature}, {"top_p", args.top_p}};
+  if (args.top_k > 0) sampling["top_k"] = args.top_k;
+  ApiClient client(url, args.api_key, sampling);
   std::string model_name = args.served_model_name;
   if (model_name.empty())
     model_name = client.get_json("/v1/models")["data"][0]["id"].get<std::string>();
@@ -536,7 +544,8 @@ void run_bench_serve(const ServeBenchArgs& args) {
   after["http_responses"] = responses;
   if (args.json) {
     std::printf("%s\n",
-                Json{{"url", url}, {"model", model_name}, {"runs", runs}, {"server_after", after}}
+                Json{{"url", url}, {"model", model_name}, {"sampling", sampling}, {"runs", runs},
+                     {"server_after", after}}
                     .dump(2)
                     .c_str());
   } else {
@@ -613,6 +622,10 @@ void add_serve_bench_commands(CLI::App& app) {
                     "--model: the in-process server speculates with ngram drafts for every request");
   serve->add_option("--num-draft", args->num_draft, "--model --speculative: drafts per step (default 4)")
       ->check(CLI::Range(1, 32));
+  serve->add_option("--temperature", args->temperature, "the requests' temperature (default 0: greedy)")
+      ->check(CLI::Range(0.0, 2.0));
+  serve->add_option("--top-k", args->top_k, "the requests' top_k (default 0: none)")->check(CLI::NonNegativeNumber);
+  serve->add_option("--top-p", args->top_p, "the requests' top_p (default 1: none)")->check(CLI::Range(0.0, 1.0));
   serve->add_option("--seed", args->seed, "which paragraphs each request takes (default 1)");
   serve->add_flag("--json", args->json, "print one JSON object");
   serve->callback([args] { run_bench_serve(*args); });

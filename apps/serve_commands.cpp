@@ -2,6 +2,7 @@
 //   vt serve --model FILE.gguf|DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--device cpu|cuda]
 //   vt serve --synthetic qwen3.5-27b --tokenizer DIR [--weights fp8|bf16]   (CUDA: real shapes, random weights)
 //   ... [--speculative ngram [--num-draft K] [--adaptive-draft]]   (speculative decoding in the batch)
+//   ... [--device-sampling on|off]   (CUDA: tokens drawn on the GPU, the default; off for A/B runs)
 // Prints "vt serve: listening on http://HOST:PORT" on stderr once it accepts connections
 // (--port 0 picks a free port). SIGINT or SIGTERM drains: new requests get 503, those in flight
 // finish (up to --drain-timeout seconds, then they are cancelled), and it exits 0; a second
@@ -42,6 +43,7 @@ struct ServeArgs {
   std::string speculative;  // "" or "ngram"
   int64_t num_draft = 0;    // 0: not given (4 with --speculative)
   bool adaptive_draft = false;
+  std::string device_sampling = "on";
 };
 
 // Set by SIGINT/SIGTERM on whichever thread takes the signal; a watcher thread drains and stops
@@ -117,6 +119,7 @@ void run_serve(ServeArgs args) {
   args.engine.reservation = args.reservation == "full" ? vt::EngineOptions::Reservation::kFull
                                                        : vt::EngineOptions::Reservation::kOnDemand;
   args.engine.admission_watermark_blocks = -1;  // 1% of the pool kept for running requests to grow
+  args.engine.device_sampling = args.device_sampling == "on";
   vt::Engine engine(*model, text.tokenizer.get(), args.engine);
 
   args.server.model_name = !args.served_model_name.empty() ? args.served_model_name
@@ -192,6 +195,11 @@ void add_serve_commands(CLI::App& app) {
   serve->add_option("--num-draft", args->num_draft, "--speculative: drafts verified per step, k (default 4)")
       ->check(CLI::Range(1, 32));
   serve->add_flag("--adaptive-draft", args->adaptive_draft, "--speculative: adapt k in [1, --num-draft] to the acceptance");
+  serve->add_option("--device-sampling", args->device_sampling,
+                    "CUDA: on (default): tokens are drawn on the GPU and only their ids come back (requests with "
+                    "logprobs, logit_bias or drafts still get their logits); off: every step's logits go to the "
+                    "host, which samples (A/B runs). Seeded requests repeat on either, with other tokens")
+      ->check(CLI::IsMember({"on", "off"}));
   serve->callback([args] { run_serve(*args); });
 }
 

@@ -3,6 +3,8 @@
 # folder carried in .cache/tokenizers/qwen3_5 from `make tokenizers` here): `vt serve` on the
 # synthetic Qwen3.5-27B FP8 model (CUDA, batched engine steps) and `vt bench serve` against it at
 # concurrency 1/16/64, chat and edit workloads. Logs in $OUT/serve_bench.tar.gz; the table last.
+# A/B of sampling on the GPU: DEVICE_SAMPLING=on|off (vt serve --device-sampling, default on), with
+# the requests' TEMPERATURE (default 0: greedy) and TOP_P (default 1).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
@@ -12,12 +14,13 @@ PORT=${PORT:-18800}
 require_build
 [ -f "$TOKENIZER/tokenizer.json" ] || { echo "no tokenizer at $TOKENIZER" >&2; exit 1; }
 "$VT" serve --synthetic "${MODEL:-qwen3.5-27b}" --weights fp8 --tokenizer "$TOKENIZER" --port "$PORT" \
-  --max-running 64 --max-context 2048 2>"$LOGS/serve.err" &
+  --max-running 64 --max-context 2048 --device-sampling "${DEVICE_SAMPLING:-on}" 2>"$LOGS/serve.err" &
 server=$!
 for _ in $(seq 1 300); do grep -q "listening on" "$LOGS/serve.err" && break; sleep 1; done
 grep -q "listening on" "$LOGS/serve.err" || { echo "server did not start"; tail -20 "$LOGS/serve.err"; kill $server; exit 1; }
 status=0
 "$VT" bench serve --url "http://127.0.0.1:$PORT" --concurrency "${CONCURRENCY:-1,16,64}" --workload "${WORKLOADS:-chat,edit}" \
+  --temperature "${TEMPERATURE:-0}" --top-p "${TOP_P:-1}" \
   --json >"$LOGS/bench_serve.json" 2>"$LOGS/bench_serve.err" || { status=1; tail -20 "$LOGS/bench_serve.err"; }
 curl -s "http://127.0.0.1:$PORT/metrics" >"$LOGS/metrics.txt" 2>/dev/null || true
 kill -TERM $server

@@ -1,6 +1,6 @@
 // The engine loop: cancel, admit, schedule under the token budget (growing KV reservations and
 // preempting the youngest request when blocks run out; drafting for speculating requests), forward
-// each scheduled sequence, sample or verify, stream, free.
+// each scheduled sequence, sample (on the model's device when it can) or verify, stream, free.
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -74,6 +74,7 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& op
   VT_CHECK(options.step_token_budget >= 1 + options.max_num_draft, "engine: the step token budget (",
            options.step_token_budget, ") must hold a verify step of 1 + ", options.max_num_draft, " drafts");
   totals_.speculative.reset(options.max_num_draft);
+  device_sampling_ = options.device_sampling && model.supports_device_sampling();
   watermark_blocks_ = options.admission_watermark_blocks >= 0 ? options.admission_watermark_blocks
                                                               : options.cache_blocks / 100;
   thread_ = std::thread([this] { loop(); });
@@ -362,8 +363,9 @@ void Engine::loop() {
 // sequence's r-th forward of this step. A prompt chunk is one forward, and so is a verify step
 // (the last token and its drafts, a row of logits per token, in a rollback window); other tokens
 // past the prompt (decode, or generated tokens recomputed after a preemption) are one forward
-// each, so a sequence's arithmetic is the same whatever else runs. A failed forward fails the
-// sequences of its batch.
+// each, so a sequence's arithmetic is the same whatever else runs. With device sampling a round is
+// one Model::forward_batch_sample: rows that make a token get it drawn there (row_output), rows the
+// host must see come back as logits. A failed forward fails the sequences of its batch.
 void Engine::run_step(std::vector<Sequence*>& scheduled) {
   int64_t prompt_tokens = 0, generated_tokens = 0, recomputed_tokens = 0;
   struct VerifyRecord {
@@ -379,6 +381,8 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
   }
   std::vector<BatchItem> items;
   std::vector<Sequence*> members;
+  std::vector<RowOutput> row_outputs;  // device sampling: what each logit row gives
+  std::vector<int32_t> sampled;        // device sampling: each kToken row's token
   for (int64_t round = 0; round < rounds; ++round) {
     items.clear();
     members.clear();
@@ -399,8 +403,20 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
     const int64_t rows = batch_logit_rows(items);
     if (logits_.shape()[0] < rows) logits_ = Buffer(DType::kF32, {rows, vocab_size_});
     const TensorView logits = logits_.view().rows(0, rows);
+    row_outputs.clear();
+    if (device_sampling_) {
+      for (size_t j = 0; j < members.size(); ++j) {
+        const RowOutput output = row_output(*members[j], int64_t(items[j].tokens.size()));
+        row_outputs.insert(row_outputs.end(), size_t(items[j].all_logits ? items[j].tokens.size() : 1), output);
+      }
+      sampled.assign(size_t(rows), -1);
+    }
     try {
-      model_.forward_batch(items, logits);
+      if (device_sampling_) {
+        model_.forward_batch_sample(items, row_outputs, sampled, logits);
+      } else {
+        model_.forward_batch(items, logits);
+      }
     } catch (const std::exception& error) {
       for (Sequence* sequence : members) fail(*sequence, error.what());
       continue;
@@ -410,6 +426,8 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
       Sequence* sequence = members[j];
       const int64_t tokens = int64_t(items[j].tokens.size());
       float* sequence_logits = logits.f32() + row * vocab_size_;
+      const bool device_token = device_sampling_ && row_outputs[size_t(row)].kind == RowOutput::Kind::kToken;
+      const int32_t device_id = device_token ? sampled[size_t(row)] : -1;
       row += items[j].all_logits ? tokens : 1;
       // Tokens below the most ever fed are fed again (after a preemption); prompt tokens the first time.
       const int64_t begin = sequence->fed, end = begin + tokens;
@@ -427,7 +445,15 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
         }
         generated_tokens += sequence->completion_tokens() - emitted_before;
       } else if (sequence->fed == int64_t(sequence->tokens.size())) {
-        advance(*sequence, sequence_logits);
+        if (device_token) {
+          if (device_id < 0 || device_id >= vocab_size_) {
+            fail(*sequence, str("device sampling gave token ", device_id, " outside the vocabulary"));
+          } else {
+            emit(*sequence, device_id, nullptr);  // no logprobs: such requests take their logits
+          }
+        } else {
+          advance(*sequence, sequence_logits);
+        }
         ++generated_tokens;
       }
       sequence->fed_most = std::max(sequence->fed_most, sequence->fed);
@@ -454,6 +480,23 @@ void Engine::fail(Sequence& sequence, const std::string& error) {
 
 void Engine::bias(const Sequence& sequence, float* logits) const {
   for (const auto& [token, bias] : sequence.params.logit_bias) logits[token] += bias;
+}
+
+RowOutput Engine::row_output(const Sequence& sequence, int64_t tokens) const {
+  RowOutput output;
+  const bool samples = sequence.fed + tokens == int64_t(sequence.tokens.size());  // the row makes a token
+  const RequestParams& params = sequence.params;
+  // Speculating requests (rejection sampling: every token, the prefill's too, from the host
+  // Sampler's generator), logprobs and biased logits stay on the host.
+  const bool host = sequence.drafter || params.logprobs >= 0 || !params.logit_bias.empty();
+  if (sequence.verifying || (samples && host)) {
+    output.kind = RowOutput::Kind::kLogits;
+  } else if (samples) {
+    output.kind = RowOutput::Kind::kToken;
+    output.sampling = params.sampling;
+    output.counter = uint64_t(sequence.completion_tokens());  // the index of the token it makes
+  }
+  return output;
 }
 
 void Engine::advance(Sequence& sequence, float* logits) {

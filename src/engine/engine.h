@@ -58,6 +58,13 @@ struct EngineOptions {
   // lock); null: prompt lookup (NgramDrafter). For seeded outputs to be reproducible its drafts
   // should depend only on the request (a sampling drafter: seed it from the request's seed).
   std::function<std::unique_ptr<Drafter>(const RequestParams&)> make_drafter;
+  // Sample on the model's device when it can (Model::supports_device_sampling): only the token ids
+  // come back from a step, not [rows, vocab] logits. Requests that need the logits on the host
+  // (logprobs, logit_bias, speculative decoding) keep the host Sampler and get their rows. Greedy
+  // outputs are the same either way; a seeded sampled request is reproducible on the device (its
+  // seed and token index fix each draw, whatever else runs) but draws other tokens than the host
+  // Sampler's generator would.
+  bool device_sampling = true;
 };
 
 struct RequestParams {
@@ -147,6 +154,9 @@ class Engine {
   bool schedule_verify(Sequence& sequence, int64_t budget, bool* preempted_self);
   void run_step(std::vector<Sequence*>& scheduled);
   void advance(Sequence& sequence, float* logits);  // biases, samples and emits one token
+  // What the device gives for a sequence's row this round (Model::forward_batch_sample): its
+  // token when it samples there, its logits when the host must see them, else nothing.
+  RowOutput row_output(const Sequence& sequence, int64_t tokens) const;
   // Decides a verify step's tokens from its rows [drafts + 1, vocab], emits them, rolls back;
   // returns the drafts accepted.
   int64_t advance_verified(Sequence& sequence, float* logits);
@@ -163,6 +173,7 @@ class Engine {
   int64_t vocab_size_;
   HybridCache cache_;
   Buffer logits_;  // F32 [rows, vocab]: a batched forward's rows (grows for verify steps)
+  bool device_sampling_ = false;  // options_.device_sampling and the model supports it
   int64_t watermark_blocks_ = 0;
 
   mutable std::mutex mutex_;

@@ -14,12 +14,7 @@ int32_t argmax(const float* values, int64_t count) {
   return int32_t(best);
 }
 
-Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
-  VT_CHECK(std::isfinite(params.temperature) && params.temperature >= 0, "temperature ",
-           params.temperature, " must be finite and >= 0");
-  VT_CHECK(params.top_p > 0 && params.top_p <= 1, "top_p ", params.top_p, " must be in (0, 1]");
-  VT_CHECK(params.top_k >= 0, "top_k ", params.top_k, " must be >= 0");
-}
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { check_sampling_params(params); }
 
 int64_t Sampler::nucleus(const float* logits, int64_t vocab, double* nucleus_total) {
   candidates_.resize(vocab);

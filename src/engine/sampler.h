@@ -5,14 +5,9 @@
 #include <random>
 #include <vector>
 
-namespace vt {
+#include "model/sampling.h"  // SamplingParams
 
-struct SamplingParams {
-  float temperature = 0.0f;  // 0: greedy
-  int64_t top_k = 0;         // 0: no limit
-  float top_p = 1.0f;        // nucleus mass in (0, 1]
-  uint64_t seed = 0;
-};
+namespace vt {
 
 class Sampler {
  public:

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "model/sampling.h"
 
 namespace vt {
 
@@ -93,6 +94,21 @@ class Model {
       forward(item.tokens, *item.state, logits.rows(row, row + item_rows), options);
       row += item_rows;
     }
+  }
+
+  // Sampling on the model's device: forward_batch_sample runs a step as forward_batch does and
+  // draws the tokens there, so only the ids (and the logit rows the host still needs) come back.
+  virtual bool supports_device_sampling() const { return false; }
+  // rows [batch_logit_rows(items)] says what each logit row gives: kToken: tokens[row] = a token
+  // drawn on the device (SamplingParams and counter; greedy rows give forward_batch's argmax
+  // exactly; sampled rows the host Sampler's distribution, drawn with ops/device_sampling.h's
+  // RNG, so a seed gives the same tokens run to run on the device, not the host Sampler's);
+  // kLogits: that row of `logits` (host f32 [rows, vocab], as forward_batch) is written. Other
+  // rows of `logits` are left as they were; tokens[row] is -1 for rows that are not kToken.
+  virtual void forward_batch_sample(std::span<const BatchItem> items, std::span<const RowOutput> rows,
+                                    std::span<int32_t> tokens, const TensorView& logits) {
+    (void)items, (void)rows, (void)tokens, (void)logits;
+    VT_FAIL("forward_batch_sample: this backend does not sample on its device (", info().architecture, ")");
   }
 
   // A human-readable description (layers, tensors, bytes) for `vt inspect`.

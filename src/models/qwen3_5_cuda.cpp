@@ -154,6 +154,7 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   w.last_hidden = cuda::DeviceBuffer(act, {logit_rows, H});
   w.logits = cuda::DeviceBuffer(act, {logit_rows, config_.vocab_size});
   w.next_tokens = cuda::DeviceBuffer(DType::kI32, {logit_rows});
+  allocate_sampling(logit_rows);
   // metadata: token ids [T] | token_seq [T] | positions [T] | seq_start [S+1] | slots [S] | last_index [rows]
   // | window_entry [S]
   w.metadata_ints = size_t(3 * T + 3 * S + 1 + logit_rows);
@@ -624,21 +625,35 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
   }
 }
 
+const void* Qwen35CudaModel::device_logits() const { return workspace_->logits.data(); }
+const int32_t* Qwen35CudaModel::device_next_tokens() const { return workspace_->next_tokens.as<int32_t>(); }
+
 void Qwen35CudaModel::copy_logits_to_host(float* destination, int64_t rows) {
+  const std::pair<int64_t, int64_t> all[] = {{0, rows}};
+  copy_logit_rows_to_host(destination, all);
+}
+
+void Qwen35CudaModel::copy_logit_rows_to_host(float* destination,
+                                              std::span<const std::pair<int64_t, int64_t>> ranges) {
   const auto& w = *workspace_;
-  if (!emit_logits_) {
-    VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return;
+  if (!emit_logits_) ranges = {};
+  const int64_t vocab = config_.vocab_size;
+  const bool f32 = options_.activations == DType::kF32;
+  for (const auto& [first, count] : ranges) {
+    if (count <= 0) continue;
+    const size_t offset = size_t(first * vocab), elements = size_t(count * vocab);
+    if (f32) {
+      VT_CUDA_CHECK(cudaMemcpyAsync(destination + offset, w.logits.as<float>() + offset, elements * sizeof(float),
+                                    cudaMemcpyDeviceToHost, stream_));
+    } else {
+      VT_CUDA_CHECK(cudaMemcpyAsync(w.host_logits + offset, w.logits.as<uint16_t>() + offset, elements * 2,
+                                    cudaMemcpyDeviceToHost, stream_));
+    }
   }
-  const int64_t count = rows * config_.vocab_size;
-  if (options_.activations == DType::kF32) {
-    VT_CUDA_CHECK(cudaMemcpyAsync(destination, w.logits.data(), count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return;
-  }
-  VT_CUDA_CHECK(cudaMemcpyAsync(w.host_logits, w.logits.data(), count * 2, cudaMemcpyDeviceToHost, stream_));
   VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (int64_t i = 0; i < count; ++i) destination[i] = bf16_to_f32(w.host_logits[i]);
+  if (f32) return;
+  for (const auto& [first, count] : ranges)
+    for (int64_t i = first * vocab; i < (first + count) * vocab; ++i) destination[i] = bf16_to_f32(w.host_logits[i]);
 }
 
 void Qwen35CudaModel::launch_decode_graph(int64_t batch, const std::function<void()>& upload) {

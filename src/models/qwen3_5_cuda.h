@@ -6,7 +6,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/cublaslt_gemm.h"
@@ -152,6 +154,12 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   // all_logits item gets a row per token, CudaModelOptions::max_logit_rows bounds the total); an
   // all-decode batch replays the CUDA graph captured for its size (the layout lives in device memory).
   void forward_batch(std::span<const BatchItem> items, const TensorView& logits) override;
+  // The same step, then one launch of cuda::sample_rows over the sampled kToken rows (greedy ones
+  // take the step's argmax): only their ids and the kLogits rows come back
+  // (qwen3_5_cuda_sampling.cpp).
+  bool supports_device_sampling() const override { return true; }
+  void forward_batch_sample(std::span<const BatchItem> items, std::span<const RowOutput> rows,
+                            std::span<int32_t> tokens, const TensorView& logits) override;
   void quantize_lm_head_fp8() override;
   // Rollback from per-token state checkpoints: a keep_rollback step also saves each GDN layer's
   // state after every token into the sequence's window (entry 0: the state where it opened);
@@ -209,6 +217,20 @@ class Qwen35CudaModel final : public Model, public MtpHead {
  private:
   struct Workspace;
   struct Graphs;
+  // Device sampling (qwen3_5_cuda_sampling.cpp): the sampled rows' parameters and tokens, on the
+  // device and in pinned host memory, for as many rows as a step has logits; made at construction.
+  struct SamplingBuffers {
+    cuda::DeviceBuffer params;  // [rows] SampleRowParams (as bytes)
+    cuda::DeviceBuffer tokens;  // [rows] i32
+    SampleRowParams* host_params = nullptr;
+    int32_t* host_tokens = nullptr;
+    int32_t* host_argmax = nullptr;  // [rows] the step's argmax_rows (greedy rows)
+    int64_t rows = 0;
+    SamplingBuffers() = default;
+    SamplingBuffers(const SamplingBuffers&) = delete;
+    SamplingBuffers& operator=(const SamplingBuffers&) = delete;
+    ~SamplingBuffers();
+  };
   void run_step(int64_t num_tokens, int64_t num_seqs, int64_t logit_rows);  // metadata on the device
   // y = x W^T; an FP8 linear reads `fused` when set, else quantises x itself.
   void linear(const CudaLinear& linear, void* y, const void* x, int64_t m, const Fp8Rows& fused = {});
@@ -262,11 +284,13 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   std::unique_ptr<cuda::Fp8GemmRegistry> fp8_gemm_;  // when any linear is FP8
   std::unique_ptr<Workspace> workspace_;
   std::unique_ptr<Graphs> graphs_;
+  SamplingBuffers sampling_;
+  void allocate_sampling(int64_t rows);
   mutable std::vector<bool> slot_used_;
   mutable std::vector<bool> mtp_slot_used_;  // the MTP head's sequences (empty without the head)
   bool keep_hidden_states_ = false;
   PositionRange kept_positions_;  // of the hidden states in the workspace's kept_hidden
-  bool fuse_quant_ = true;
+  bool fuse_quant_ = true;  // VT_FUSED_QUANT=0: every FP8 linear quantises its own input (A/B runs)
   bool emit_logits_ = true;
   DeviceAllReduce all_reduce_;
   void reduce_branch(int64_t num_tokens);  // all_reduce_ over workspace branch [T, H], when set
@@ -274,7 +298,12 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   void setup_fp8_gemms(int64_t max_step_tokens);  // every linear's backend, for up to that many rows
   void convert_lm_head_fp8();
   void launch_decode_graph(int64_t batch, const std::function<void()>& upload);  // capture on first use
-  void copy_logits_to_host(float* destination, int64_t rows);  // VT_FUSED_QUANT=0: every FP8 linear quantises its own input (A/B runs)
+  void copy_logits_to_host(float* destination, int64_t rows);
+  const void* device_logits() const;         // the step's logits [rows, vocab] act, on the device
+  const int32_t* device_next_tokens() const;  // the step's argmax of each logit row [rows], on the device
+  // Copies the logit rows [first, first + count) of each range into the same rows of destination
+  // (host f32 [rows, vocab]), queued after the stream's work, and waits for the stream.
+  void copy_logit_rows_to_host(float* destination, std::span<const std::pair<int64_t, int64_t>> ranges);
 };
 
 // Opens a checkpoint folder for CUDA.

@@ -182,6 +182,24 @@ void TensorParallelCudaModel::forward(std::span<const int32_t> tokens, SequenceS
 }
 
 void TensorParallelCudaModel::forward_batch(std::span<const BatchItem> items, const TensorView& logits) {
+  forward_batch_ranks(items, [&](int rank, std::span<const BatchItem> rank_items) {
+    ranks_[size_t(rank)]->forward_batch(rank_items, logits);
+  });
+}
+
+void TensorParallelCudaModel::forward_batch_sample(std::span<const BatchItem> items, std::span<const RowOutput> rows,
+                                                   std::span<int32_t> tokens, const TensorView& logits) {
+  forward_batch_ranks(items, [&](int rank, std::span<const BatchItem> rank_items) {
+    if (rank == 0) {
+      ranks_[0]->forward_batch_sample(rank_items, rows, tokens, logits);
+    } else {
+      ranks_[size_t(rank)]->forward_batch(rank_items, logits);  // emits nothing (set_emit_logits)
+    }
+  });
+}
+
+void TensorParallelCudaModel::forward_batch_ranks(
+    std::span<const BatchItem> items, const std::function<void(int, std::span<const BatchItem>)>& step) {
   VT_CHECK(!items.empty(), "forward_batch: no sequences");
   for (size_t i = 0; i < items.size(); ++i) {
     const SequenceState& state = *items[i].state;
@@ -194,7 +212,7 @@ void TensorParallelCudaModel::forward_batch(std::span<const BatchItem> items, co
     for (const BatchItem& item : items)
       rank_items[rank].push_back(
           {item.tokens, dynamic_cast<State&>(*item.state).ranks[rank].get(), item.keep_rollback, item.all_logits});
-  run([&](int rank) { ranks_[size_t(rank)]->forward_batch(rank_items[size_t(rank)], logits); });
+  run([&](int rank) { step(rank, rank_items[size_t(rank)]); });
   for (const BatchItem& item : items) dynamic_cast<State&>(*item.state).sync();
 }
 

@@ -41,6 +41,10 @@ class TensorParallelCudaModel final : public Model {
   void forward(std::span<const int32_t> tokens, SequenceState& state, const TensorView& logits,
                const ForwardOptions& options) override;
   void forward_batch(std::span<const BatchItem> items, const TensorView& logits) override;
+  // Rank 0 (which holds the whole logits) samples on its GPU; the other ranks run the step.
+  bool supports_device_sampling() const override { return true; }
+  void forward_batch_sample(std::span<const BatchItem> items, std::span<const RowOutput> rows,
+                            std::span<int32_t> tokens, const TensorView& logits) override;
   std::string describe() const override { return description_; }
   void quantize_lm_head_fp8() override;
 
@@ -65,6 +69,9 @@ class TensorParallelCudaModel final : public Model {
   void build(const std::function<CudaWeights(int rank)>& weights, const CudaModelOptions& options);
   // body(rank) on every rank's thread (its device current); rethrows the first failure.
   void run(const std::function<void(int rank)>& body) const;
+  // Checks a batched step's items, then step(rank, that rank's items) on every rank.
+  void forward_batch_ranks(std::span<const BatchItem> items,
+                           const std::function<void(int rank, std::span<const BatchItem> rank_items)>& step);
 
   Qwen35Config config_;
   TensorParallelPlan plan_;

@@ -77,15 +77,16 @@ TEST_F(TensorParallelCuda, GoldenTwoRanksGiveOneRanksTokensAndLogits) {
 }
 
 // Engine-style steps: three prompts prefilled in one mixed step, then all-decode steps (graph
-// capture on the first, replays after) feeding back greedy tokens, at TP = 2 and TP = 1.
+// capture on the first, replays after) feeding back greedy tokens, at TP = 2 and TP = 1; and at
+// TP = 2 with the greedy tokens drawn on rank 0's GPU (forward_batch_sample).
 TEST_F(TensorParallelCuda, BatchedGraphStepsGiveOneRanksTokens) {
   const std::string dir = kGolden + "qwen3_5_dense";
   auto single = load_qwen35_cuda(dir, golden_options());
   auto split = TensorParallelCudaModel::load(dir, 2, golden_options());
   const std::vector<std::vector<int32_t>> prompts = {{3, 17, 29, 4, 88}, {5}, {61, 2, 40, 7, 7, 7, 90, 11, 1}};
   const int64_t vocab = single->info().vocab_size;
-  std::vector<std::vector<int32_t>> tokens[2];
-  for (int which = 0; which < 2; ++which) {
+  std::vector<std::vector<int32_t>> tokens[3];
+  for (int which = 0; which < 3; ++which) {
     Model& model = which == 0 ? static_cast<Model&>(*single) : static_cast<Model&>(*split);
     std::vector<std::unique_ptr<SequenceState>> states;
     for (size_t i = 0; i < prompts.size(); ++i) states.push_back(model.new_sequence(64));
@@ -94,18 +95,26 @@ TEST_F(TensorParallelCuda, BatchedGraphStepsGiveOneRanksTokens) {
     for (int step = 0; step < 8; ++step) {
       std::vector<BatchItem> items;
       for (size_t i = 0; i < prompts.size(); ++i) items.push_back({feed[i], states[i].get()});
-      model.forward_batch(items, logits);
       std::vector<int32_t> next;
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        const float* row = logits.f32() + int64_t(i) * vocab;
-        next.push_back(int32_t(std::max_element(row, row + vocab) - row));
-        feed[i] = {next.back()};
+      if (which == 2) {
+        std::vector<RowOutput> rows(prompts.size());
+        for (RowOutput& row : rows) row.kind = RowOutput::Kind::kToken;  // greedy
+        next.assign(prompts.size(), -1);
+        model.forward_batch_sample(items, rows, next, logits);
+      } else {
+        model.forward_batch(items, logits);
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          const float* row = logits.f32() + int64_t(i) * vocab;
+          next.push_back(int32_t(std::max_element(row, row + vocab) - row));
+        }
       }
+      for (size_t i = 0; i < prompts.size(); ++i) feed[i] = {next[i]};
       tokens[which].push_back(next);
     }
     for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(states[i]->length(), int64_t(prompts[i].size()) + 7);
   }
   EXPECT_EQ(tokens[1], tokens[0]);
+  EXPECT_EQ(tokens[2], tokens[0]);
 }
 
 // The real 27B layer shapes (four layers), FP8 128x128 blocks, split in two: every rank's slice is

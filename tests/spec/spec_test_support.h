@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../chi_square.h"
 #include "engine/generate.h"
 #include "engine/sampler.h"
 #include "spec/draft_model_drafter.h"
@@ -43,31 +44,6 @@ inline std::vector<int32_t> plain_greedy(Model& model, const std::vector<int32_t
   GenerateOptions options;
   options.max_new_tokens = count;
   return generate(model, prompt, options).output_ids;
-}
-
-// Chi-square of observed counts against expected probabilities; cells expected below 5 counts
-// are pooled into one.
-inline double chi_square(const std::map<std::vector<int32_t>, int64_t>& observed,
-                         const std::map<std::vector<int32_t>, double>& expected, int64_t samples, int64_t* cells) {
-  double statistic = 0, pooled_expected = 0;
-  int64_t pooled_observed = 0;
-  *cells = 0;
-  for (const auto& [key, probability] : expected) {
-    const double want = probability * double(samples);
-    const auto found = observed.find(key);
-    const int64_t got = found == observed.end() ? 0 : found->second;
-    if (want < 5) {
-      pooled_expected += want, pooled_observed += got;
-      continue;
-    }
-    statistic += (got - want) * (got - want) / want;
-    ++*cells;
-  }
-  if (pooled_expected > 0) {
-    statistic += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
-    ++*cells;
-  }
-  return statistic;
 }
 
 // The sampling these checks use: temperature 1, top-k 3 (27 possible first three tokens).
@@ -110,8 +86,7 @@ inline void expect_chi_square_passes(const std::map<std::vector<int32_t>, int64_
                                      int64_t accepted, int64_t drafted, const std::string& name) {
   int64_t cells = 0;
   const double statistic = chi_square(observed, expected, samples, &cells);
-  const double dof = double(cells - 1), z = 3.0902;
-  const double bound = dof * std::pow(1 - 2 / (9 * dof) + z * std::sqrt(2 / (9 * dof)), 3);
+  const double bound = chi_square_bound(cells);
   std::printf("%s: chi-square %.1f over %lld cells (bound %.1f), drafts accepted %lld of %lld\n", name.c_str(),
               statistic, (long long)cells, bound, (long long)accepted, (long long)drafted);
   EXPECT_LT(statistic, bound) << name;

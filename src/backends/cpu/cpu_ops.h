@@ -7,6 +7,10 @@
 
 #include "core/dtype.h"
 
+namespace vt {
+struct SampleRowParams;  // ops/device_sampling.h
+}
+
 namespace vt::cpu {
 
 // out[T, H] = table[ids[t], :] (table in any float dtype).
@@ -74,5 +78,11 @@ void silu_mul(float* out, const float* gate_up, int64_t rows, int64_t n);
 // Softmax router: logits [T, E] -> top-k expert ids and weights per token (renormalised if asked).
 void moe_route(int32_t* expert_ids, float* weights, const float* logits, int64_t num_tokens,
                int64_t num_experts, int64_t top_k, bool renormalize);
+
+// The device sampling kernel's twin (cuda::sample_rows, ops/device_sampling.h): tokens[i] drawn
+// from row params[i].row of logits [rows, vocab] with params[i]; the same token as the kernel's
+// but where f32 log/exp round differently on the two sides (a score or a nucleus boundary within
+// an ulp).
+void sample_rows(int32_t* tokens, const float* logits, int64_t vocab, const SampleRowParams* params, int64_t count);
 
 }  // namespace vt::cpu

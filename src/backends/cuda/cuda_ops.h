@@ -9,6 +9,10 @@
 
 typedef struct CUstream_st* cudaStream_t;
 
+namespace vt {
+struct SampleRowParams;  // ops/device_sampling.h
+}
+
 namespace vt::cuda {
 
 int device_count();
@@ -150,6 +154,17 @@ void copy_spans(const CopySpan* spans, int64_t num_spans, cudaStream_t stream);
 
 // out [rows] = argmax over logits [rows, vocab] act (lowest index on ties).
 void argmax_rows(int32_t* out, const void* logits, int64_t rows, int64_t vocab, DType act, cudaStream_t stream);
+
+// Sampling on the device (kernels/sampling.cu): tokens [count] gets, for each params[i] (device
+// [count]), a token drawn from row params[i].row of logits [rows, vocab] act: greedy (argmax,
+// lowest index on ties), or temperature, top-k and top-p as the host Sampler::distribution, drawn
+// by Gumbel-max with the counter-based RNG of ops/device_sampling.h (cpu::sample_rows is its twin,
+// token for token). One block per row; deterministic (fixed-order reductions, integer histograms).
+// Rows read the logits once (greedy, or temperature alone) to ten times (top-k and top-p: radix
+// selects of three passes each): `bytes` is what the caller expects the launch to read
+// (sample_row_bytes), for the profile (0: one pass per row).
+void sample_rows(int32_t* tokens, const void* logits, int64_t vocab, DType act, const SampleRowParams* params,
+                 int64_t count, cudaStream_t stream, double bytes = 0);
 
 // Gathers rows: out [count, n] = in [index[i], n] (e.g. the last token of each sequence).
 void gather_rows(void* out, const void* in, const int32_t* index, int64_t count, int64_t n, DType act,
