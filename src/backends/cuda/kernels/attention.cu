@@ -166,7 +166,11 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_par
 // set (head_dim % 128 == 0, blockDim 128), quantises each 128-group of the output. Every load is
 // issued before its value is needed: the splits' (max, sum) pairs one thread per split, their
 // weights exp(max_s - max) into shared memory, then each output element's split values eight at a
-// time (an empty split's partial is zeros with weight 0). Dynamic shared memory: num_splits floats.
+// time (an empty split's partial is zeros with weight 0). Dynamic shared memory:
+// combine_weight_slots(num_splits) floats, zero past the last split (the compiler's vector reads
+// of the weights may run past the last group: compute-sanitizer caught one without the padding).
+__host__ __device__ constexpr int64_t combine_weight_slots(int64_t splits) { return (splits + 7) / 8 * 8 + 16; }
+
 template <typename T>
 __global__ void sm90_attention_combine(AttentionArgs args) {
   extern __shared__ float s_weight[];
@@ -180,11 +184,14 @@ __global__ void sm90_attention_combine(AttentionArgs args) {
     if (partials[s * (d + 2) + 1] > 0.0f) local_max = fmaxf(local_max, partials[s * (d + 2)]);
   const float total_max = device::block_max(local_max, s_scratch);
   float local_sum = 0.0f;
-  for (int64_t s = threadIdx.x; s < splits; s += blockDim.x) {
-    const float sum = partials[s * (d + 2) + 1];
-    const float weight = sum > 0.0f ? __expf(partials[s * (d + 2)] - total_max) : 0.0f;
+  for (int64_t s = threadIdx.x; s < combine_weight_slots(splits); s += blockDim.x) {
+    float weight = 0.0f;  // the padding past the last split stays 0
+    if (s < splits) {
+      const float sum = partials[s * (d + 2) + 1];
+      weight = sum > 0.0f ? __expf(partials[s * (d + 2)] - total_max) : 0.0f;
+      local_sum += sum * weight;
+    }
     s_weight[s] = weight;
-    local_sum += sum * weight;
   }
   const float total_sum = device::block_sum(local_sum, s_scratch);  // its barrier publishes s_weight
   const T* gate = static_cast<const T*>(args.gate) + (token * shape.num_heads + head) * d;
@@ -192,8 +199,15 @@ __global__ void sm90_attention_combine(AttentionArgs args) {
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
     const float gate_value = device::to_float(gate[i]);
     float value = 0.0f;
-#pragma unroll 8
-    for (int64_t s = 0; s < splits; ++s) value += partials[s * (d + 2) + 2 + i] * s_weight[s];
+    int64_t s = 0;
+    for (; s + 8 <= splits; s += 8) {
+      float r_part[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) r_part[j] = partials[(s + j) * (d + 2) + 2 + i];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) value += r_part[j] * s_weight[s + j];
+    }
+    for (; s < splits; ++s) value += partials[s * (d + 2) + 2 + i] * s_weight[s];
     const T result = device::from_float<T>(value / total_sum * device::sigmoid(gate_value));
     out[i] = result;
     if (args.q_codes) {  // the loop is uniform: d is a multiple of blockDim
@@ -239,7 +253,8 @@ void paged_attention(void* out, float* partials, const float* q, const void* gat
                      int64_t kv_tokens) {
   check_shape(shape);
   VT_CHECK(num_splits >= 1 && keys_per_split >= 1, "paged_attention: ", num_splits, " splits of ", keys_per_split);
-  VT_CHECK(num_splits <= 12288, "paged_attention: ", num_splits, " splits (the combine keeps a weight per split in 48 KB)");
+  VT_CHECK(combine_weight_slots(num_splits) <= 12288, "paged_attention: ", num_splits,
+           " splits (the combine keeps a weight per split in 48 KB)");
   VT_CHECK(!q_codes || shape.head_dim % 128 == 0, "paged_attention: fused FP8 output needs head_dim % 128 == 0");
   if (layout.num_tokens == 0) return;
   AttentionArgs args{out,       partials,       q, gate, k_cache, v_cache, layout, shape, 1.0f / sqrtf(float(shape.head_dim)),
@@ -266,7 +281,7 @@ void paged_attention(void* out, float* partials, const float* q, const void* gat
   dim3 combine_grid(unsigned(layout.num_tokens), unsigned(shape.num_heads));
   VT_DISPATCH_ACT(act, T,
                   launch("sm90_attention_combine", combine_cost, sm90_attention_combine<T>, combine_grid, dim3(128),
-                         size_t(num_splits) * sizeof(float), stream,
+                         size_t(combine_weight_slots(num_splits)) * sizeof(float), stream,
                          args));
 }
 
