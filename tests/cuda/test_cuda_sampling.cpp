@@ -161,6 +161,13 @@ TEST_F(CudaSampling, SplitsTiedBoundariesById) {
   const auto nucleus = testing::expect_draws_follow_sampler(kernel(DType::kF32), four, 4096, 0, {1.0f, 0, 0.4f, 6},
                                                             5000, "top-p tie");
   for (int32_t token : nucleus) EXPECT_TRUE(token == 1000 || token == 2000) << token;
+  // Top-k 4 of ten tied leaders, top-p needing all four: the nucleus ends at top-k's boundary
+  // inside the tie (ids 0, 300, 600, 900), not at the whole tie.
+  std::vector<float> ten(4096, -30.0f);
+  for (int i = 0; i < 10; ++i) ten[size_t(300 * i)] = 2.0f;
+  const auto both = testing::expect_draws_follow_sampler(kernel(DType::kF32), ten, 4096, 0, {1.0f, 4, 0.99f, 7}, 5000,
+                                                         "top-k+p tie");
+  for (int32_t token : both) EXPECT_TRUE(token == 0 || token == 300 || token == 600 || token == 900) << token;
 }
 
 // The same seed and counter give the same token, whatever the row's place in the launch and
