@@ -45,14 +45,14 @@ void Qwen35CudaModel::forward_batch_sample(std::span<const BatchItem> items, std
   // Every row's parameters are checked before the step changes any state.
   int64_t sampled = 0;
   double bytes = 0;
-  bool any_greedy = false;
+  std::vector<int64_t> greedy_rows;  // kToken rows that take the step's argmax_rows
   std::vector<std::pair<int64_t, int64_t>> host_rows;  // [first, count) runs of kLogits rows
   for (int64_t row = 0; row < count; ++row) {
     const RowOutput& output = rows[size_t(row)];
     if (output.kind == RowOutput::Kind::kToken) {
       const SampleRowParams params = sample_row_params(output.sampling, output.counter, row, vocab);
       if (sampling::greedy(params)) {
-        any_greedy = true;  // the step's argmax_rows
+        greedy_rows.push_back(row);
         continue;
       }
       bytes += double(sampling::sample_row_passes(params, vocab)) * double(vocab) *
@@ -79,13 +79,12 @@ void Qwen35CudaModel::forward_batch_sample(std::span<const BatchItem> items, std
     VT_CUDA_CHECK(cudaMemcpyAsync(sampling_.host_tokens, sampling_.tokens.data(), size_t(sampled) * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost, stream_));
   }
-  if (any_greedy)
+  if (!greedy_rows.empty())
     VT_CUDA_CHECK(cudaMemcpyAsync(sampling_.host_argmax, device_next_tokens(), size_t(count) * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost, stream_));
   copy_logit_rows_to_host(logits.f32(), host_rows);  // waits for the stream: the tokens are in too
   std::fill(tokens.begin(), tokens.end(), -1);
-  for (int64_t row = 0; row < count; ++row)
-    if (rows[size_t(row)].kind == RowOutput::Kind::kToken) tokens[size_t(row)] = sampling_.host_argmax[row];
+  for (int64_t row : greedy_rows) tokens[size_t(row)] = sampling_.host_argmax[row];
   for (int64_t i = 0; i < sampled; ++i) tokens[size_t(sampling_.host_params[i].row)] = sampling_.host_tokens[i];
 }
 

@@ -120,7 +120,8 @@ TEST(DeviceSampling, TwinFollowsTheSamplerDistribution) {
 }
 
 // Boundaries inside ties take the lower ids, as the Sampler's order does: top-k 3 of five tied
-// leaders is ids 0..2 only; top-p whose mass needs two of four tied leaders is ids 0 and 1.
+// leaders is ids 0..2 only; top-p whose mass needs two of four tied leaders is ids 0 and 1; top-k
+// 4 of ten tied leaders with a top-p that needs all four is ids 0..3 (not the whole tie).
 TEST(DeviceSampling, TwinSplitsTiedBoundariesById) {
   std::vector<float> logits(64, -4.0f);
   for (int i = 0; i < 5; ++i) logits[size_t(10 * i)] = 3.0f;  // ids 0, 10, 20, 30, 40
@@ -130,6 +131,10 @@ TEST(DeviceSampling, TwinSplitsTiedBoundariesById) {
   for (int i = 0; i < 4; ++i) four[size_t(i + 7)] = 1.0f;  // ids 7..10 share ~all the mass
   const auto nucleus = testing::expect_draws_follow_sampler(twin, four, 64, 0, {1.0f, 0, 0.4f, 6}, 3000, "top-p tie");
   for (int32_t token : nucleus) EXPECT_TRUE(token == 7 || token == 8) << token;
+  std::vector<float> ten(64, -30.0f);
+  for (int i = 0; i < 10; ++i) ten[size_t(3 * i)] = 2.0f;  // ids 0, 3, ..., 27
+  const auto both = testing::expect_draws_follow_sampler(twin, ten, 64, 0, {1.0f, 4, 0.99f, 7}, 3000, "top-k+p tie");
+  for (int32_t token : both) EXPECT_TRUE(token == 0 || token == 3 || token == 6 || token == 9) << token;
 }
 
 TEST(DeviceSampling, TwinDrawsAreFixedBySeedAndCounter) {

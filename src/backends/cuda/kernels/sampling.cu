@@ -216,9 +216,10 @@ __device__ Cut radix_select(const T* row, int64_t vocab, bool vector4, float tem
   }
   // prefix is the boundary key; `tied` the weight of the eligible elements with it, each the same
   // (> 0: the crossing bin has weight), and the prefix takes the fewest of them, by id, that reach.
+  // All of them: the ids `eligible` takes at that key (every id when eligible's boundary is lower).
   const unsigned long long unit = kMass ? sampling::fixed_mass(sampling::key_value(prefix), max_s) : 1ull;
   const unsigned long long needed = (target - above + unit - 1) / unit, ties = tied / unit;
-  if (needed >= ties) return Cut{prefix, kNoId};
+  if (needed >= ties) return Cut{prefix, prefix == eligible.key ? eligible.last_id : kNoId};
   return Cut{prefix, nth_tie(row, vocab, temperature, prefix, eligible, needed, s)};
 }
 
