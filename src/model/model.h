@@ -39,6 +39,10 @@ struct ForwardOptions {
   // current length when none is open), so Model::rollback can later set the sequence to any
   // length inside it. A forward without it closes the window first (as commit() does).
   bool keep_rollback = false;
+  // The MTP drafter in a batch: keep these positions' lm_head inputs (after the final norm) in the
+  // sequence, for MtpHead::mtp_forward_from_sequence (models that implement MtpHead and say
+  // keeps_sequence_hidden_states()).
+  bool keep_hidden = false;
 };
 
 // One sequence's part of a batched forward: its next tokens (a prompt chunk, one decode token,
@@ -50,6 +54,7 @@ struct BatchItem {
   // A row of logits for every token (a verify step), else only for the last one. Such items run
   // the per-token (recurrent) delta rule, as decoding does.
   bool all_logits = false;
+  bool keep_hidden = false;  // as ForwardOptions::keep_hidden, per sequence
 };
 
 // Rows of logits a batched forward of `items` produces: tokens.size() for an all_logits item, else 1.
@@ -89,6 +94,7 @@ class Model {
       ForwardOptions options;
       options.keep_rollback = item.keep_rollback;
       options.all_logits = item.all_logits;
+      options.keep_hidden = item.keep_hidden;
       if (item.all_logits) options.delta_rule = DeltaRuleChoice::kRecurrent;
       const int64_t item_rows = item.all_logits ? int64_t(item.tokens.size()) : 1;
       forward(item.tokens, *item.state, logits.rows(row, row + item_rows), options);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 
+#include "core/error.h"
 #include "core/tensor.h"
 #include "model/model.h"
 
@@ -49,6 +50,26 @@ class MtpHead {
   // `token`, the draft that output predicted. Same logits and kept output.
   virtual void mtp_forward_chained(int32_t token, SequenceState& state,
                                    const TensorView& logits) = 0;
+
+  // Batched steps (the serving engine): a forward of a target sequence with keep_hidden
+  // (ForwardOptions, BatchItem) keeps its positions' hidden states in that sequence, after the
+  // ones kept before (those from its first position on are replaced: rolled-back positions go;
+  // after a gap only its own stay), until mtp_forward_from_sequence has used them. Other forwards
+  // leave them. False: this backend does not (its forwards refuse keep_hidden).
+  virtual bool keeps_sequence_hidden_states() const { return false; }
+  // The positions whose hidden states `target` keeps (count 0: none), below its length.
+  virtual PositionRange sequence_hidden_positions(const SequenceState& target) const {
+    (void)target;
+    VT_FAIL("MTP: ", info().architecture, " on this backend keeps no hidden states per sequence");
+  }
+  // As mtp_forward_from_target, with the hidden states `target` keeps; drops those before
+  // first_position + T (the next pairs start there).
+  virtual void mtp_forward_from_sequence(std::span<const int32_t> tokens, int64_t first_position,
+                                         SequenceState& target, SequenceState& state,
+                                         const TensorView& logits) {
+    (void)tokens, (void)first_position, (void)target, (void)state, (void)logits;
+    VT_FAIL("MTP: ", info().architecture, " on this backend keeps no hidden states per sequence");
+  }
 };
 
 }  // namespace vt

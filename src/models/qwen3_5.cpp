@@ -5,6 +5,7 @@
 //   logits = lm_head(norm(x))
 #include "models/qwen3_5.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -54,6 +55,20 @@ class Qwen35Model::State final : public SequenceState {
   };
   std::vector<Slot> slots;
   bool window_open = false;
+  // Hidden states kept by forwards with keep_hidden (MtpHead): rows [kept_count, H] of positions
+  // from kept_start; the storage only grows, so steady decoding allocates nothing here.
+  std::vector<float> kept_hidden;
+  int64_t kept_start = 0, kept_count = 0;
+  // Room for `tokens` rows of a forward from start(): drops the kept rows from there on (rolled
+  // back), or all of them when they do not reach it; returns the first new row.
+  int64_t keep_rows(int64_t tokens, int64_t hidden) {
+    kept_count = std::clamp<int64_t>(start() - kept_start, 0, kept_count);
+    if (kept_start + kept_count != start()) kept_start = start(), kept_count = 0;
+    const size_t size = size_t((kept_count + tokens) * hidden);
+    if (kept_hidden.size() < size) kept_hidden.resize(size);
+    kept_count += tokens;
+    return kept_count - tokens;
+  }
   int64_t start() const { return length_; }
   void advance(int64_t tokens) {
     length_ += tokens;
@@ -153,7 +168,13 @@ void Qwen35Model::forward(std::span<const int32_t> tokens, SequenceState& base_s
     tap("layer_out", layer, x);
   }
 
-  if (keep_hidden_states_) {
+  if (options.keep_hidden) {
+    // This sequence's lm_head inputs, for the MTP drafter in a batch; the logits read from them.
+    const int64_t first = state.keep_rows(num_tokens, hidden);
+    TensorView kept{state.kept_hidden.data() + first * hidden, DType::kF32, Device::kCpu, {num_tokens, hidden}};
+    ops::rms_norm(kept, x, weights_.final_norm, config_.rms_norm_eps, 1.0f);
+    weights_.lm_head.forward(logits, kept.rows(num_tokens - logit_rows, num_tokens));
+  } else if (keep_hidden_states_) {
     // Every position's lm_head input, for the MTP drafter; the logits read their rows from it.
     last_hidden_states_ = Buffer(DType::kF32, {num_tokens, hidden});
     last_hidden_states_start_ = state.start();
@@ -166,6 +187,34 @@ void Qwen35Model::forward(std::span<const int32_t> tokens, SequenceState& base_s
     weights_.lm_head.forward(logits, final_normed);
   }
   state.advance(num_tokens);
+}
+
+// The MTP head's reads of a target sequence's kept hidden states (the head itself: qwen3_5_mtp.cpp).
+PositionRange Qwen35Model::sequence_hidden_positions(const SequenceState& base_target) const {
+  const State& target = dynamic_cast<const State&>(base_target);
+  return {target.kept_start,
+          std::clamp<int64_t>(target.length() - target.kept_start, 0, target.kept_count)};
+}
+
+void Qwen35Model::mtp_forward_from_sequence(std::span<const int32_t> tokens, int64_t first_position,
+                                            SequenceState& base_target, SequenceState& state,
+                                            const TensorView& logits) {
+  State& target = dynamic_cast<State&>(base_target);
+  const int64_t num_tokens = int64_t(tokens.size()), H = config_.hidden_size;
+  const PositionRange kept = sequence_hidden_positions(target);
+  VT_CHECK(num_tokens > 0 && kept.contains(first_position, num_tokens),
+           "MTP: the target sequence keeps the hidden states of positions [", kept.start, ", ",
+           kept.end(), "), not [", first_position, ", ", first_position + num_tokens, ")");
+  const int64_t row = first_position - kept.start;
+  const TensorView hidden{target.kept_hidden.data() + row * H, DType::kF32, Device::kCpu,
+                          {num_tokens, H}};
+  mtp_forward_pairs(tokens, hidden, state, logits);
+  // The next pairs start after these: the rows before them go (a few rows move to the front).
+  const int64_t drop = row + num_tokens;
+  std::memmove(target.kept_hidden.data(), target.kept_hidden.data() + drop * H,
+               size_t((target.kept_count - drop) * H) * sizeof(float));
+  target.kept_start += drop;
+  target.kept_count -= drop;
 }
 
 // Gated DeltaNet: projections, causal conv, L2-normalised q/k, gated delta rule, gated norm.

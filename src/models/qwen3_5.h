@@ -127,6 +127,9 @@ class Qwen35Model final : public Model, public MtpHead {
   // [1, vocab] of the last pair.
   void mtp_forward(std::span<const int32_t> tokens, const TensorView& hidden, SequenceState& state,
                    const TensorView& hidden_out, const TensorView& logits);
+  // mtp_forward of pairs from the target's hidden rows [T, H], the last output kept for chaining.
+  void mtp_forward_pairs(std::span<const int32_t> tokens, const TensorView& hidden,
+                         SequenceState& state, const TensorView& logits);
   // Drops the pairs after the first `length` (a KV cache only shortens).
   void mtp_rollback(SequenceState& state, int64_t length) const override;
   // MtpHead (model/mtp_head.h) over mtp_forward: hidden rows from last_hidden_states(), the last
@@ -135,6 +138,12 @@ class Qwen35Model final : public Model, public MtpHead {
                                SequenceState& state, const TensorView& logits) override;
   void mtp_forward_chained(int32_t token, SequenceState& state,
                            const TensorView& logits) override;
+  // Hidden states kept in the target sequence (ForwardOptions / BatchItem keep_hidden).
+  bool keeps_sequence_hidden_states() const override { return true; }
+  PositionRange sequence_hidden_positions(const SequenceState& target) const override;
+  void mtp_forward_from_sequence(std::span<const int32_t> tokens, int64_t first_position,
+                                 SequenceState& target, SequenceState& state,
+                                 const TensorView& logits) override;
 
  private:
   class State;

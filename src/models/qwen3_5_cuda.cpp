@@ -575,6 +575,7 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
   auto& w = *workspace_;
   const int64_t total = int64_t(tokens.size()), vocab = config_.vocab_size;
   VT_CHECK(total > 0, "forward: no tokens");
+  VT_CHECK(!options.keep_hidden, "CUDA forward: hidden states are kept per model (set_keep_hidden_states), not per sequence");
   VT_CHECK(options.delta_rule != DeltaRuleChoice::kChunked || !options.keep_rollback,
            "CUDA forward: the chunked delta rule keeps no per-token states for a rollback window");
   VT_CHECK(options.delta_rule != DeltaRuleChoice::kChunked || w.gdn_chunk_scratch.data(),
@@ -709,6 +710,7 @@ int64_t Qwen35CudaModel::run_batch(std::span<const BatchItem> items, bool all_ro
     auto& state = dynamic_cast<CudaSequence&>(*items[size_t(i)].state);
     const auto& tokens = items[size_t(i)].tokens;
     VT_CHECK(!tokens.empty(), "forward_batch: sequence ", i, " has no tokens");
+    VT_CHECK(!items[size_t(i)].keep_hidden, "forward_batch: the CUDA model keeps no hidden states per sequence (keep_hidden)");
     VT_CHECK(state.length() + int64_t(tokens.size()) <= state.capacity(), "forward_batch: sequence ", i, ": ",
              state.length(), " + ", tokens.size(), " tokens exceed its capacity ", state.capacity());
     check_window(state, int64_t(tokens.size()), items[size_t(i)].keep_rollback);

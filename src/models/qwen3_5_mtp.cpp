@@ -44,17 +44,22 @@ void Qwen35Model::mtp_rollback(SequenceState& base_state, int64_t length) const 
 }
 
 void Qwen35Model::mtp_forward_from_target(std::span<const int32_t> tokens, int64_t first_position,
-                                          SequenceState& base_state, const TensorView& logits) {
-  MtpState& state = dynamic_cast<MtpState&>(base_state);
-  const int64_t num_tokens = int64_t(tokens.size()), H = config_.hidden_size;
+                                          SequenceState& state, const TensorView& logits) {
+  const int64_t num_tokens = int64_t(tokens.size());
   const PositionRange kept = kept_hidden_positions();
   VT_CHECK(num_tokens > 0 && kept.contains(first_position, num_tokens),
            "MTP: the target's last forward kept the hidden states of positions [", kept.start, ", ",
            kept.end(), "), not [", first_position, ", ", first_position + num_tokens, ")");
-  Buffer hidden_out(DType::kF32, {num_tokens, H});
   const int64_t row = first_position - kept.start;
-  mtp_forward(tokens, last_hidden_states_.view().rows(row, row + num_tokens), state, hidden_out,
-              logits);
+  mtp_forward_pairs(tokens, last_hidden_states_.view().rows(row, row + num_tokens), state, logits);
+}
+
+void Qwen35Model::mtp_forward_pairs(std::span<const int32_t> tokens, const TensorView& hidden,
+                                    SequenceState& base_state, const TensorView& logits) {
+  MtpState& state = dynamic_cast<MtpState&>(base_state);
+  const int64_t num_tokens = int64_t(tokens.size()), H = config_.hidden_size;
+  Buffer hidden_out(DType::kF32, {num_tokens, H});
+  mtp_forward(tokens, hidden, state, hidden_out, logits);
   std::memcpy(state.output.f32(), hidden_out.f32() + (num_tokens - 1) * H, H * sizeof(float));
   state.has_output = true;
 }

@@ -19,6 +19,7 @@ struct Draft {
 };
 
 class Sampler;
+class SequenceState;
 
 // The next draft token from a draft distribution's logits [vocab]: the argmax when `sampler` is
 // greedy, else a draw from its distribution q, whose row is appended to draft.probs.
@@ -35,6 +36,13 @@ class Drafter {
   // produced so far. Each context extends the previous one by some of the tokens last proposed
   // (the accepted ones) and one token of the target's.
   virtual void propose(std::span<const int32_t> context, int64_t max_tokens, Draft& draft) = 0;
+
+  // In the serving engine (forward_batch), for drafters that read the target's hidden states
+  // (MTP): true asks every forward of the request's target sequence to keep them
+  // (BatchItem::keep_hidden), and before each propose the engine names that sequence (a new one
+  // after a preemption, which re-feeds the tokens).
+  virtual bool reads_target_sequence() const { return false; }
+  virtual void set_target_sequence(SequenceState* target) { (void)target; }
 };
 
 }  // namespace vt

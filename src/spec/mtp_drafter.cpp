@@ -6,15 +6,19 @@
 
 namespace vt {
 
-MtpDrafter::MtpDrafter(MtpHead& target, const SamplingParams& sampling)
-    : target_(target), sampler_(sampling), logits_(DType::kF32, {1, target.info().vocab_size}) {
+MtpDrafter::MtpDrafter(MtpHead& target, const SamplingParams& sampling, MtpHiddenSource source)
+    : target_(target), source_(source), sampler_(sampling),
+      logits_(DType::kF32, {1, target.info().vocab_size}) {
   VT_CHECK(target.has_mtp(), "MTP drafter: ", target.info().architecture,
            " was loaded without its MTP head (load it with load_mtp)");
-  target_.set_keep_hidden_states(true);
+  VT_CHECK(source_ == MtpHiddenSource::kLastForward || target.keeps_sequence_hidden_states(),
+           "MTP drafter: ", target.info().architecture,
+           " on this backend keeps no hidden states per sequence (batched MTP drafting)");
+  if (source_ == MtpHiddenSource::kLastForward) target_.set_keep_hidden_states(true);
 }
 
 MtpDrafter::~MtpDrafter() {
-  target_.set_keep_hidden_states(false);
+  if (source_ == MtpHiddenSource::kLastForward) target_.set_keep_hidden_states(false);
 }
 
 void MtpDrafter::start(std::span<const int32_t> prompt, int64_t max_length) {
@@ -39,15 +43,23 @@ void MtpDrafter::propose(std::span<const int32_t> context, int64_t max_tokens, D
   const int64_t last = int64_t(context.size()) - 2;
   VT_CHECK(last >= pairs_, "MTP drafter: a context of ", context.size(),
            " tokens is not longer than the ", pairs_ + 1, " already run");
-  const PositionRange kept = target_.kept_hidden_positions();
-  VT_CHECK(kept.contains(pairs_, last + 1 - pairs_),
-           "MTP drafter: the target's last forward kept the hidden states of positions [",
-           kept.start, ", ", kept.end(), "), the context needs [", pairs_, ", ", last + 1,
-           "]: propose after every target forward");
+  const bool sequence = source_ == MtpHiddenSource::kSequence;
+  VT_CHECK(!sequence || target_sequence_, "MTP drafter: no target sequence set");
+  const PositionRange kept = sequence ? target_.sequence_hidden_positions(*target_sequence_)
+                                      : target_.kept_hidden_positions();
+  VT_CHECK(kept.contains(pairs_, last + 1 - pairs_), "MTP drafter: the target ",
+           sequence ? "sequence keeps" : "'s last forward kept", " the hidden states of positions [",
+           kept.start, ", ", kept.end(), "), the context needs [", pairs_, ", ", last + 1, "]",
+           sequence ? "" : ": propose after every target forward");
   target_.mtp_rollback(*state_, pairs_);  // the chained drafts' entries of the last call
 
   const int64_t num_pairs = last + 1 - pairs_;
-  target_.mtp_forward_from_target(context.subspan(pairs_ + 1, num_pairs), pairs_, *state_, logits_);
+  const auto tokens = context.subspan(size_t(pairs_ + 1), size_t(num_pairs));
+  if (sequence) {
+    target_.mtp_forward_from_sequence(tokens, pairs_, *target_sequence_, *state_, logits_);
+  } else {
+    target_.mtp_forward_from_target(tokens, pairs_, *state_, logits_);
+  }
   pairs_ = last + 1;
 
   // Chain: each draft with the head's own hidden state (lm_head input) of the step that made it.
