@@ -1,7 +1,8 @@
 // `vt serve`: the OpenAI-compatible HTTP server on one model.
 //   vt serve --model FILE.gguf|DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--device cpu|cuda]
 //   vt serve --synthetic qwen3.5-27b --tokenizer DIR [--weights fp8|bf16]   (CUDA: real shapes, random weights)
-//   ... [--speculative ngram [--num-draft K] [--adaptive-draft]]   (speculative decoding in the batch)
+//   ... [--speculative ngram|mtp [--num-draft K] [--adaptive-draft]]   (speculative decoding in the batch;
+//       mtp: the checkpoint's MTP head drafts, CPU reference)
 //   ... [--device-sampling on|off]   (CUDA: tokens drawn on the GPU, the default; off for A/B runs)
 // Prints "vt serve: listening on http://HOST:PORT" on stderr once it accepts connections
 // (--port 0 picks a free port). SIGINT or SIGTERM drains: new requests get 503, those in flight
@@ -21,7 +22,9 @@
 #include "apps/model_text.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "model/mtp_head.h"
 #include "server/server.h"
+#include "spec/mtp_drafter.h"
 #ifdef VT_WITH_CUDA
 #include "models/qwen3_5_cuda.h"
 #endif
@@ -40,7 +43,7 @@ struct ServeArgs {
   int64_t cache_tokens = 65536;
   double drain_timeout_seconds = 30;
   std::string reservation = "on-demand";
-  std::string speculative;  // "" or "ngram"
+  std::string speculative;  // "", "ngram" or "mtp"
   int64_t num_draft = 0;    // 0: not given (4 with --speculative)
   bool adaptive_draft = false;
   std::string device_sampling = "on";
@@ -63,10 +66,12 @@ void run_serve(ServeArgs args) {
   VT_CHECK(args.tensor_parallel == 1 || args.device == "cuda" || !args.synthetic.empty(),
            "serve: --tensor-parallel splits a model over GPUs: it needs --device cuda");
   VT_CHECK(args.synthetic.empty() || !args.tokenizer.empty(), "serve: --synthetic needs --tokenizer DIR");
-  VT_CHECK(args.speculative.empty() || args.speculative == "ngram", "serve: --speculative '", args.speculative,
-           "': the server drafts with ngram (prompt lookup) only; draft and mtp run in vt generate");
+  VT_CHECK(args.speculative.empty() || args.speculative == "ngram" || args.speculative == "mtp", "serve: --speculative '",
+           args.speculative, "': the server drafts with ngram (prompt lookup) or mtp (the MTP head); draft runs in vt generate");
+  VT_CHECK(args.speculative != "mtp" || (args.device == "cpu" && args.synthetic.empty()),
+           "serve: --speculative mtp runs on --device cpu (the CUDA model keeps no hidden states per sequence yet)");
   VT_CHECK(!args.speculative.empty() || (args.num_draft == 0 && !args.adaptive_draft),
-           "serve: --num-draft and --adaptive-draft go with --speculative ngram");
+           "serve: --num-draft and --adaptive-draft go with --speculative");
   if (!args.speculative.empty()) {
     if (args.num_draft == 0) args.num_draft = 4;
     // Every running request can verify its drafts in each step.
@@ -111,7 +116,20 @@ void run_serve(ServeArgs args) {
 #endif
   } else {
     VT_CHECK(args.device == "cpu", "serve: --device cpu|cuda, got '", args.device, "'");
-    model = vt::apps::load_model_with_progress(args.model);
+    vt::LoadOptions load_options;
+    load_options.load_mtp = args.speculative == "mtp";
+    model = vt::apps::load_model_with_progress(args.model, load_options);
+  }
+  if (args.speculative == "mtp") {
+    // Each request's head sequence lives with its drafter; a sampled request's drafts are seeded
+    // from its seed, as vt generate seeds them.
+    auto* head = dynamic_cast<vt::MtpHead*>(model.get());
+    VT_CHECK(head, "serve: --speculative mtp runs on the Qwen3.5 family (not ", model->info().architecture, ")");
+    args.engine.make_drafter = [head](const vt::RequestParams& request) {
+      vt::SamplingParams draft_sampling = request.sampling;
+      draft_sampling.seed = request.sampling.seed + 1;
+      return std::make_unique<vt::MtpDrafter>(*head, draft_sampling, vt::MtpHiddenSource::kSequence);
+    };
   }
   VT_CHECK(args.cache_tokens >= args.engine.block_size, "serve: --cache-tokens must be at least one block (",
            args.engine.block_size, ")");
@@ -190,8 +208,9 @@ void add_serve_commands(CLI::App& app) {
                     "full: prompt + max_tokens reserved at admission (default on-demand)")
       ->check(CLI::IsMember({"on-demand", "full"}));
   serve->add_option("--speculative", args->speculative,
-                    "speculative decoding for every request: ngram (prompt-lookup drafts verified in the batched "
-                    "step; a request may set num_speculative_tokens, 0 to opt out)");
+                    "speculative decoding for every request: ngram (prompt-lookup drafts) or mtp (the checkpoint's "
+                    "MTP head; --device cpu), verified in the batched step; a request may set num_speculative_tokens, "
+                    "0 to opt out");
   serve->add_option("--num-draft", args->num_draft, "--speculative: drafts verified per step, k (default 4)")
       ->check(CLI::Range(1, 32));
   serve->add_flag("--adaptive-draft", args->adaptive_draft, "--speculative: adapt k in [1, --num-draft] to the acceptance");

@@ -41,6 +41,7 @@ struct Engine::Sequence {
   // in [1, num_draft]), and this step's verify (the last token, then the drafts).
   std::unique_ptr<Drafter> drafter;
   bool drafter_started = false;
+  bool keep_hidden = false;  // the drafter reads the target's hidden states (MTP): every forward keeps them
   int64_t num_draft = 0;
   bool verifying = false;
   Draft draft;
@@ -133,6 +134,7 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const RequestParams& params,
   if (params.num_draft > 0) {
     sequence->drafter = options_.make_drafter ? options_.make_drafter(params) : std::make_unique<NgramDrafter>();
     VT_CHECK(sequence->drafter, "engine: make_drafter made no drafter");
+    sequence->keep_hidden = sequence->drafter->reads_target_sequence();
     sequence->num_draft = params.num_draft;
   }
   int64_t id;
@@ -266,6 +268,7 @@ void Engine::draft_running() {
                                 sequence.prompt_size + sequence.params.max_tokens);
         sequence.drafter_started = true;
       }
+      sequence.drafter->set_target_sequence(sequence.state.get());
       sequence.drafter->propose(sequence.tokens, ask, draft);
       const int64_t drafts = int64_t(draft.tokens.size());
       VT_CHECK(drafts <= ask, "engine: the drafter proposed ", drafts, " tokens, more than the ", ask, " asked");
@@ -391,11 +394,11 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
       if (round >= forwards[i] || sequence->finished) continue;
       if (sequence->verifying) {
         const bool drafts = sequence->verify_tokens.size() > 1;
-        items.push_back({sequence->verify_tokens, sequence->state.get(), drafts, drafts});
+        items.push_back({sequence->verify_tokens, sequence->state.get(), drafts, drafts, sequence->keep_hidden});
       } else {
         const int64_t tokens = sequence->decoding() ? 1 : sequence->step_tokens;
         items.push_back({std::span<const int32_t>(sequence->tokens.data() + sequence->fed, size_t(tokens)),
-                         sequence->state.get()});
+                         sequence->state.get(), false, false, sequence->keep_hidden});
       }
       members.push_back(sequence);
     }

@@ -3,8 +3,9 @@
 // token per step; each new token reaches the request's callback (streaming). With on-demand
 // reservation a request holds KV blocks only for the tokens it has, and when the pool runs dry the
 // youngest running request is preempted (recompute: it re-queues and re-feeds its tokens later).
-// A request may decode speculatively: n-gram drafts of its context are verified with its last
-// token in one item of the batched step (all-position logits, a rollback window), several tokens
+// A request may decode speculatively: drafts of its context (n-gram, or the model's MTP head) are
+// verified with its last token in one item of the batched step (all-position logits, a rollback
+// window), several tokens
 // accepted at once, greedy exactly and sampled by rejection sampling (spec/speculative.h).
 // submit() and cancel() are thread-safe.
 #pragma once
@@ -55,7 +56,10 @@ struct EngineOptions {
   // budget of at least 1 + max_num_draft tokens (a verify step is never split).
   int64_t max_num_draft = 0;
   // Makes a speculating request's drafter at submit (it proposes on the engine thread, outside the
-  // lock); null: prompt lookup (NgramDrafter). For seeded outputs to be reproducible its drafts
+  // lock; freed with the request); null: prompt lookup (NgramDrafter). A drafter that reads the
+  // target's hidden states (an MtpDrafter over MtpHiddenSource::kSequence) has every forward of
+  // the request keep them, and is kept through a preemption: the re-fed tokens give the same
+  // hidden states, so its own cache (the MTP head's sequence) stays valid. For seeded outputs to be reproducible its drafts
   // should depend only on the request (a sampling drafter: seed it from the request's seed).
   std::function<std::unique_ptr<Drafter>(const RequestParams&)> make_drafter;
   // Sample on the model's device when it can (Model::supports_device_sampling): only the token ids

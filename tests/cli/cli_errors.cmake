@@ -60,9 +60,11 @@ expect_failure("too many tokens" "exceeds" generate --model ${GOLDEN} --prompt-i
 expect_failure("missing subcommand" "subcommand")
 # vt serve's speculative options are checked before anything loads or binds.
 expect_failure("serve: a drafter the server lacks" "the server drafts with ngram" serve --model ${GOLDEN}
-               --speculative mtp)
-expect_failure("serve: --num-draft alone" "go with --speculative ngram" serve --model ${GOLDEN} --num-draft 4)
-expect_failure("serve: --adaptive-draft alone" "go with --speculative ngram" serve --model ${GOLDEN} --adaptive-draft)
+               --speculative draft)
+expect_failure("serve: mtp on the CUDA model" "--speculative mtp runs on --device cpu" serve --model ${GOLDEN}
+               --device cuda --speculative mtp)
+expect_failure("serve: --num-draft alone" "go with --speculative" serve --model ${GOLDEN} --num-draft 4)
+expect_failure("serve: --adaptive-draft alone" "go with --speculative" serve --model ${GOLDEN} --adaptive-draft)
 expect_failure("serve: --num-draft 0" "--num-draft" serve --model ${GOLDEN} --speculative ngram --num-draft 0)
 expect_failure("serve: --num-draft not a number" "--num-draft" serve --model ${GOLDEN} --speculative ngram
                --num-draft x)

@@ -4,7 +4,10 @@
 // outputs (and logprobs) identical to plain decoding for k = 1..8, alone and 16 at once mixed with
 // plain requests, through preemption; seeded sampled outputs independent of the load; the sampled
 // distribution the target's (chi-square); stop tokens and max_tokens inside accepted drafts; the
-// statistics and their /metrics rendering; bad options refused.
+// statistics and their /metrics rendering; bad options refused. The MTP drafter in the batch
+// (a fitted head): greedy outputs identical to plain decoding for k = 1..8, alone and 16 at once
+// mixed with plain requests, through preemption and cancellation, drafts accepted; the sampled
+// distribution the target's.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -24,7 +27,10 @@
 #include "engine/stop_strings.h"
 #include "models/registry.h"
 #include "server/metrics.h"
+#include "models/qwen3_5.h"
 #include "spec/draft_model_drafter.h"
+#include "spec/mtp_drafter.h"
+#include "../spec/mtp_test_support.h"
 #include "../spec/spec_test_support.h"
 
 namespace vt {
@@ -856,6 +862,227 @@ TEST_F(EngineSpecTest, ForwardBatchGivesAllRowsForAllLogitsItems) {
     EXPECT_EQ(std::vector<float>(logits.f32() + r * vocab, logits.f32() + (r + 1) * vocab), decode(a, 5, size_t(r) + 1))
         << "row " << r;
   EXPECT_EQ(std::vector<float>(logits.f32() + 4 * vocab, logits.f32() + 5 * vocab), decode(b, 6, 1));
+}
+
+// ---- The MTP drafter in the engine (`vt serve --speculative mtp`) ----
+
+// The golden dense model with an MTP head fitted to its greedy continuations of the two golden
+// prompts (testing::fitted_mtp_tensors: those drafts are accepted), serving requests that draft
+// with it as `vt serve --speculative mtp` does: the hidden states kept per target sequence in the
+// batched steps, the drafts sampled like the request (seeded from its seed).
+class EngineMtpTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string name = "qwen3_5_dense";
+    fitted_prompts_ = new std::vector<std::vector<int32_t>>{testing::golden_prompt(name, 0), testing::golden_prompt(name, 1)};
+    checkpoint_ = new testing::MtpCheckpoint(name, testing::fitted_mtp_tensors(name, *fitted_prompts_, 24, 19));
+    Qwen35LoadOptions load;
+    load.load_mtp = true;
+    model_ = new Qwen35Model(checkpoint_->dir(), load);
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete checkpoint_;
+    delete fitted_prompts_;
+  }
+  static EngineOptions mtp_options(int64_t max_num_draft) {
+    EngineOptions options;
+    options.max_num_draft = max_num_draft;
+    options.make_drafter = [](const RequestParams& request) {
+      SamplingParams draft_sampling = request.sampling;
+      draft_sampling.seed = request.sampling.seed + 1;
+      return std::make_unique<MtpDrafter>(*model_, draft_sampling, MtpHiddenSource::kSequence);
+    };
+    return options;
+  }
+  static std::vector<std::vector<int32_t>>* fitted_prompts_;
+  static testing::MtpCheckpoint* checkpoint_;
+  static Qwen35Model* model_;
+};
+std::vector<std::vector<int32_t>>* EngineMtpTest::fitted_prompts_ = nullptr;
+testing::MtpCheckpoint* EngineMtpTest::checkpoint_ = nullptr;
+Qwen35Model* EngineMtpTest::model_ = nullptr;
+
+// One request at a time, k = 1..8, prompts fed whole or in chunks of 3 (the kept hidden states
+// then span several forwards): the ids are plain greedy decoding's (the engine's and generate()'s);
+// on the fitted prompts the drafts are accepted, chained ones too; on a random one they rarely are.
+TEST_F(EngineMtpTest, GreedyAloneIdenticalToPlainForEveryK) {
+  std::mt19937 rng(61);
+  std::vector<std::vector<int32_t>> prompts = *fitted_prompts_;
+  prompts.push_back(random_prompt(rng, 9, model_->info().vocab_size));
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const bool fitted = p < fitted_prompts_->size();
+    RequestParams plain;
+    plain.max_tokens = 24;
+    const std::vector<int32_t> want = run_all(*model_, {}, {prompts[p]}, {plain})[0].ids;
+    EXPECT_EQ(want, testing::plain_greedy(*model_, prompts[p], plain.max_tokens));
+    for (int64_t k = 1; k <= 8; ++k) {
+      SCOPED_TRACE("prompt " + std::to_string(p) + " k " + std::to_string(k));
+      EngineOptions options = mtp_options(8);
+      if (k % 2 == 1) options.prefill_chunk = 3;
+      RequestParams params = plain;
+      params.num_draft = k;
+      EngineStats stats;
+      const Outcome got = run_all(*model_, options, {prompts[p]}, {params}, &stats)[0];
+      EXPECT_EQ(got.last.error, "");
+      EXPECT_EQ(got.ids, want);
+      const SpeculativeStats& spec = stats.speculative;
+      check_spec_stats(spec, false);
+      EXPECT_EQ(spec.emitted, plain.max_tokens - 1);
+      EXPECT_GT(spec.drafted, 0);
+      if (fitted) {
+        EXPECT_GE(spec.acceptance_rate(), 0.9) << spec.accepted << " of " << spec.drafted;
+        if (k > 1) {
+          EXPECT_GT(spec.accepted_at[1], 0) << "no chained draft accepted";
+        }
+      }
+      std::printf("mtp engine prompt %zu k %lld: %lld of %lld drafts accepted in %lld steps\n", p, (long long)k,
+                  (long long)spec.accepted, (long long)spec.drafted, (long long)spec.steps);
+    }
+  }
+}
+
+// 16 requests at once on a tight budget: MTP-speculating ones (k = 1..8, some adaptive) beside
+// plain ones, greedy and seeded, some with logprobs, on the fitted prompts and random ones. Greedy
+// outputs equal plain decoding; every request gives what it gives alone.
+TEST_F(EngineMtpTest, SixteenMixedRequestsEqualRunningAlone) {
+  const int64_t vocab = model_->info().vocab_size;
+  EngineOptions options = mtp_options(8);
+  options.prefill_chunk = 8;
+  options.step_token_budget = 24;
+  options.max_running = 16;
+  options.cache_blocks = 256;
+  std::mt19937 rng(71);
+  const int kRequests = 16;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<RequestParams> params(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    prompts.push_back(i % 4 < 2 ? (*fitted_prompts_)[size_t(i % 2)] : random_prompt(rng, 1 + int64_t(rng() % 20), vocab));
+    params[i].max_tokens = 5 + int64_t(rng() % 20);
+    if (i % 4 != 3) params[i].num_draft = 1 + i % 8;
+    params[i].adaptive_draft = i % 5 == 0;
+    if (i % 3 == 2) params[i].sampling = {0.9f, 0, 0.95f, uint64_t(700 + i)};
+    if (i % 5 == 1) params[i].logprobs = 2;
+  }
+  EngineStats stats;
+  const auto together = run_all(*model_, options, prompts, params, &stats);
+  int64_t spec_completion = 0, total_completion = 0, spec_requests = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    EXPECT_EQ(together[i].last.error, "");
+    ASSERT_EQ(int64_t(together[i].ids.size()), params[i].max_tokens);
+    EXPECT_EQ(together[i].ids, run_all(*model_, options, {prompts[i]}, {params[i]})[0].ids);
+    if (params[i].sampling.temperature == 0) {
+      RequestParams plain = params[i];
+      plain.num_draft = 0;
+      EXPECT_EQ(together[i].ids, run_all(*model_, {}, {prompts[i]}, {plain})[0].ids);
+    }
+    total_completion += int64_t(together[i].ids.size());
+    if (params[i].num_draft > 0) spec_completion += int64_t(together[i].ids.size()), ++spec_requests;
+  }
+  check_spec_stats(stats.speculative, false);
+  EXPECT_EQ(stats.generation_tokens_total, total_completion);
+  EXPECT_EQ(stats.speculative.emitted, spec_completion - spec_requests);
+  EXPECT_EQ(stats.running + stats.waiting + stats.cache.blocks_used + stats.cache.slots_used, 0);
+  EXPECT_GT(stats.speculative.accepted, 0);
+}
+
+// A pool far too small: MTP-speculating requests are preempted and recomputed (a new target
+// sequence re-keeps the hidden states the head needs; the head's own sequence stays with the
+// drafter), and each gives what it gives alone; one cancelled mid-way leaves nothing behind.
+TEST_F(EngineMtpTest, PreemptionAndCancellation) {
+  EngineOptions options = mtp_options(6);
+  options.prefill_chunk = 8;
+  options.step_token_budget = 24;
+  options.max_running = 8;
+  options.cache_blocks = 12;
+  options.block_size = 8;
+  std::mt19937 rng(81);
+  const int kRequests = 10;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<RequestParams> params(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    // The first fitted prompt (7 tokens; the second, 150, would not fit this pool).
+    prompts.push_back(i % 3 == 0 ? (*fitted_prompts_)[0]
+                                 : random_prompt(rng, 4 + int64_t(rng() % 20), model_->info().vocab_size));
+    params[i].max_tokens = 20 + int64_t(rng() % 5);
+    params[i].num_draft = i % 4 == 3 ? 0 : 2 + i % 5;
+    if (i % 3 == 2) params[i].sampling = {1.0f, 0, 0.95f, uint64_t(900 + i)};
+  }
+  EngineStats stats;
+  const auto together = run_all(*model_, options, prompts, params, &stats);
+  EXPECT_GT(stats.preemptions, 0);
+  EXPECT_EQ(stats.requests_finished, kRequests);
+  EXPECT_EQ(stats.running + stats.waiting + stats.cache.blocks_used + stats.cache.slots_used, 0);
+  check_spec_stats(stats.speculative, false);
+  EXPECT_GT(stats.speculative.accepted, 0);
+  EngineOptions alone = options;
+  alone.cache_blocks = 64;
+  alone.reservation = EngineOptions::Reservation::kFull;
+  for (int i = 0; i < kRequests; ++i) {
+    EXPECT_EQ(together[i].last.error, "") << "request " << i;
+    EXPECT_EQ(together[i].ids, run_all(*model_, alone, {prompts[i]}, {params[i]})[0].ids) << "request " << i;
+  }
+
+  Engine engine(*model_, nullptr, mtp_options(4));
+  RequestParams long_request;
+  long_request.max_tokens = 200;
+  long_request.num_draft = 4;
+  std::promise<void> first_token;
+  std::atomic<bool> signalled{false};
+  Collector cancelled, other;
+  auto inner = cancelled.callback();
+  const int64_t id = engine.submit((*fitted_prompts_)[0], long_request, [&](const TokenEvent& event) {
+    inner(event);
+    if (!signalled.exchange(true)) first_token.set_value();
+  });
+  RequestParams short_request = long_request;
+  short_request.max_tokens = 12;
+  engine.submit((*fitted_prompts_)[1], short_request, other.callback());
+  first_token.get_future().wait();
+  engine.cancel(id);
+  cancelled.wait();
+  other.wait();
+  EXPECT_EQ(cancelled.last.finish_reason, FinishReason::kCancelled);
+  EXPECT_EQ(other.ids, testing::plain_greedy(*model_, (*fitted_prompts_)[1], 12));
+  const EngineStats after = engine.stats();
+  EXPECT_EQ(after.running + after.cache.blocks_used + after.cache.slots_used, 0);
+  EXPECT_EQ(after.requests_cancelled, 1);
+}
+
+// Sampling stays exact with MTP drafts (sampled like the request: q dense): the joint distribution
+// of the first three tokens (temperature 1, top-k 3) of 2000 seeded requests run at once with
+// k = 2 is the target's (chi-square at the 0.999 quantile).
+TEST_F(EngineMtpTest, SampledDistributionIsTheTargets) {
+  const auto& prompt = (*fitted_prompts_)[0];
+  const auto expected = testing::first_three_token_distribution(*model_, prompt);
+  ASSERT_EQ(expected.size(), 27u);
+  EngineOptions options = mtp_options(2);
+  const int64_t samples = 2000;
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(samples), prompt);
+  std::vector<RequestParams> params(static_cast<size_t>(samples));
+  for (int64_t seed = 0; seed < samples; ++seed) {
+    params[size_t(seed)].sampling = testing::three_token_sampling();
+    params[size_t(seed)].sampling.seed = uint64_t(seed);
+    params[size_t(seed)].max_tokens = 4;  // the first verify drafts 2 tokens; the 4th is not counted
+    params[size_t(seed)].num_draft = 2;
+  }
+  EngineStats stats;
+  const auto outcomes = run_all(*model_, options, prompts, params, &stats);
+  std::map<std::vector<int32_t>, int64_t> observed;
+  for (const Outcome& outcome : outcomes) {
+    ASSERT_EQ(outcome.ids.size(), 4u);
+    ++observed[{outcome.ids.begin(), outcome.ids.begin() + 3}];
+  }
+  int64_t cells = 0;
+  const double statistic = testing::chi_square(observed, expected, samples, &cells);
+  std::printf("engine, mtp drafts: chi-square %.1f over %lld cells (bound %.1f), drafts accepted %lld of %lld\n",
+              statistic, (long long)cells, testing::chi_square_bound(cells), (long long)stats.speculative.accepted,
+              (long long)stats.speculative.drafted);
+  EXPECT_LT(statistic, testing::chi_square_bound(cells));
+  EXPECT_GT(stats.speculative.accepted, 0);
+  EXPECT_LT(stats.speculative.accepted, stats.speculative.drafted);
+  check_spec_stats(stats.speculative, false);
 }
 
 TEST(Logprobs, AreTheLogSoftmax) {
