@@ -79,6 +79,17 @@ std::vector<int32_t> run_alone(Model& model, const EngineOptions& options, const
   return collector.ids;
 }
 
+// The preemption tests' pool, far too small for their requests at once: 12 blocks of 8 tokens,
+// prompt chunks of 8, 24 tokens a step, up to 8 running.
+EngineOptions with_tiny_pool(EngineOptions options) {
+  options.prefill_chunk = 8;
+  options.step_token_budget = 24;
+  options.max_running = 8;
+  options.cache_blocks = 12;
+  options.block_size = 8;
+  return options;
+}
+
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { model_ = load_model(kModelDir, {}).release(); }
@@ -138,12 +149,7 @@ TEST_F(EngineTest, BatchedOutputsEqualRunningAlone) {
 // and the youngest is preempted when the pool runs dry. Each still gives exactly what it gives
 // alone (greedy and seeded sampling), and everything is returned at the end.
 TEST_F(EngineTest, PreemptionByRecomputeKeepsOutputsExact) {
-  EngineOptions options;
-  options.prefill_chunk = 8;
-  options.step_token_budget = 24;
-  options.max_running = 8;
-  options.cache_blocks = 12;  // 96 tokens for 16 requests of up to 72 tokens each
-  options.block_size = 8;
+  const EngineOptions options = with_tiny_pool({});  // 96 tokens for 16 requests of up to 72 tokens each
   std::mt19937 rng(6);
   const int kRequests = 16;
   std::vector<std::vector<int32_t>> prompts;
@@ -403,6 +409,21 @@ std::vector<Outcome> run_all(Model& model, const EngineOptions& options, const s
   return outcomes;
 }
 
+// Each request of `together` (run at once under `options`) ended without an error and gave what it
+// gives alone with every block reserved up front; with `full_length`, all max_tokens of it.
+void expect_each_as_alone(Model& model, const EngineOptions& options, const std::vector<std::vector<int32_t>>& prompts,
+                          const std::vector<RequestParams>& params, const std::vector<Outcome>& together,
+                          bool full_length) {
+  EngineOptions alone = options;
+  alone.cache_blocks = 64;
+  alone.reservation = EngineOptions::Reservation::kFull;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(together[i].last.error, "") << "request " << i;
+    EXPECT_EQ(together[i].ids, run_all(model, alone, {prompts[i]}, {params[i]})[0].ids) << "request " << i;
+    if (full_length) EXPECT_EQ(int64_t(together[i].ids.size()), params[i].max_tokens) << "request " << i;
+  }
+}
+
 // The statistics' own arithmetic, and with no stop tokens every step makes its accepted drafts
 // plus one token: emitted = accepted + steps.
 void check_spec_stats(const SpeculativeStats& stats, bool stops_possible) {
@@ -587,12 +608,7 @@ TEST_F(EngineSpecTest, SixteenMixedRequestsEqualRunningAlone) {
 // A pool far too small: speculating requests (greedy and seeded) are preempted and recomputed,
 // their verify steps reserve the blocks the drafts write, and each gives what it gives alone.
 TEST_F(EngineSpecTest, PreemptionByRecomputeKeepsOutputsExact) {
-  EngineOptions options = spec_options(6, true);
-  options.prefill_chunk = 8;
-  options.step_token_budget = 24;
-  options.max_running = 8;
-  options.cache_blocks = 12;
-  options.block_size = 8;
+  const EngineOptions options = with_tiny_pool(spec_options(6, true));
   std::mt19937 rng(16);
   const int kRequests = 12;
   std::vector<std::vector<int32_t>> prompts;
@@ -610,14 +626,7 @@ TEST_F(EngineSpecTest, PreemptionByRecomputeKeepsOutputsExact) {
   EXPECT_EQ(stats.requests_finished, kRequests);
   EXPECT_EQ(stats.running + stats.waiting + stats.cache.blocks_used + stats.cache.slots_used, 0);
   check_spec_stats(stats.speculative, false);
-  EngineOptions alone = options;
-  alone.cache_blocks = 64;
-  alone.reservation = EngineOptions::Reservation::kFull;
-  for (int i = 0; i < kRequests; ++i) {
-    EXPECT_EQ(together[i].last.error, "") << "request " << i;
-    EXPECT_EQ(together[i].ids, run_all(*model_, alone, {prompts[i]}, {params[i]})[0].ids) << "request " << i;
-    EXPECT_EQ(int64_t(together[i].ids.size()), params[i].max_tokens);
-  }
+  expect_each_as_alone(*model_, options, prompts, params, together, true);
 }
 
 // Stop tokens and max_tokens when several tokens are accepted in one step: the drafter is always
@@ -991,12 +1000,7 @@ TEST_F(EngineMtpTest, SixteenMixedRequestsEqualRunningAlone) {
 // sequence re-keeps the hidden states the head needs; the head's own sequence stays with the
 // drafter), and each gives what it gives alone; one cancelled mid-way leaves nothing behind.
 TEST_F(EngineMtpTest, PreemptionAndCancellation) {
-  EngineOptions options = mtp_options(6);
-  options.prefill_chunk = 8;
-  options.step_token_budget = 24;
-  options.max_running = 8;
-  options.cache_blocks = 12;
-  options.block_size = 8;
+  const EngineOptions options = with_tiny_pool(mtp_options(6));
   std::mt19937 rng(81);
   const int kRequests = 10;
   std::vector<std::vector<int32_t>> prompts;
@@ -1016,13 +1020,7 @@ TEST_F(EngineMtpTest, PreemptionAndCancellation) {
   EXPECT_EQ(stats.running + stats.waiting + stats.cache.blocks_used + stats.cache.slots_used, 0);
   check_spec_stats(stats.speculative, false);
   EXPECT_GT(stats.speculative.accepted, 0);
-  EngineOptions alone = options;
-  alone.cache_blocks = 64;
-  alone.reservation = EngineOptions::Reservation::kFull;
-  for (int i = 0; i < kRequests; ++i) {
-    EXPECT_EQ(together[i].last.error, "") << "request " << i;
-    EXPECT_EQ(together[i].ids, run_all(*model_, alone, {prompts[i]}, {params[i]})[0].ids) << "request " << i;
-  }
+  expect_each_as_alone(*model_, options, prompts, params, together, false);
 
   Engine engine(*model_, nullptr, mtp_options(4));
   RequestParams long_request;
