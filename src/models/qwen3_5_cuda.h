@@ -226,6 +226,9 @@ class Qwen35CudaModel final : public Model, public MtpHead {
     int32_t* host_tokens = nullptr;
     int32_t* host_argmax = nullptr;  // [rows] the step's argmax_rows (greedy rows)
     int64_t rows = 0;
+    // A step's row lists (reserved for `rows` at allocation, so no step allocates):
+    std::vector<int64_t> greedy_rows;                    // kToken rows that take argmax_rows
+    std::vector<std::pair<int64_t, int64_t>> host_rows;  // [first, count) runs of kLogits rows
     SamplingBuffers() = default;
     SamplingBuffers(const SamplingBuffers&) = delete;
     SamplingBuffers& operator=(const SamplingBuffers&) = delete;

@@ -31,6 +31,8 @@ void Qwen35CudaModel::allocate_sampling(int64_t rows) {
   VT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&s.host_params), size_t(rows) * sizeof(SampleRowParams)));
   VT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&s.host_tokens), size_t(rows) * sizeof(int32_t)));
   VT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&s.host_argmax), size_t(rows) * sizeof(int32_t)));
+  s.greedy_rows.reserve(size_t(rows));
+  s.host_rows.reserve(size_t(rows));
 }
 
 void Qwen35CudaModel::forward_batch_sample(std::span<const BatchItem> items, std::span<const RowOutput> rows,
@@ -45,8 +47,10 @@ void Qwen35CudaModel::forward_batch_sample(std::span<const BatchItem> items, std
   // Every row's parameters are checked before the step changes any state.
   int64_t sampled = 0;
   double bytes = 0;
-  std::vector<int64_t> greedy_rows;  // kToken rows that take the step's argmax_rows
-  std::vector<std::pair<int64_t, int64_t>> host_rows;  // [first, count) runs of kLogits rows
+  auto& greedy_rows = sampling_.greedy_rows;
+  auto& host_rows = sampling_.host_rows;
+  greedy_rows.clear();
+  host_rows.clear();
   for (int64_t row = 0; row < count; ++row) {
     const RowOutput& output = rows[size_t(row)];
     if (output.kind == RowOutput::Kind::kToken) {
