@@ -132,7 +132,6 @@ void run_bench_gemm(const GemmArgs& args) {
         size_t bytes;
       };
       std::vector<Result> results;
-      const int64_t mma_launches = (m + 63) / 64;  // 64 rows per weight pass
       cuda::Fp8GemmRegistry registry(max_m, k);
       for (cuda::GemmBackend backend : cuda::kAllGemmBackends) {
         if (!registry.supports(backend, m, n, k, n, DType::kBF16)) continue;
@@ -141,7 +140,7 @@ void run_bench_gemm(const GemmArgs& args) {
         const bool cublas = backend == cuda::GemmBackend::kCublasLt;
         const char* kernel = cublas ? "sm90_transpose_scales"
                                     : cuda::fp8_gemm_kernel_name(cuda::kernel_backend(backend));
-        const int64_t launches = backend == cuda::GemmBackend::kMma ? mma_launches : 1;
+        const int64_t launches = cublas ? 1 : cuda::fp8_gemm_launches(cuda::kernel_backend(backend), m);
         registry.run(backend, y.data(), n, codes.as<uint8_t>(), x_scales.as<float>(), weights[0].as<uint8_t>(),
                      scales[0].as<float>(), m, n, k, DType::kBF16, stream);  // plans outside the capture
         Timing timing = time_graph(stream, args.iters, copies, kernel, launches, [&](int64_t copy) {

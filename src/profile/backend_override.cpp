@@ -43,9 +43,12 @@ const std::vector<BackendOverride>& backend_overrides() {
         {"mma", k_ok, "k % 16 == 0"}}},
       {"VT_GEMM_BACKEND",
        {{"gemv", [=](const GemmShape& s) { return k_ok(s) && s.m == 1; }, "m == 1 and k % 16 == 0"},
+        {"gemv_splitk", [=](const GemmShape& s) { return k_ok(s) && s.m == 1; }, "m == 1 and k % 16 == 0"},
+        {"gemv_tma", [=](const GemmShape& s) { return k_ok(s) && s.m == 1; }, "m == 1 and k % 16 == 0"},
         {"warp_rows", [=](const GemmShape& s) { return k_ok(s) && s.m <= 16; },
          "m <= 16 and k % 16 == 0"},
         {"mma", k_ok, "k % 16 == 0"},
+        {"wgmma", k_ok, "k % 16 == 0"},
         {"cublaslt", k_ok, "k % 16 == 0 (and the registry's cuBLASLt limits)"}}},
   };
   return overrides;

@@ -31,7 +31,7 @@ struct BackendOverride {
 };
 
 // vt's backend overrides, with the preconditions of backends/cuda (kernels/fp8_gemm.cu,
-// fp8_gemm_registry.cpp): VT_FP8_GEMM=gemv|simple|mma, VT_GEMM_BACKEND=gemv|warp_rows|mma|cublaslt.
+// fp8_gemm_registry.cpp): VT_FP8_GEMM=gemv|simple|mma, VT_GEMM_BACKEND=gemv|gemv_splitk|gemv_tma|warp_rows|mma|wgmma|cublaslt.
 const std::vector<BackendOverride>& backend_overrides();
 
 using EnvLookup = std::function<const char*(const char*)>;

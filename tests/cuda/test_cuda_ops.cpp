@@ -165,7 +165,7 @@ TEST_F(CudaOps, WeightBlockQuantisationMatchesCpu) {
 TEST_F(CudaOps, Fp8BlockGemmMatchesCpu) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 512}, {1, 136, 6144}, {1, 520, 17408},
                          {7, 200, 192}, {16, 384, 5120}, {33, 130, 1040}, {64, 136, 2048},
-                         {129, 200, 1040}}) {
+                         {129, 200, 1040}, {8, 5120, 6144}}) {
     auto x = random_vector(m * k, 11 + m);
     std::vector<uint8_t> codes(n * k);
     std::mt19937_64 rng(n);
@@ -201,7 +201,14 @@ TEST_F(CudaOps, Fp8BlockGemmMatchesCpu) {
         runs.push_back(d_y.to_host());
       }
       // cuBLASLt accumulates in its own order (fp32, with its own split of K): a looser bound.
-      const double bound = backend == cuda::GemmBackend::kCublasLt ? 1e-3 : 1e-5;
+      // wgmma sums each 128-K block of e4m3 products inside the tensor core, whose accumulator
+      // keeps fewer bits than fp32 (measured: docs/numerics.md), before the fp32 scale-and-add.
+      const double bound = backend == cuda::GemmBackend::kCublasLt ? 1e-3
+                           : backend == cuda::GemmBackend::kWgmma  ? 2e-4
+                                                                   : 1e-5;
+      if (backend == cuda::GemmBackend::kWgmma)
+        std::printf("wgmma %lldx%lldx%lld: rel L2 %.3g\n", (long long)m, (long long)n, (long long)k,
+                    relative_l2(runs[0], expected));
       EXPECT_LE(relative_l2(runs[0], expected), bound)
           << m << "x" << n << "x" << k << " " << cuda::gemm_backend_name(backend);
       if (backend != cuda::GemmBackend::kCublasLt) {

@@ -387,6 +387,11 @@ TEST(BackendOverrides, UnsetUnknownAndUnservableValues) {
   EXPECT_EQ(
       check_backend_overrides(shapes, env("VT_GEMM_BACKEND", "warp_rows")).at("VT_GEMM_BACKEND"),
       "warp_rows");
+  // Every registry backend can be forced by its registry name; wgmma serves any M.
+  EXPECT_EQ(check_backend_overrides(shapes, env("VT_GEMM_BACKEND", "wgmma")).at("VT_GEMM_BACKEND"), "wgmma");
+  EXPECT_NE(failure_of([&] { check_backend_overrides(shapes, env("VT_GEMM_BACKEND", "gemv_splitk")); })
+                .find("VT_GEMM_BACKEND=gemv_splitk cannot serve gdn.out_proj (m=16"),
+            std::string::npos);
   EXPECT_EQ(backend_override("VT_FP8_GEMM", env("VT_FP8_GEMM", "simple")), "simple");
   EXPECT_EQ(backend_override("VT_FP8_GEMM", env("VT_FP8_GEMM", nullptr)), "");
   const std::string unknown =

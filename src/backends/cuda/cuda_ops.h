@@ -188,9 +188,16 @@ void fp8_quantize_weight_blocks(uint8_t* q, float* scales, const void* w, DType 
 // of up to 16 rows), kMma (tensor-core m16n8k32 e4m3, K split over a block's warps, up to 64 rows
 // per weight pass); kAuto: kGemv at M = 1, else kMma (measured choices and overrides:
 // fp8_gemm_registry.h); kGemvSplitK (M = 1: kGemv's loop with four columns per warp and K split
-// between two warps), kGemvTma (M = 1: weight rows streamed into shared memory by bulk copies).
-enum class Fp8GemmBackend { kAuto, kGemv, kWarpRows, kMma, kGemvSplitK, kGemvTma };
+// between two warps), kGemvTma (M = 1: weight rows streamed into shared memory by bulk copies),
+// kWgmma (any M, 64 rows per weight pass: 128 x 128 weight blocks streamed by the tensor copy
+// engine into a ring of shared-memory stages, wgmma with the weights as A, a stream-K split of the
+// blocks over one CTA per SM, shared tiles summed in CTA order; kernels/fp8_gemm_wgmma.cuh).
+enum class Fp8GemmBackend { kAuto, kGemv, kWarpRows, kMma, kGemvSplitK, kGemvTma, kWgmma };
 const char* fp8_gemm_kernel_name(Fp8GemmBackend backend);  // the kernel a backend launches
+int64_t fp8_gemm_launches(Fp8GemmBackend backend, int64_t m);  // its launches for M rows
+// Device resources the backends keep per GPU (the wgmma GEMM's partials), made outside any graph
+// capture; a registry calls it at construction.
+void fp8_gemm_prepare();
 void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
                     const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
                     Fp8GemmBackend backend = Fp8GemmBackend::kAuto);

@@ -47,6 +47,7 @@ Fp8GemmBackend kernel_backend(GemmBackend backend) {
     case GemmBackend::kGemvTma: return Fp8GemmBackend::kGemvTma;
     case GemmBackend::kWarpRows: return Fp8GemmBackend::kWarpRows;
     case GemmBackend::kMma: return Fp8GemmBackend::kMma;
+    case GemmBackend::kWgmma: return Fp8GemmBackend::kWgmma;
     default: VT_FAIL("not a vt kernel backend");
   }
 }
@@ -58,6 +59,7 @@ const char* gemm_backend_name(GemmBackend backend) {
     case GemmBackend::kGemvTma: return "gemv_tma";
     case GemmBackend::kWarpRows: return "warp_rows";
     case GemmBackend::kMma: return "mma";
+    case GemmBackend::kWgmma: return "wgmma";
     case GemmBackend::kCublasLt: return "cublaslt";
   }
   return "?";
@@ -103,18 +105,36 @@ int64_t gemm_bucket(int64_t m) {
 
 Fp8GemmRegistry::Fp8GemmRegistry(int64_t max_m, int64_t max_k)
     : scales_t_(DType::kF32, {std::max<int64_t>(1, (max_k + 127) / 128 * max_m)}), max_m_(max_m), max_k_(max_k) {
+  fp8_gemm_prepare();
   const char* name = std::getenv("VT_GEMM_BACKEND");
   const char* older = std::getenv("VT_FP8_GEMM");  // the first session's spelling: gemv|simple|mma
   VT_CHECK(!name || !older, "VT_GEMM_BACKEND and VT_FP8_GEMM are both set: set one");
   if (name) {
     forced_ = parse_gemm_backend(name);
-    VT_CHECK(forced_, "VT_GEMM_BACKEND='", name, "': expected gemv, gemv_splitk, gemv_tma, warp_rows, mma or cublaslt");
+    VT_CHECK(forced_, "VT_GEMM_BACKEND='", name, "': expected gemv, gemv_splitk, gemv_tma, warp_rows, mma, wgmma or cublaslt");
   } else if (older) {
     const std::string value(older);
     VT_CHECK(value == "gemv" || value == "simple" || value == "mma", "VT_FP8_GEMM='", value,
              "': expected 'gemv', 'simple' or 'mma'");
     forced_ = value == "gemv" ? GemmBackend::kGemv : value == "simple" ? GemmBackend::kWarpRows : GemmBackend::kMma;
   }
+  // VT_GEMM_EXCLUDE=a,b: backends the tuning leaves out (A/B runs: the plan without a new backend);
+// "none" leaves none out.
+  if (const char* excluded = std::getenv("VT_GEMM_EXCLUDE")) {
+    std::stringstream list(excluded);
+    for (std::string item; std::getline(list, item, ',');) {
+      if (item.empty() || item == "none") continue;
+      const auto backend = parse_gemm_backend(item);
+      VT_CHECK(backend, "VT_GEMM_EXCLUDE names '", item, "': expected gemv, gemv_splitk, gemv_tma, warp_rows, mma, wgmma or cublaslt");
+      VT_CHECK(!forced_ || *forced_ != *backend, "VT_GEMM_EXCLUDE leaves out ", item, ", which VT_GEMM_BACKEND forces");
+      excluded_.push_back(*backend);
+      excluded_key_ += (excluded_key_.empty() ? "|without " : ",") + item;
+    }
+  }
+}
+
+bool Fp8GemmRegistry::excluded(GemmBackend backend) const {
+  return std::find(excluded_.begin(), excluded_.end(), backend) != excluded_.end();
 }
 
 bool Fp8GemmRegistry::supports(GemmBackend backend, int64_t m, int64_t n, int64_t k, int64_t ldy, DType act) {
@@ -124,7 +144,8 @@ bool Fp8GemmRegistry::supports(GemmBackend backend, int64_t m, int64_t n, int64_
     case GemmBackend::kGemvSplitK: return m == 1;
     case GemmBackend::kGemvTma: return m == 1 && k % 16 == 0;
     case GemmBackend::kWarpRows: return m <= 16;  // beyond, it re-reads the weights per 16 rows
-    case GemmBackend::kMma: return true;
+    case GemmBackend::kMma:
+    case GemmBackend::kWgmma: return true;
     case GemmBackend::kCublasLt:
       return m <= max_m_ && k <= max_k_ && cublas_.supports_fp8_block(m, n, k, ldy, act);
   }
@@ -174,7 +195,7 @@ std::string Fp8GemmRegistry::tune(const std::vector<GemmTuneShape>& shapes, int6
   for (const auto& shape : shapes) {
     if (shape.weights.empty()) continue;
     const std::string key = device + "|" + kVersion + "|" + std::string(dtype_name(act)) + "|" +
-                            std::to_string(shape.n) + "x" + std::to_string(shape.k);
+                            std::to_string(shape.n) + "x" + std::to_string(shape.k) + excluded_key_;
     log << "  " << shape.n << " x " << shape.k << ":";
     for (int64_t bucket : kGemmBuckets) {
       if (bucket > max_m && bucket != gemm_bucket(max_m)) break;
@@ -197,7 +218,7 @@ std::string Fp8GemmRegistry::tune(const std::vector<GemmTuneShape>& shapes, int6
         }
         const int64_t instances = std::min<int64_t>(kTuneInstances, int64_t(shape.weights.size()));
         for (GemmBackend backend : kAllGemmBackends) {
-          if (!supports(backend, m, shape.n, shape.k, shape.n, act)) continue;
+          if (excluded(backend) || !supports(backend, m, shape.n, shape.k, shape.n, act)) continue;
           auto call = [&](int64_t i) {
             const auto& [w, w_scales] = shape.weights[size_t(i % instances)];
             run(backend, y.data(), shape.n, codes.as<uint8_t>(), scales.as<float>(), w, w_scales, m, shape.n,
@@ -235,6 +256,7 @@ std::string Fp8GemmRegistry::tune(const std::vector<GemmTuneShape>& shapes, int6
     if (error) std::filesystem::remove(temporary, error);
   }
   if (forced_) log << "  forced backend " << gemm_backend_name(*forced_) << " (environment) overrides this table\n";
+  if (!excluded_.empty()) log << "  tuned" << excluded_key_ << " (VT_GEMM_EXCLUDE)\n";
   return log.str();
 }
 

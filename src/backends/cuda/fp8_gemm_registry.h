@@ -3,7 +3,8 @@
 // weights (cycled across layers, so reads come from HBM as in a decode step), the fastest is kept,
 // the table is logged and cached on disk (keyed by GPU, vt version, shape), and VT_GEMM_BACKEND
 // (or the older VT_FP8_GEMM=gemv|simple|mma, simple being warp_rows) forces one backend for A/B
-// runs (refused at start-up for a shape it cannot serve).
+// runs (refused at start-up for a shape it cannot serve); VT_GEMM_EXCLUDE=a,b leaves backends out of
+// the tuning (the plan as it was without a backend, measured in the same run).
 #pragma once
 
 #include <cstdint>
@@ -22,10 +23,11 @@ typedef struct CUgraphExec_st* cudaGraphExec_t;
 
 namespace vt::cuda {
 
-enum class GemmBackend { kGemv, kGemvSplitK, kGemvTma, kWarpRows, kMma, kCublasLt };
-constexpr GemmBackend kAllGemmBackends[] = {GemmBackend::kGemv,     GemmBackend::kGemvSplitK, GemmBackend::kGemvTma,
-                                            GemmBackend::kWarpRows, GemmBackend::kMma,        GemmBackend::kCublasLt};
-// "gemv", "gemv_splitk", "gemv_tma", "warp_rows", "mma", "cublaslt"
+enum class GemmBackend { kGemv, kGemvSplitK, kGemvTma, kWarpRows, kMma, kWgmma, kCublasLt };
+constexpr GemmBackend kAllGemmBackends[] = {GemmBackend::kGemv, GemmBackend::kGemvSplitK, GemmBackend::kGemvTma,
+                                            GemmBackend::kWarpRows, GemmBackend::kMma, GemmBackend::kWgmma,
+                                            GemmBackend::kCublasLt};
+// "gemv", "gemv_splitk", "gemv_tma", "warp_rows", "mma", "wgmma", "cublaslt"
 const char* gemm_backend_name(GemmBackend backend);
 std::optional<GemmBackend> parse_gemm_backend(const std::string& name);
 Fp8GemmBackend kernel_backend(GemmBackend backend);  // vt's kernels (not kCublasLt)
@@ -74,6 +76,9 @@ class Fp8GemmRegistry {
   std::map<Key, GemmBackend> table_;
   std::map<Key, double> measured_us_;
   std::optional<GemmBackend> forced_;
+  std::vector<GemmBackend> excluded_;  // VT_GEMM_EXCLUDE
+  std::string excluded_key_;           // "" or "|without a,b": part of the plan cache's keys
+  bool excluded(GemmBackend backend) const;
 };
 
 }  // namespace vt::cuda

@@ -13,6 +13,7 @@
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/fp8_gemm_wgmma.h"
 #include "backends/cuda/kernels/launch.cuh"
 
 namespace vt::cuda {
@@ -481,11 +482,20 @@ void fp8_quantize_rows(uint8_t* q, float* scales, const void* x, int64_t m, int6
 const char* fp8_gemm_kernel_name(Fp8GemmBackend backend) {
   VT_CHECK(backend != Fp8GemmBackend::kAuto, "fp8_gemm_kernel_name: auto is not a kernel");
   return backend == Fp8GemmBackend::kMma          ? "sm90_fp8_gemm_mma_splitk"
+         : backend == Fp8GemmBackend::kWgmma      ? "sm90_fp8_gemm_wgmma"
          : backend == Fp8GemmBackend::kGemv       ? "sm90_fp8_gemv"
          : backend == Fp8GemmBackend::kGemvSplitK ? "sm90_fp8_gemv_splitk"
          : backend == Fp8GemmBackend::kGemvTma    ? "sm90_fp8_gemv_tma"
                                                   : "sm90_fp8_gemm_warp_rows";
 }
+
+int64_t fp8_gemm_launches(Fp8GemmBackend backend, int64_t m) {
+  return backend == Fp8GemmBackend::kMma     ? (m + kMmaRows - 1) / kMmaRows
+         : backend == Fp8GemmBackend::kWgmma ? fp8_gemm_wgmma_launches(m)
+                                             : 1;
+}
+
+void fp8_gemm_prepare() { fp8_gemm_wgmma_prepare(); }
 
 void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
                     const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
@@ -513,6 +523,11 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
                                      ::vt::profile::OpGroup::kGemmOther};
   };
   const auto cost = [&](const char* backend_name) { return cost_rows(backend_name, m); };
+  if (backend == Fp8GemmBackend::kWgmma) {
+    fp8_gemm_wgmma(y, ldy, q, a_scales, w, w_scales, m, n, k, act, stream,
+                   [&](int64_t rows) { return cost_rows("wgmma", rows); });
+    return;
+  }
   if (backend == Fp8GemmBackend::kGemvTma) {
     VT_CHECK(m == 1, "fp8_block_gemm: the gemv_tma backend serves M = 1, not ", m);
     static_assert(kTmaRows == 2 * kWarpsPerBlock, "two rows per warp");

@@ -1,0 +1,309 @@
+// Standalone (nvcc only) sweep of vt's TMA + wgmma stream-K FP8 GEMM
+// (src/backends/cuda/kernels/fp8_gemm_wgmma.cuh) on the 27B decode shapes: every configuration
+// (tokens per instruction, stages, CTAs per SM) is checked against an f32 reference and for
+// bit-identical reruns, then timed as 30 back-to-back PDL launches in a CUDA graph cycling over
+// enough weight copies that every call reads HBM; "% bw" is against this binary's 4 GB read.
+// Build: nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -O3 -I src scripts/gpu/wgmma_explore.cu
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/kernels/fp8_gemm_wgmma.cuh"
+
+namespace wg = vt::cuda::wgmma_gemm;
+
+#define CHECK(x)                                                                                  \
+  do {                                                                                            \
+    cudaError_t e_ = (x);                                                                         \
+    if (e_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
+      std::exit(1);                                                                               \
+    }                                                                                             \
+  } while (0)
+
+__device__ uint32_t mix(uint64_t x) {
+  x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33;
+  return uint32_t(x);
+}
+__global__ void fill_codes(uint8_t* p, int64_t count, uint64_t seed) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    uint8_t byte = uint8_t(mix(seed * 0x9E3779B97F4A7C15ull + i));
+    if ((byte & 0x7F) == 0x7F) byte = 0;  // e4m3 NaN
+    p[i] = byte;
+  }
+}
+__global__ void fill_scales(float* p, int64_t count, uint64_t seed) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = 0.5e-2f + 1e-2f * float(mix(seed * 0x9E3779B97F4A7C15ull + i) & 0xFFFF) / 65535.0f;
+}
+__global__ void reference(float* y, const uint8_t* a, const float* as, const uint8_t* w, const float* ws, int m,
+                          int n, int k) {
+  const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= int64_t(m) * n) return;
+  const int row = int(index / n), column = int(index % n), kb = (k + 127) / 128;
+  float total = 0.0f;
+  for (int b = 0; b < kb; ++b) {
+    float block = 0.0f;
+    for (int e = b * 128; e < min(k, b * 128 + 128); ++e) {
+      __nv_fp8_e4m3 x, y;
+      x.__x = a[int64_t(row) * k + e];
+      y.__x = w[int64_t(column) * k + e];
+      block += float(x) * float(y);
+    }
+    total += block * as[int64_t(row) * kb + b] * ws[int64_t(column / 128) * kb + b];
+  }
+  y[index] = total;
+}
+__global__ void read_ceiling(const uint4* p, int64_t count, unsigned* sink) {
+  uint32_t acc = 0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcs(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+struct Config {
+  int tokens, stages, halves;
+  bool tile_grid = false;  // one CTA per tile where the tiles fit on the SMs (no shared tiles), else all SMs
+  int mode = 0;
+};
+constexpr size_t kExclusiveBytes = 120 * 1024;  // no second such CTA fits on an SM
+bool g_pdl = true;
+
+template <int kTokens, int kStages, int kHalves, int kMode>
+constexpr size_t smem_of() {
+  return std::max(wg::shared_bytes<kTokens, kStages, kHalves>(), kExclusiveBytes);
+}
+
+template <int kTokens, int kStages, int kHalves, int kMode>
+void launch(const CUtensorMap& wmap, const CUtensorMap& amap, float* y, const float* as, const float* ws,
+            uint64_t* partials, int m, int n, int k, int ctas, cudaStream_t stream) {
+  auto kernel = wg::sm90_fp8_gemm_wgmma<float, kTokens, kStages, kHalves, kMode>;
+  constexpr size_t smem = smem_of<kTokens, kStages, kHalves, kMode>();
+  static bool set = false;
+  if (!set) {
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    set = true;
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(ctas);
+  config.blockDim = dim3(wg::kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = g_pdl ? 1 : 0;
+  CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, partials, m, n, k));
+}
+
+using Launcher = void (*)(const CUtensorMap&, const CUtensorMap&, float*, const float*, const float*, uint64_t*, int,
+                          int, int, int, cudaStream_t);
+struct Variant {
+  Config config;
+  Launcher launcher;
+};
+#define V(t, s, h, g) Variant{{t, s, h, g, 0}, launch<t, s, h, 0>}
+#define VM(t, s, h, g, mode) Variant{{t, s, h, g, mode}, launch<t, s, h, mode>}
+
+int main(int argc, char** argv) {
+  int device = 0, sms = 0;
+  CHECK(cudaGetDevice(&device));
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, device));
+  cudaStream_t stream;
+  CHECK(cudaStreamCreate(&stream));
+  unsigned* sink;
+  CHECK(cudaMalloc(&sink, 4));
+  // The bandwidth every % is against: a 4 GB streaming read.
+  const int64_t big = int64_t(4) << 30;
+  uint8_t* big_buffer;
+  CHECK(cudaMalloc(&big_buffer, big));
+  CHECK(cudaMemset(big_buffer, 1, big));
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  float best_read = 1e30f;
+  for (int rep = 0; rep < 3; ++rep) {
+    CHECK(cudaEventRecord(e0, stream));
+    read_ceiling<<<sms * 8, 256, 0, stream>>>(reinterpret_cast<uint4*>(big_buffer), big / 16, sink);
+    CHECK(cudaEventRecord(e1, stream));
+    CHECK(cudaEventSynchronize(e1));
+    float ms;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    best_read = std::min(best_read, ms);
+  }
+  CHECK(cudaFree(big_buffer));
+  const double bandwidth = double(big) / (best_read * 1e-3) / 1e9;
+  std::printf("# wgmma stream-K FP8 GEMM sweep on %s (%d SMs): 4 GB read %.0f GB/s\n\n", prop.name, sms, bandwidth);
+
+  struct Shape {
+    const char* name;
+    int n, k;
+  };
+  std::vector<Shape> shapes = {{"gate_up", 34816, 5120}, {"gdn in_proj", 16384, 5120}, {"attn qkv", 14336, 5120},
+                               {"down", 5120, 17408},    {"o_proj", 5120, 6144},      {"lm_head", 248320, 5120},
+                               {"awkward", 1000, 4112}};
+  std::vector<int> ms = {1, 7, 8, 16, 32, 64};
+  const bool diag = argc > 1 && std::string(argv[1]) == "diag";
+  if (diag) {
+    shapes = {{"o_proj", 5120, 6144}, {"gdn in_proj", 16384, 5120}, {"gate_up", 34816, 5120}};
+    ms = {1, 16};
+  } else if (argc > 1) {
+    ms = {std::atoi(argv[1])};
+  }
+  // (tokens, stages, 64-row halves per tile, one CTA per tile)
+  std::vector<Variant> variants = {
+      V(8, 4, 2, false),  V(8, 6, 2, false),  V(8, 8, 2, false),  V(8, 12, 2, false), V(8, 8, 2, true),
+      V(8, 8, 1, false),  V(16, 4, 2, false), V(16, 6, 2, false), V(16, 8, 2, false), V(16, 8, 2, true),
+      V(32, 4, 2, false), V(32, 6, 2, false), V(32, 8, 2, false), V(32, 6, 2, true),  V(64, 4, 2, false),
+      V(64, 6, 2, false), V(64, 8, 2, false), V(64, 6, 2, true)};
+  if (diag)  // the overhead of each part of a unit's work (modes: fp8_gemm_wgmma.cuh's Mode)
+    variants = {V(8, 4, 2, false),     VM(8, 4, 2, false, 1),  VM(8, 4, 2, false, 2), V(8, 6, 2, false),
+                VM(8, 6, 2, false, 1), V(8, 8, 2, false),      VM(8, 8, 2, false, 1), V(16, 4, 2, false),
+                VM(16, 4, 2, false, 1), V(16, 6, 2, false),    VM(16, 6, 2, false, 1)};
+  std::printf("| shape | M | tokens | stages | tile rows | CTAs | mode | max err | rerun | us | GB/s | %% bw | one call us |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::vector<std::string> best_lines;
+  const size_t flush_bytes = size_t(256) << 20;
+  uint8_t* big_flush;
+  CHECK(cudaMalloc(&big_flush, flush_bytes));
+  uint64_t* partials;  // a slot per CTA: 2 halves x 32 registers x 128 threads
+  const size_t partial_bytes = size_t(sms) * 2 * 32 * 128 * sizeof(uint64_t);
+  CHECK(cudaMalloc(&partials, partial_bytes));
+  CHECK(cudaMemset(partials, 0, partial_bytes));
+  for (const Shape& shape : shapes) {
+    const int n = shape.n, k = shape.k, kb = (k + 127) / 128, nb = (n + 127) / 128;
+    const int64_t weight_bytes = int64_t(n) * k;
+    const int copies = int(std::max<int64_t>(1, std::min<int64_t>(30, (int64_t(600) << 20) / weight_bytes + 1)));
+    std::vector<uint8_t*> w(copies);
+    std::vector<float*> ws(copies);
+    for (int c = 0; c < copies; ++c) {
+      CHECK(cudaMalloc(&w[c], weight_bytes));
+      CHECK(cudaMalloc(&ws[c], size_t(nb) * kb * sizeof(float)));
+      fill_codes<<<1024, 256, 0, stream>>>(w[c], weight_bytes, 11 + c);
+      fill_scales<<<64, 256, 0, stream>>>(ws[c], int64_t(nb) * kb, 101 + c);
+    }
+    std::vector<CUtensorMap> wmaps_by_halves[2] = {std::vector<CUtensorMap>(copies), std::vector<CUtensorMap>(copies)};
+    for (int h = 0; h < 2; ++h)
+      for (int c = 0; c < copies; ++c)
+        if (!wg::make_fp8_tensor_map(&wmaps_by_halves[h][c], w[c], n, k, 64 * (h + 1))) {
+          std::fprintf(stderr, "tensor map refused\n");
+          return 1;
+        }
+    for (int m : ms) {
+      uint8_t* a;
+      float *as, *y, *ref, *y2;
+      CHECK(cudaMalloc(&a, int64_t(m) * k));
+      CHECK(cudaMalloc(&as, size_t(m) * kb * sizeof(float)));
+      CHECK(cudaMalloc(&y, size_t(m) * n * sizeof(float)));
+      CHECK(cudaMalloc(&y2, size_t(m) * n * sizeof(float)));
+      CHECK(cudaMalloc(&ref, size_t(m) * n * sizeof(float)));
+      fill_codes<<<256, 256, 0, stream>>>(a, int64_t(m) * k, 7 + m);
+      fill_scales<<<16, 256, 0, stream>>>(as, int64_t(m) * kb, 77 + m);
+      reference<<<unsigned((int64_t(m) * n + 255) / 256), 256, 0, stream>>>(ref, a, as, w[0], ws[0], m, n, k);
+      std::vector<float> h_ref(size_t(m) * n), h_y(size_t(m) * n), h_y2(size_t(m) * n);
+      CHECK(cudaMemcpy(h_ref.data(), ref, h_ref.size() * 4, cudaMemcpyDeviceToHost));
+      double ref_max = 0;
+      for (float v : h_ref) ref_max = std::max(ref_max, double(std::fabs(v)));
+      double best_us = 1e30;
+      std::string best;
+      for (const Variant& variant : variants) {
+        const Config& config = variant.config;
+        const std::vector<CUtensorMap>& wmaps = wmaps_by_halves[config.halves - 1];
+        if (config.tokens < m || (config.tokens > 8 && config.tokens / 2 >= m)) continue;  // the smallest fitting
+        for (int pdl = 1; pdl >= (diag ? 0 : 1); --pdl) {
+        g_pdl = pdl;
+        CUtensorMap amap;
+        if (!wg::make_fp8_tensor_map(&amap, a, m, k, config.tokens)) {
+          std::fprintf(stderr, "activation tensor map refused\n");
+          return 1;
+        }
+        const int64_t tiles = (n + 64 * config.halves - 1) / (64 * config.halves), units = tiles * kb;
+        if (config.tile_grid && tiles > sms) continue;
+        const int ctas = int(std::min<int64_t>(units, config.tile_grid ? tiles : sms));
+        CHECK(cudaMemset(y, 0, h_y.size() * 4));
+        variant.launcher(wmaps[0], amap, y, as, ws[0], partials, m, n, k, ctas, stream);
+        variant.launcher(wmaps[0], amap, y2, as, ws[0], partials, m, n, k, ctas, stream);
+        CHECK(cudaStreamSynchronize(stream));
+        CHECK(cudaGetLastError());
+        CHECK(cudaMemcpy(h_y.data(), y, h_y.size() * 4, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(h_y2.data(), y2, h_y2.size() * 4, cudaMemcpyDeviceToHost));
+        double err = 0;
+        for (size_t i = 0; i < h_y.size(); ++i) err = std::max(err, double(std::fabs(h_y[i] - h_ref[i])));
+        const bool same = std::memcmp(h_y.data(), h_y2.data(), h_y.size() * 4) == 0;
+        // 30 calls over the copies, one graph.
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        for (int call = 0; call < 30; ++call)
+          variant.launcher(wmaps[call % copies], amap, y, as, ws[call % copies], partials, m, n, k, ctas,
+                           stream);
+        CHECK(cudaStreamEndCapture(stream, &graph));
+        CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        CHECK(cudaGraphLaunch(exec, stream));
+        float best_ms = 1e30f;
+        for (int rep = 0; rep < 3; ++rep) {
+          CHECK(cudaEventRecord(e0, stream));
+          CHECK(cudaGraphLaunch(exec, stream));
+          CHECK(cudaEventRecord(e1, stream));
+          CHECK(cudaEventSynchronize(e1));
+          float elapsed;
+          CHECK(cudaEventElapsedTime(&elapsed, e0, e1));
+          best_ms = std::min(best_ms, elapsed);
+        }
+        CHECK(cudaGraphExecDestroy(exec));
+        CHECK(cudaGraphDestroy(graph));
+        // One call alone (cold pipeline, nothing to overlap with).
+        CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        variant.launcher(wmaps[1 % copies], amap, y, as, ws[1 % copies], partials, m, n, k, ctas, stream);
+        CHECK(cudaStreamEndCapture(stream, &graph));
+        CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        float single_ms = 1e30f;
+        for (int rep = 0; rep < 5; ++rep) {
+          CHECK(cudaMemsetAsync(big_flush, rep, flush_bytes, stream));  // the weights leave L2
+          CHECK(cudaEventRecord(e0, stream));
+          CHECK(cudaGraphLaunch(exec, stream));
+          CHECK(cudaEventRecord(e1, stream));
+          CHECK(cudaEventSynchronize(e1));
+          float elapsed;
+          CHECK(cudaEventElapsedTime(&elapsed, e0, e1));
+          single_ms = std::min(single_ms, elapsed);
+        }
+        CHECK(cudaGraphExecDestroy(exec));
+        CHECK(cudaGraphDestroy(graph));
+        const double us = best_ms * 1e3 / 30;
+        const double bytes = double(weight_bytes) + double(m) * k + double(m) * n * 2;
+        const double gbs = bytes / (us * 1e-6) / 1e9;
+        char line[256];
+        std::snprintf(line, sizeof line, "| %s %dx%d | %d | %d | %d | %d x 64 | %d | %s | %.2e | %s | %.2f | %.0f | %.1f | %.2f |",
+                      shape.name, n, k, m, config.tokens, config.stages, config.halves, ctas,
+                      config.mode == 0 ? (pdl ? "full" : "full, no PDL")
+                      : config.mode == 1 ? "no fixup"
+                      : config.mode == 2 ? "copies only"
+                      : config.mode == 3 ? "no fixup, no scale loads"
+                      : config.mode == 4 ? "no fixup, no wgmma"
+                                         : "no fixup, no stores",
+                      err / ref_max, same ? "same" : "DIFFERS", us, gbs, 100 * gbs / bandwidth, single_ms * 1e3);
+        std::printf("%s\n", line);
+        if (config.mode == 0 && (err / ref_max > 1e-3 || !same)) std::printf("FAILED above\n");
+        if (config.mode == 0 && pdl && us < best_us) best_us = us, best = line;
+        }
+      }
+      best_lines.push_back(best);
+      cudaFree(a), cudaFree(as), cudaFree(y), cudaFree(y2), cudaFree(ref);
+    }
+    for (int c = 0; c < copies; ++c) cudaFree(w[c]), cudaFree(ws[c]);
+  }
+  std::printf("\n## best variant per shape and M\n| shape | M | tokens | stages | tile rows | CTAs | mode | max err | rerun | us | GB/s | %% bw | one call us |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const auto& line : best_lines) std::printf("%s\n", line.c_str());
+  return 0;
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Run ON the GPU machine: builds scripts/gpu/wgmma_explore.cu (standalone, nvcc only; the kernel
+# is vt's src/backends/cuda/kernels/fp8_gemm_wgmma.cuh) and sweeps its configurations on the 27B
+# decode shapes at M = 1..64, each checked against an f32 reference and for bit-identical reruns.
+# Full table in $OUT/wgmma_explore.md; the best configuration per shape and M prints last.
+# Optional argument: one M.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/vt-out}
+mkdir -p "$OUT"
+BIN=$(mktemp -d)/wgmma_explore
+nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -O3 -I src -o "$BIN" scripts/gpu/wgmma_explore.cu || exit 1
+cuobjdump --dump-sass "$BIN" | grep -c QGMMA | sed 's/^/QGMMA instructions in SASS: /'
+"$BIN" "$@" >"$OUT/wgmma_explore.md" 2>&1 || { tail -30 "$OUT/wgmma_explore.md"; exit 1; }
+head -1 "$OUT/wgmma_explore.md"
+grep -c FAILED "$OUT/wgmma_explore.md" | sed 's/^/FAILED rows: /'
+sed -n '/best variant/,$p' "$OUT/wgmma_explore.md"

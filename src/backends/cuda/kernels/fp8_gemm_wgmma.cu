@@ -1,0 +1,151 @@
+// Host side of the TMA + wgmma stream-K FP8 GEMM (fp8_gemm_wgmma.cuh): the configuration per
+// call, tensor maps (cached per thread), the per-device partials workspace, and the launch with
+// its intent. Configuration from scripts/gpu/wgmma_explore.cu's sweep on the H200
+// (docs/perf/2026-12-01-wgmma-gemm.md): the smallest of 8 / 16 / 32 / 64 tokens per instruction
+// that holds M (larger M in chunks of 64 rows, each re-reading the weights), 4 stages of 128 x 128
+// weight blocks, shared memory padded so that one such CTA holds an SM, one CTA per SM, or one per
+// 128-row tile where the tiles nearly fill the SMs (no shared tiles then).
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+
+#include "backends/cuda/check.h"
+#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/kernels/fp8_gemm_wgmma.cuh"
+#include "backends/cuda/kernels/fp8_gemm_wgmma.h"
+#include "backends/cuda/kernels/launch.cuh"
+
+namespace vt::cuda {
+namespace {
+
+namespace wg = wgmma_gemm;
+
+constexpr int kStages = 4;
+constexpr int kHalves = 2;  // 128-row tiles
+constexpr int kTileRows = 64 * kHalves;
+constexpr int kMaxTokens = 64;
+constexpr size_t kExclusiveSharedBytes = 120 * 1024;  // two such CTAs never share an SM
+constexpr int kMaxDevices = 64;
+
+template <int kTokens>
+constexpr size_t shared_bytes() {
+  return std::max(wg::shared_bytes<kTokens, kStages, kHalves>(), kExclusiveSharedBytes);
+}
+
+// Per device: the SM count and the partials (one slot per CTA, zeroed once: each word carries its
+// own flag and is cleared by the CTA that reads it).
+struct Workspace {
+  int sms = 0;
+  uint64_t* partials = nullptr;
+};
+std::mutex g_workspace_mutex;
+Workspace g_workspaces[kMaxDevices];
+
+const Workspace& workspace() {
+  int device = 0;
+  VT_CUDA_CHECK(cudaGetDevice(&device));
+  VT_CHECK(device < kMaxDevices, "fp8 wgmma GEMM: device index ", device, " beyond ", kMaxDevices - 1);
+  std::lock_guard<std::mutex> lock(g_workspace_mutex);
+  Workspace& slot = g_workspaces[device];
+  if (!slot.partials) {
+    VT_CUDA_CHECK(cudaDeviceGetAttribute(&slot.sms, cudaDevAttrMultiProcessorCount, device));
+    const size_t bytes = size_t(slot.sms) * kHalves * (kMaxTokens / 2) * wg::kConsumerThreads * sizeof(uint64_t);
+    void* memory = nullptr;
+    VT_CUDA_CHECK(cudaMalloc(&memory, bytes));
+    VT_CUDA_CHECK(cudaMemset(memory, 0, bytes));
+    VT_CUDA_CHECK(cudaDeviceSynchronize());
+    slot.partials = static_cast<uint64_t*>(memory);
+  }
+  return slot;
+}
+
+// Tensor maps are host-encoded descriptors of (address, shape, box): cached per thread, since a
+// decode step launches hundreds of GEMMs outside graphs too (prefill, verify steps).
+struct MapKey {
+  const void* base;
+  int64_t rows, cols;
+  int box_rows;
+  bool operator==(const MapKey& other) const {
+    return base == other.base && rows == other.rows && cols == other.cols && box_rows == other.box_rows;
+  }
+};
+struct MapKeyHash {
+  size_t operator()(const MapKey& key) const {
+    return std::hash<const void*>()(key.base) ^ (size_t(key.rows) * 0x9E3779B97F4A7C15ull) ^
+           (size_t(key.cols) << 20) ^ size_t(key.box_rows);
+  }
+};
+
+const CUtensorMap& tensor_map(const void* base, int64_t rows, int64_t cols, int box_rows) {
+  thread_local std::unordered_map<MapKey, CUtensorMap, MapKeyHash> cache;
+  const MapKey key{base, rows, cols, box_rows};
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() > 65536) cache.clear();  // bounded: a model has a few thousand
+  CUtensorMap map;
+  std::memset(&map, 0, sizeof map);
+  VT_CHECK(wg::make_fp8_tensor_map(&map, base, rows, cols, box_rows), "fp8 wgmma GEMM: the driver refused a tensor map of [",
+           rows, ", ", cols, "] at ", base, " (boxes of ", box_rows, " x 128 bytes)");
+  return cache.emplace(key, map).first->second;
+}
+
+template <typename T, int kTokens>
+void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
+                   const float* w_scales, int64_t m, int64_t n, int64_t k, int ctas, const Workspace& space,
+                   cudaStream_t stream, const ::vt::profile::LaunchCost& cost) {
+  auto kernel = wg::sm90_fp8_gemm_wgmma<T, kTokens, kStages, kHalves>;
+  // > 48 KB of dynamic shared memory: a per-device function attribute, set once per device.
+  static std::atomic<uint64_t> attribute_set{0};
+  int device = 0;
+  VT_CUDA_CHECK(cudaGetDevice(&device));
+  if (!(attribute_set.load() & (uint64_t(1) << device))) {
+    VT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes<kTokens>())));
+    attribute_set.fetch_or(uint64_t(1) << device);
+  }
+  const CUtensorMap& weights = tensor_map(w, n, k, kTileRows);
+  const CUtensorMap& activations = tensor_map(q, m, k, kTokens);
+  launch("sm90_fp8_gemm_wgmma", cost, kernel, dim3(unsigned(ctas)), dim3(wg::kThreads), shared_bytes<kTokens>(), stream,
+         weights, activations, static_cast<T*>(y), ldy, a_scales, w_scales, space.partials, int(m), int(n), int(k));
+}
+
+}  // namespace
+
+void fp8_gemm_wgmma_prepare() { workspace(); }
+
+int64_t fp8_gemm_wgmma_launches(int64_t m) { return (m + kMaxTokens - 1) / kMaxTokens; }
+
+void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
+                    const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
+                    const std::function<::vt::profile::LaunchCost(int64_t rows)>& cost) {
+  VT_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, "fp8 wgmma GEMM: ", m, " x ", n, " x ", k);
+  const Workspace& space = workspace();
+  const int64_t k_blocks = (k + wg::kBlockK - 1) / wg::kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
+  const int64_t units = tiles * k_blocks;
+  // One CTA per tile where the tiles nearly fill the SMs (no shared tile to sum), else every SM.
+  const int64_t ctas = tiles <= space.sms && 10 * tiles >= 9 * space.sms ? tiles : std::min<int64_t>(units, space.sms);
+  const size_t element = dtype_size(act);
+  for (int64_t m0 = 0; m0 < m; m0 += kMaxTokens) {
+    const int64_t rows = std::min<int64_t>(kMaxTokens, m - m0);
+    void* y_rows = static_cast<char*>(y) + size_t(m0 * ldy) * element;
+    const uint8_t* q_rows = q + m0 * k;
+    const float* scale_rows = a_scales + m0 * k_blocks;
+    const auto run = [&](auto tokens) {
+      constexpr int kTokens = decltype(tokens)::value;
+      VT_DISPATCH_ACT(act, T,
+                      launch_tokens<T, kTokens>(y_rows, ldy, q_rows, scale_rows, w, w_scales, rows, n, k, int(ctas),
+                                                space, stream, cost(rows)));
+    };
+    if (rows <= 8) run(std::integral_constant<int, 8>{});
+    else if (rows <= 16) run(std::integral_constant<int, 16>{});
+    else if (rows <= 32) run(std::integral_constant<int, 32>{});
+    else run(std::integral_constant<int, 64>{});
+  }
+}
+
+}  // namespace vt::cuda

@@ -1,0 +1,25 @@
+// The TMA + wgmma stream-K FP8 GEMM's host entry (kernels: fp8_gemm_wgmma.cuh), for fp8_gemm.cu's
+// fp8_block_gemm (Fp8GemmBackend::kWgmma).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+
+#include "core/dtype.h"
+#include "profile/intent.h"
+
+namespace vt::cuda {
+
+// Makes the current device's partials workspace (cudaMalloc: call outside graph capture; the
+// first GEMM call makes it otherwise).
+void fp8_gemm_wgmma_prepare();
+// Launches per call: one per 64 rows.
+int64_t fp8_gemm_wgmma_launches(int64_t m);
+// As fp8_block_gemm; cost(rows) is what a launch of `rows` rows must move (its intent).
+void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
+                    const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
+                    const std::function<::vt::profile::LaunchCost(int64_t rows)>& cost);
+
+}  // namespace vt::cuda
