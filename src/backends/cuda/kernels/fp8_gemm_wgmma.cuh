@@ -4,14 +4,17 @@
 // M <= 64 tokens as the instruction's N, so nothing is padded to 64 tokens).
 //
 // The work is a stream-K split over a persistent grid: the weight matrix is a sequence of
-// U = tiles x k_blocks units (a tile is 128 output columns, one weight-scale row; a unit is one
-// 128 x 128 block, 16 KB), and CTA c of C takes units [c U / C, (c + 1) U / C), so every CTA
-// streams the same number of bytes whatever the shape. A tile wholly inside one CTA is written
-// directly; a tile shared by several CTAs is summed by the last of them to finish, reading every
-// contributor's fp32 partial in CTA order (so the result is bit-identical run to run), and that
-// CTA resets the tile's counter for the next call.
+// U = tiles x k_blocks units (a tile is 64 or 128 output columns; a unit is one tile's 128-byte
+// slice of K, 16 KB at 128 rows), and CTA c of C takes units [c U / C, (c + 1) U / C), so every
+// CTA streams the same number of bytes whatever the shape. A tile wholly inside one CTA is
+// written directly. A tile shared by several CTAs is summed by its first owner, whose share ends
+// its range (so it finishes last): it adds the later owners' fp32 partials in CTA order (the
+// result is bit-identical run to run). Each partial word carries a flag in its upper half, so the
+// reader needs no fence or counter: it reloads until every word is flagged, then clears them for
+// the next call (which cannot start before this grid ends: its consumers wait on PDL). The first
+// owner waits on CTAs that never wait on it, and all C CTAs are resident (C <= SMs), so this ends.
 //
-// Per unit the consumer warpgroup runs 8 wgmma m64nNk32 (two 64-row halves x four k32 steps)
+// Per unit the consumer warpgroup runs wgmma m64nNk32 (each 64-row half x four k32 steps)
 // into a block accumulator, then adds block x w_scale x a_scale[token] into the fp32 total
 // (the block scales of the 1 x 128 / 128 x 128 format, applied per 128-K block as the CPU
 // reference does). One producer warp issues the copies; weights, being constant, are requested
