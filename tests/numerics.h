@@ -28,6 +28,14 @@ constexpr double kCudaChunkedDeltaRuleRelL2 = kSamePathRelL2;
 // Its bf16 output vs gdn_recurrent's: the same fp32 values to ~1e-6, rounded to bf16 (one bf16
 // ulp, 2^-8 relative, would be 3.9e-3 were every element on a rounding boundary).
 constexpr double kCudaChunkedBf16OutputRelL2 = 4e-3;
+// One FP8 block GEMM on the GPU vs the CPU's (dequantised operands, fp32 sums): vt's CUDA-core and
+// mma.sync kernels sum in fp32 (kFp8GemmFp32RelL2); the wgmma kernel sums each 128-K block of e4m3
+// products in the tensor core's accumulator, which keeps about 14 bits (DeepSeek-V3 report,
+// section 3.3.2), before its fp32 scale-and-add: 1.9-2.6e-4 measured on the H200 at every shape
+// (kFp8GemmWgmmaRelL2); cuBLASLt's block-scaled path the same way, in its own K order.
+constexpr double kFp8GemmFp32RelL2 = 1e-5;
+constexpr double kFp8GemmWgmmaRelL2 = 5e-4;
+constexpr double kFp8GemmCublasLtRelL2 = 1e-3;
 
 // CUDA forward with BF16 activations (and KV cache) vs HF fp32 on the same weights: every
 // activation is rounded to bf16 (2^-9 relative) before each GEMM and between kernels.
