@@ -1,7 +1,6 @@
 // Device discovery, memory helpers and host<->device copies.
 #include <cstdlib>
 #include <string>
-#include <unordered_set>
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_ops.h"
@@ -50,29 +49,6 @@ bool pdl_enabled() {
     return text == "1";
   }();
   return enabled;
-}
-
-int shared_memory_carveout() {
-  static const int carveout = [] {
-    const char* value = std::getenv("VT_SMEM_CARVEOUT");
-    if (!value) return -1;
-    char* end = nullptr;
-    const long percent = std::strtol(value, &end, 10);
-    VT_CHECK(end != value && *end == '\0' && percent >= 0 && percent <= 100, "VT_SMEM_CARVEOUT='", value,
-             "': expected a percentage 0..100 of the unified L1 / shared memory to give shared memory");
-    return int(percent);
-  }();
-  return carveout;
-}
-
-void apply_carveout(const void* kernel) {
-  const int carveout = shared_memory_carveout();
-  if (carveout < 0) return;
-  // Per thread (a tensor-parallel rank's thread drives one device): a function attribute is
-  // set once per device.
-  thread_local std::unordered_set<const void*> done;
-  if (!done.insert(kernel).second) return;
-  VT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
 }
 
 DeviceBuffer::DeviceBuffer(DType dtype, const Shape& shape) {

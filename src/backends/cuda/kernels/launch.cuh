@@ -14,10 +14,6 @@
 namespace vt::cuda {
 
 bool pdl_enabled();  // VT_PDL, default on; read once
-// VT_SMEM_CARVEOUT=0..100 (unset: the driver's choice per kernel): the preferred share of the
-// unified L1 / shared memory given to shared memory, set on every kernel vt launches, so that an SM
-// need not change its split between kernels that want different amounts (an A/B knob).
-void apply_carveout(const void* kernel);
 
 template <typename... Params, typename... Args>
 void launch_only(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
@@ -32,7 +28,6 @@ void launch_only(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = pdl_enabled() ? 1 : 0;
-  apply_carveout(reinterpret_cast<const void*>(kernel));
   VT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
 }
 
