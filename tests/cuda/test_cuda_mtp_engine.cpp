@@ -417,11 +417,12 @@ TEST_F(CudaEngineMtp, PreemptionAndCancellation) {
   long_request.num_draft = 4;
   RequestParams short_request = long_request;
   short_request.max_tokens = 12;
+  const EngineOptions roomy = mtp_options(*cuda, kRunning, 24);  // the long fitted prompt fits
   std::vector<std::vector<int32_t>> want;
   for (const auto& prompt : *fitted_prompts_) {
     RequestParams plain = short_request;
     plain.num_draft = 0;
-    want.push_back(run_all(*cuda, plain_options(options), {prompt}, {plain})[0].ids);
+    want.push_back(run_all(*cuda, plain_options(roomy), {prompt}, {plain})[0].ids);
   }
   // Declared before the engine, so they outlive its thread (its destructor joins it).
   std::promise<void> first_token;
@@ -444,7 +445,7 @@ TEST_F(CudaEngineMtp, PreemptionAndCancellation) {
     };
   };
   auto cancelled_callback = collect(nullptr);
-  Engine engine(*cuda, nullptr, mtp_options(*cuda, kRunning, 24));
+  Engine engine(*cuda, nullptr, roomy);
   const int64_t id = engine.submit((*fitted_prompts_)[0], long_request, [&](const TokenEvent& event) {
     cancelled_callback(event);
     if (!signalled.exchange(true)) first_token.set_value();
