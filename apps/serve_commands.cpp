@@ -2,7 +2,7 @@
 //   vt serve --model FILE.gguf|DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--device cpu|cuda]
 //   vt serve --synthetic qwen3.5-27b --tokenizer DIR [--weights fp8|bf16]   (CUDA: real shapes, random weights)
 //   ... [--speculative ngram|mtp [--num-draft K] [--adaptive-draft]]   (speculative decoding in the batch;
-//       mtp: the checkpoint's MTP head drafts, CPU reference)
+//       mtp: the checkpoint's MTP head drafts, on the CPU reference or one GPU)
 //   ... [--device-sampling on|off]   (CUDA: tokens drawn on the GPU, the default; off for A/B runs)
 // Prints "vt serve: listening on http://HOST:PORT" on stderr once it accepts connections
 // (--port 0 picks a free port). SIGINT or SIGTERM drains: new requests get 503, those in flight
@@ -22,6 +22,7 @@
 #include "apps/model_text.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "io/weight_store.h"
 #include "model/mtp_head.h"
 #include "server/server.h"
 #include "spec/mtp_drafter.h"
@@ -68,8 +69,11 @@ void run_serve(ServeArgs args) {
   VT_CHECK(args.synthetic.empty() || !args.tokenizer.empty(), "serve: --synthetic needs --tokenizer DIR");
   VT_CHECK(args.speculative.empty() || args.speculative == "ngram" || args.speculative == "mtp", "serve: --speculative '",
            args.speculative, "': the server drafts with ngram (prompt lookup) or mtp (the MTP head); draft runs in vt generate");
-  VT_CHECK(args.speculative != "mtp" || (args.device == "cpu" && args.synthetic.empty()),
-           "serve: --speculative mtp runs on --device cpu (the CUDA model keeps no hidden states per sequence yet)");
+  VT_CHECK(args.speculative != "mtp" || args.synthetic.empty(),
+           "serve: --speculative mtp drafts with a checkpoint's MTP head (--model DIR); --synthetic models have none");
+  VT_CHECK(args.speculative != "mtp" || args.tensor_parallel == 1,
+           "serve: --speculative mtp runs on one GPU (--tensor-parallel 1): the MTP head does not run on "
+           "tensor-parallel ranks");
   VT_CHECK(!args.speculative.empty() || (args.num_draft == 0 && !args.adaptive_draft),
            "serve: --num-draft and --adaptive-draft go with --speculative");
   if (!args.speculative.empty()) {
@@ -80,6 +84,11 @@ void run_serve(ServeArgs args) {
         std::max(args.engine.step_token_budget, args.engine.max_running * (1 + args.num_draft));
     args.server.num_draft = args.num_draft;
     args.server.adaptive_draft = args.adaptive_draft;
+  }
+  if (args.speculative == "mtp" && std::filesystem::is_directory(args.model)) {
+    // Refused before the weights load (on the GPU, minutes for a large model); the loaders check too.
+    VT_CHECK(vt::WeightStore::open(args.model).contains("mtp.fc.weight"), "serve: --speculative mtp: ", args.model,
+             " has no MTP head (no mtp.* weights, such as mtp.fc.weight)");
   }
   auto text = vt::apps::load_model_text(args.tokenizer.empty() ? args.model : args.tokenizer);
   std::unique_ptr<vt::Model> model;
@@ -93,6 +102,9 @@ void run_serve(ServeArgs args) {
     options.max_step_tokens = std::max(args.engine.step_token_budget, args.engine.max_running);
     options.max_logit_rows = args.engine.max_running * (1 + args.engine.max_num_draft);  // verify rows
     options.max_rollback_tokens = args.engine.max_num_draft > 0 ? args.engine.max_num_draft + 1 : 0;
+    // MTP: the head's weights, its KV cache for every slot; the target sequences keep their hidden
+    // states for it (per slot at most one step's: the engine's drafters read them every step).
+    options.load_mtp = args.speculative == "mtp";
     if (args.tensor_parallel > 1) {
 #ifdef VT_WITH_NCCL
       if (args.synthetic.empty()) {
@@ -209,8 +221,8 @@ void add_serve_commands(CLI::App& app) {
       ->check(CLI::IsMember({"on-demand", "full"}));
   serve->add_option("--speculative", args->speculative,
                     "speculative decoding for every request: ngram (prompt-lookup drafts) or mtp (the checkpoint's "
-                    "MTP head; --device cpu), verified in the batched step; a request may set num_speculative_tokens, "
-                    "0 to opt out");
+                    "MTP head; --device cpu or cuda, one GPU), verified in the batched step; a request may set "
+                    "num_speculative_tokens, 0 to opt out");
   serve->add_option("--num-draft", args->num_draft, "--speculative: drafts verified per step, k (default 4)")
       ->check(CLI::Range(1, 32));
   serve->add_flag("--adaptive-draft", args->adaptive_draft, "--speculative: adapt k in [1, --num-draft] to the acceptance");

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run ON the GPU machine (after scripts/gpu/cuda_tests.sh built build-gpu/): speculative decoding
 # on the GPU (issue 10) — the CUDA speculation tests (rollback windows, lossless greedy at k = 1..8,
-# batch 16, sampling; the MTP head against the CPU's, MTP drafting), compute-sanitizer memcheck
-# over the window kernels, verifies up to k = 8 and the MTP head, and `vt bench decode --verify` on
+# batch 16, sampling; the MTP head against the CPU's, MTP drafting, MTP in the serving engine),
+# compute-sanitizer memcheck over the window kernels, verifies up to k = 8, the MTP head and the
+# engine's batch of 16 MTP requests, and `vt bench decode --verify` on
 # the synthetic 27B FP8 (a k+1-token verify vs a 1-token step, k = 1..8, batch 1 and 16). Logs go
 # to $OUT/spec_round.tar.gz; the tables print last.
 # PARTS="tests memcheck bench" (the default: all) picks parts, to fit the device's 10 minutes per
@@ -24,6 +25,9 @@ cmake --build build-gpu -j "$(nproc)" --target vt vt_cuda_tests >"$LOGS/build.lo
 export VT_REQUIRE_GPU=1
 
 SPEC_FILTER='CudaSpec.*:CudaMtpHead.*:CudaKernels.GatedDeltaNetWindow*:CudaKernels.CopySpans*:CudaKernels.GatedDeltaNetMatchesCpu'
+# MTP in the serving engine: hidden states kept per target sequence, k = 1..8, 16 mixed,
+# preemption and cancellation, prompts longer than a step.
+SPEC_FILTER+=':CudaEngineMtp.*'
 if want tests; then
   "$TESTS" --gtest_filter="$SPEC_FILTER" >"$LOGS/spec_tests.log" 2>&1 || { status=1; echo "FAILED: spec tests"; }
 fi
@@ -35,6 +39,9 @@ SANITIZE_FILTER+=':CudaSpec.RollbackToEveryPositionEqualsAFreshRun:CudaSpec.Real
 SANITIZE_FILTER+=':CudaSpec.BatchedVerifyOf16SequencesIsLossless'
 # The MTP head: its KV cache and chunked pairs, chained drafts, rollbacks, FP8 linears.
 SANITIZE_FILTER+=':CudaMtpHead.RollbackAndRefusals:CudaMtpHead.LogitsFollowTheCpuHeadFp8'
+# The per-sequence rings of kept hidden states (wraps, refusals) and the engine's batch of 16 MTP
+# requests at k = 1..8 (ring copies after graph and non-graph steps, the head reading them).
+SANITIZE_FILTER+=':CudaEngineMtp.SequenceHiddenStatesFollowTheCpu:CudaEngineMtp.SixteenMixedRequestsEqualRunningAlone'
 sanitizer_result="not asked for (PARTS)"
 if want memcheck; then run_memcheck "$SANITIZE_FILTER" "$LOGS/memcheck.log" || status=1; fi
 

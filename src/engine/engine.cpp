@@ -41,7 +41,8 @@ struct Engine::Sequence {
   // in [1, num_draft]), and this step's verify (the last token, then the drafts).
   std::unique_ptr<Drafter> drafter;
   bool drafter_started = false;
-  bool keep_hidden = false;  // the drafter reads the target's hidden states (MTP): every forward keeps them
+  // The drafter reads the target's hidden states (MTP): forwards keep those it has yet to read.
+  bool keep_hidden = false;
   int64_t num_draft = 0;
   bool verifying = false;
   Draft draft;
@@ -250,18 +251,26 @@ void Engine::schedule(std::vector<Sequence*>& scheduled) {
 // does not fit the budget waits for the next step rather than shrinking, with the same drafts, so
 // a seeded request draws the same random numbers whatever else runs. At most max_tokens - 1 drafts are left to
 // make, so the sequence never holds more than prompt + max_tokens - 1 tokens.
+// A drafter that reads the target's hidden states reads, before every step, all the target
+// sequence keeps: a propose, or else a catch_up (the prompt's chunks, at fixed offsets, so the
+// head's steps do not depend on the load either). The sequence then holds at most the hidden
+// states of one step's tokens (a bound the CUDA model sizes its per-sequence rows by).
 void Engine::draft_running() {
   for (auto& entry : running_) {
     Sequence& sequence = *entry;
-    if (sequence.finished || !sequence.verifies_next()) continue;
+    if (sequence.finished || !sequence.drafter) continue;
     // A verify that waited (budget, preemption) keeps its drafts: a drafter sees each context once.
-    if (sequence.drafted_for == int64_t(sequence.tokens.size())) continue;
-    sequence.drafted_for = int64_t(sequence.tokens.size());
+    const bool proposes = sequence.verifies_next() && sequence.drafted_for != int64_t(sequence.tokens.size());
+    if (!proposes && !sequence.keep_hidden) continue;
     Draft& draft = sequence.draft;
-    draft.tokens.clear();
-    draft.probs.clear();
-    const int64_t ask = std::min(sequence.num_draft, sequence.params.max_tokens - sequence.completion_tokens() - 1);
-    if (ask <= 0) continue;
+    int64_t ask = 0;
+    if (proposes) {
+      sequence.drafted_for = int64_t(sequence.tokens.size());
+      draft.tokens.clear();
+      draft.probs.clear();
+      ask = std::min(sequence.num_draft, sequence.params.max_tokens - sequence.completion_tokens() - 1);
+      if (ask <= 0 && !sequence.keep_hidden) continue;
+    }
     try {
       if (!sequence.drafter_started) {
         sequence.drafter->start(std::span<const int32_t>(sequence.tokens.data(), size_t(sequence.prompt_size)),
@@ -269,6 +278,10 @@ void Engine::draft_running() {
         sequence.drafter_started = true;
       }
       sequence.drafter->set_target_sequence(sequence.state.get());
+      if (ask <= 0) {
+        sequence.drafter->catch_up(sequence.tokens, sequence.fed);
+        continue;
+      }
       sequence.drafter->propose(sequence.tokens, ask, draft);
       const int64_t drafts = int64_t(draft.tokens.size());
       VT_CHECK(drafts <= ask, "engine: the drafter proposed ", drafts, " tokens, more than the ", ask, " asked");
@@ -392,13 +405,18 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
     for (size_t i = 0; i < scheduled.size(); ++i) {
       Sequence* sequence = scheduled[i];
       if (round >= forwards[i] || sequence->finished) continue;
+      // Hidden states are kept where the drafter will read them: not for tokens re-fed below them.
+      const auto keeps = [&](int64_t tokens) {
+        return sequence->keep_hidden && sequence->fed + tokens > sequence->drafter->target_hidden_needed_from();
+      };
       if (sequence->verifying) {
         const bool drafts = sequence->verify_tokens.size() > 1;
-        items.push_back({sequence->verify_tokens, sequence->state.get(), drafts, drafts, sequence->keep_hidden});
+        items.push_back({sequence->verify_tokens, sequence->state.get(), drafts, drafts,
+                         keeps(int64_t(sequence->verify_tokens.size()))});
       } else {
         const int64_t tokens = sequence->decoding() ? 1 : sequence->step_tokens;
         items.push_back({std::span<const int32_t>(sequence->tokens.data() + sequence->fed, size_t(tokens)),
-                         sequence->state.get(), false, false, sequence->keep_hidden});
+                         sequence->state.get(), false, false, keeps(tokens)});
       }
       members.push_back(sequence);
     }

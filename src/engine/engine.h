@@ -57,10 +57,12 @@ struct EngineOptions {
   int64_t max_num_draft = 0;
   // Makes a speculating request's drafter at submit (it proposes on the engine thread, outside the
   // lock; freed with the request); null: prompt lookup (NgramDrafter). A drafter that reads the
-  // target's hidden states (an MtpDrafter over MtpHiddenSource::kSequence) has every forward of
-  // the request keep them, and is kept through a preemption: the re-fed tokens give the same
-  // hidden states, so its own cache (the MTP head's sequence) stays valid. For seeded outputs to be reproducible its drafts
-  // should depend only on the request (a sampling drafter: seed it from the request's seed).
+  // target's hidden states (an MtpDrafter over MtpHiddenSource::kSequence) has the request's
+  // forwards keep those it has yet to read, and reads them before every step (propose, or
+  // catch_up while the prompt is fed), so a target sequence holds at most one step's. It is kept
+  // through a preemption: its own cache (the MTP head's sequence) stays valid, and the re-fed
+  // tokens it has read keep nothing. For seeded outputs to be reproducible its drafts should
+  // depend only on the request (a sampling drafter: seed it from the request's seed).
   std::function<std::unique_ptr<Drafter>(const RequestParams&)> make_drafter;
   // Sample on the model's device when it can (Model::supports_device_sampling): only the token ids
   // come back from a step, not [rows, vocab] logits. Requests that need the logits on the host

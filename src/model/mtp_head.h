@@ -55,7 +55,9 @@ class MtpHead {
   // (ForwardOptions, BatchItem) keeps its positions' hidden states in that sequence, after the
   // ones kept before (those from its first position on are replaced: rolled-back positions go;
   // after a gap only its own stay), until mtp_forward_from_sequence has used them. Other forwards
-  // leave them. False: this backend does not (its forwards refuse keep_hidden).
+  // leave them. A backend may bound how many one sequence holds (the CUDA model: one step's
+  // tokens); a forward that would pass the bound is refused before it changes anything. False:
+  // this backend does not keep them (its forwards refuse keep_hidden).
   virtual bool keeps_sequence_hidden_states() const { return false; }
   // The positions whose hidden states `target` keeps (count 0: none), below its length.
   virtual PositionRange sequence_hidden_positions(const SequenceState& target) const {

@@ -30,35 +30,6 @@ struct Qwen35CudaModel::Graphs {
 
 namespace {
 
-class CudaSequence final : public SequenceState {
- public:
-  CudaSequence(int64_t slot, int64_t capacity, std::vector<bool>* used) : slot_(slot), used_(used) {
-    capacity_ = capacity;
-  }
-  ~CudaSequence() override { (*used_)[slot_] = false; }
-  int64_t slot() const { return slot_; }
-  // As the CPU reference's state: outside a window the floor follows the length.
-  void advance(int64_t tokens) {
-    length_ += tokens;
-    if (!window_open_) rollback_floor_ = length_;
-  }
-  bool window_open() const { return window_open_; }
-  void open_window() {
-    window_open_ = true;
-    rollback_floor_ = length_;
-  }
-  void close_window() {
-    window_open_ = false;
-    rollback_floor_ = length_;
-  }
-  void set_length(int64_t length) { length_ = length; }
-
- private:
-  int64_t slot_;
-  std::vector<bool>* used_;
-  bool window_open_ = false;
-};
-
 // Split the keys so one attention launch has about this many blocks when few tokens run
 // (CUPTI profile, batch 16: 512 left one split per head and 140 us per layer).
 constexpr int64_t kAttentionBlocks = 4096;
@@ -575,7 +546,6 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
   auto& w = *workspace_;
   const int64_t total = int64_t(tokens.size()), vocab = config_.vocab_size;
   VT_CHECK(total > 0, "forward: no tokens");
-  VT_CHECK(!options.keep_hidden, "CUDA forward: hidden states are kept per model (set_keep_hidden_states), not per sequence");
   VT_CHECK(options.delta_rule != DeltaRuleChoice::kChunked || !options.keep_rollback,
            "CUDA forward: the chunked delta rule keeps no per-token states for a rollback window");
   VT_CHECK(options.delta_rule != DeltaRuleChoice::kChunked || w.gdn_chunk_scratch.data(),
@@ -586,6 +556,7 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
   VT_CHECK(logits.dtype == DType::kF32 && logits.device == Device::kCpu && logits.shape == Shape({logit_rows, vocab}),
            "forward: logits must be host f32 [", logit_rows, ", ", vocab, "]");
   check_window(state, total, options.keep_rollback);
+  if (options.keep_hidden) check_sequence_hidden(state, total);
   prepare_window(state, options.keep_rollback);
   // The delta rule asked for holds for this forward's steps only.
   struct DeltaRuleScope {
@@ -593,9 +564,11 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
     ~DeltaRuleScope() { choice = DeltaRuleChoice::kAuto; }
   } delta_rule_scope{w.delta_rule};
   w.delta_rule = options.delta_rule;
-  // The MTP drafter's hidden states: every position's final-norm output, chunk after chunk.
-  const bool keep_hidden = keep_hidden_states_;
-  if (keep_hidden) kept_positions_ = {state.length(), total};
+  // The MTP drafter's hidden states: every position's final-norm output, chunk after chunk, kept
+  // in the sequence (keep_hidden) or else, with keeping on, for the model's last forward.
+  const bool keep_hidden = keep_hidden_states_ && !options.keep_hidden;
+  kept_positions_ = keep_hidden ? PositionRange{state.length(), total} : PositionRange{};
+  std::vector<cuda::CopySpan> sequence_spans;
   const size_t hidden_row_bytes = size_t(config_.hidden_size) * dtype_size(options_.activations);
   // Chunks of at most max_step_tokens (and of the logit rows the workspace holds).
   const int64_t chunk_limit = options.all_logits ? std::min(w.max_tokens, int64_t(w.logits.shape()[0])) : w.max_tokens;
@@ -620,6 +593,12 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
       VT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(w.kept_hidden.data()) + size_t(begin) * hidden_row_bytes,
                                     w.normed.data(), size_t(count) * hidden_row_bytes, cudaMemcpyDeviceToDevice,
                                     stream_));
+    if (options.keep_hidden) {
+      sequence_spans.clear();
+      keep_sequence_hidden(state, 0, count, sequence_spans);
+      profile::OpScope op("mtp.keep_hidden", OpGroup::kOther);
+      cuda::copy_spans(sequence_spans.data(), int64_t(sequence_spans.size()), stream_);
+    }
     state.advance(count);
     if (!options.all_logits && !last_chunk) continue;
     copy_logits_to_host(logits.f32() + (options.all_logits ? begin * vocab : 0), rows);
@@ -700,20 +679,21 @@ void Qwen35CudaModel::verify_greedy(std::span<const BatchItem> items, std::vecto
 
 int64_t Qwen35CudaModel::run_batch(std::span<const BatchItem> items, bool all_rows) {
   auto& w = *workspace_;
-  kept_positions_ = {};  // batched steps keep no hidden states (forward() does)
+  kept_positions_ = {};  // batched steps keep none for the last forward (forward() does), only per sequence
   const int64_t count = int64_t(items.size());
   VT_CHECK(count > 0 && count <= w.max_seqs && count <= int64_t(w.logits.shape()[0]), "forward_batch: ", count,
            " sequences (at most ", w.max_seqs, ")");
   std::vector<int32_t> ids, token_seq, positions, seq_start = {0}, slots, last_index, window_entry;
-  bool all_decode = true, keeps_rollback = false;
+  bool all_decode = true, keeps_rollback = false, keeps_hidden = false;
   for (int64_t i = 0; i < count; ++i) {
     auto& state = dynamic_cast<CudaSequence&>(*items[size_t(i)].state);
     const auto& tokens = items[size_t(i)].tokens;
     VT_CHECK(!tokens.empty(), "forward_batch: sequence ", i, " has no tokens");
-    VT_CHECK(!items[size_t(i)].keep_hidden, "forward_batch: the CUDA model keeps no hidden states per sequence (keep_hidden)");
     VT_CHECK(state.length() + int64_t(tokens.size()) <= state.capacity(), "forward_batch: sequence ", i, ": ",
              state.length(), " + ", tokens.size(), " tokens exceed its capacity ", state.capacity());
     check_window(state, int64_t(tokens.size()), items[size_t(i)].keep_rollback);
+    if (items[size_t(i)].keep_hidden) check_sequence_hidden(state, int64_t(tokens.size()));
+    keeps_hidden = keeps_hidden || items[size_t(i)].keep_hidden;
     all_decode = all_decode && tokens.size() == 1;
     keeps_rollback = keeps_rollback || items[size_t(i)].keep_rollback;
     const bool item_rows = all_rows || items[size_t(i)].all_logits;  // a row per token, else the last
@@ -748,6 +728,17 @@ int64_t Qwen35CudaModel::run_batch(std::span<const BatchItem> items, bool all_ro
   } else {
     upload();
     run_step(int64_t(ids.size()), count, rows);
+  }
+  if (keeps_hidden) {
+    // Each keep_hidden item's rows of the final norm's output, normed [seq_start[i], seq_start[i + 1]),
+    // into its sequence's ring: one launch, queued after the step (or its graph).
+    std::vector<cuda::CopySpan> spans;
+    for (int64_t i = 0; i < count; ++i)
+      if (items[size_t(i)].keep_hidden)
+        keep_sequence_hidden(*items[size_t(i)].state, seq_start[size_t(i)], seq_start[size_t(i) + 1] - seq_start[size_t(i)],
+                             spans);
+    profile::OpScope op("mtp.keep_hidden", OpGroup::kOther);
+    cuda::copy_spans(spans.data(), int64_t(spans.size()), stream_);
   }
   for (const auto& item : items) dynamic_cast<CudaSequence&>(*item.state).advance(int64_t(item.tokens.size()));
   return rows;

@@ -109,7 +109,9 @@ struct CudaModelOptions {
   int64_t max_rollback_tokens = 0;
   // Load the checkpoint's `mtp.*` head for the MTP drafter (required then, every tensor of it
   // consumed; Qwen35LoadOptions::load_mtp on the CPU). Off: declared ignored. With the head the
-  // model also keeps its KV cache for max_sequences head sequences.
+  // model also keeps its KV cache for max_sequences head sequences. (Any model, at its first
+  // keep_hidden forward, makes per sequence slot a ring of min(max_step_tokens, positions) hidden
+  // states for the serving engine's MTP drafters: 27B in bf16, 512-token steps, 64 slots: 335 MB.)
   bool load_mtp = false;
   // The CUDA device the model lives on (a tensor-parallel rank's GPU); its weights must have been
   // made there, and every call must come from a thread with it current.
@@ -197,8 +199,11 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   void set_emit_logits(bool emit) { emit_logits_ = emit; }
 
   // The MTP head (model/mtp_head.h; qwen3_5_cuda_mtp.cpp). Hidden states stay on the device: a
-  // forward() with keeping on copies every position's final-norm output aside (forward_batch and
-  // decode_step keep none); the head's sequences are KV caches of its attention layer in their own
+  // forward() with keeping on copies every position's final-norm output aside (decode_step keeps
+  // none), and a forward or forward_batch item with keep_hidden copies its rows into its
+  // sequence's ring (Workspace::sequence_hidden: at most min(max_step_tokens, positions) unread
+  // rows per sequence; device-to-device copies, one launch per step, after the CUDA graph when the
+  // step replays one). The head's sequences are KV caches of its attention layer in their own
   // max_sequences slots. One sequence per call, logits copied to the host as f32; not on a
   // tensor-parallel rank.
   bool has_mtp() const override { return weights_.mtp.has_value(); }
@@ -209,9 +214,15 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   void mtp_forward_from_target(std::span<const int32_t> tokens, int64_t first_position, SequenceState& state,
                                const TensorView& logits) override;
   void mtp_forward_chained(int32_t token, SequenceState& state, const TensorView& logits) override;
-  // The hidden states kept by the last forward(), [kept_hidden_positions().count, H], and the
-  // output a head sequence's last pair left for chaining, [H], as f32 on the host (tests).
+  bool keeps_sequence_hidden_states() const override { return true; }
+  PositionRange sequence_hidden_positions(const SequenceState& target) const override;
+  void mtp_forward_from_sequence(std::span<const int32_t> tokens, int64_t first_position, SequenceState& target,
+                                 SequenceState& state, const TensorView& logits) override;
+  // The hidden states kept by the last forward(), [kept_hidden_positions().count, H], those a
+  // target sequence keeps, [sequence_hidden_positions(target).count, H], and the output a head
+  // sequence's last pair left for chaining, [H], as f32 on the host (tests).
   std::vector<float> kept_hidden_states();
+  std::vector<float> sequence_hidden_states(const SequenceState& target);
   std::vector<float> mtp_last_output(const SequenceState& state);
 
  private:
@@ -255,9 +266,25 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   void run_mtp_step(int64_t num_tokens, const void* hidden, int64_t mtp_slot);
   // `count` values of act dtype on the device, as f32 on the host.
   std::vector<float> download(const void* data, int64_t count);
-  // Runs `tokens` with hidden [T, H] act (device) on a head sequence, in chunks of the step size.
-  void mtp_forward_device(std::span<const int32_t> tokens, const void* hidden, SequenceState& state,
+  // Consecutive rows [rows, H] act on the device: one piece of the hidden states of a run of pairs.
+  struct DeviceRows {
+    const void* data = nullptr;
+    int64_t rows = 0;
+  };
+  // Runs `tokens` with their hidden states, `pieces` one after the other ([T, H] in all), on a head
+  // sequence, in chunks of the step size.
+  void mtp_forward_device(std::span<const int32_t> tokens, std::span<const DeviceRows> pieces, SequenceState& state,
                           const TensorView& logits);
+  // Per-sequence hidden states (keep_hidden). check_sequence_hidden refuses a forward of `tokens`
+  // from the sequence's length whose unread rows would pass the ring (before anything changes)
+  // and makes the rings at the first; keep_sequence_hidden then drops the rows from the length on
+  // (all of them after a gap) and appends the copies of workspace normed rows [normed_row,
+  // normed_row + count) into the ring to `spans` (one copy_spans launch per step).
+  void check_sequence_hidden(const SequenceState& state, int64_t tokens);
+  void keep_sequence_hidden(SequenceState& state, int64_t normed_row, int64_t count,
+                            std::vector<cuda::CopySpan>& spans);
+  // The device address of position `position`'s row in a sequence slot's ring.
+  char* sequence_hidden_row(int64_t slot, int64_t position) const;
   // workspace normed -> branch; normed_codes: the norm's fused FP8 output, if it made one.
   void moe(const CudaMoe& moe, int64_t num_tokens, const Fp8Rows& normed_codes);
   // window_entry [S]: the rollback-window entry each sequence's first token writes (-1 or

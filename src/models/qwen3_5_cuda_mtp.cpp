@@ -3,8 +3,9 @@
 //   x = fc([norm_e(embed(token)) | norm_h(hidden)])     hidden: the target's lm_head input at p
 //   x += attention(norm(x));  x += ffn(norm(x))           the decoder layer's kernels, its own KV cache
 //   out = norm(x);  logits = lm_head(out)                 predicts the token at p + 2
-// Hidden states never leave the device: the target's are kept by forward(), the head's own output
-// of each sequence's last pair lives in the workspace's mtp_output row of its slot.
+// Hidden states never leave the device: the target's are kept by forward() (the last one's) or per
+// target sequence (keep_hidden forwards, in a ring per slot), the head's own output of each
+// sequence's last pair lives in the workspace's mtp_output row of its slot.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -114,9 +115,10 @@ void Qwen35CudaModel::mtp_forward_from_target(std::span<const int32_t> tokens, i
            "MTP: the target's last forward kept the hidden states of positions [", kept_positions_.start, ", ",
            kept_positions_.end(), "), not [", first_position, ", ", first_position + num_tokens, ")");
   const size_t row_bytes = size_t(config_.hidden_size) * dtype_size(options_.activations);
-  const char* hidden = static_cast<const char*>(workspace_->kept_hidden.data()) +
-                       size_t(first_position - kept_positions_.start) * row_bytes;
-  mtp_forward_device(tokens, hidden, state, logits);
+  const DeviceRows hidden{static_cast<const char*>(workspace_->kept_hidden.data()) +
+                              size_t(first_position - kept_positions_.start) * row_bytes,
+                          num_tokens};
+  mtp_forward_device(tokens, std::span<const DeviceRows>(&hidden, 1), state, logits);
 }
 
 void Qwen35CudaModel::mtp_forward_chained(int32_t token, SequenceState& base_state, const TensorView& logits) {
@@ -124,17 +126,119 @@ void Qwen35CudaModel::mtp_forward_chained(int32_t token, SequenceState& base_sta
   VT_CHECK(state.has_output, "MTP: chaining needs the output of a pair run since the last rollback");
   // The slot's output row is read (by the fc input's norm) before the step rewrites it.
   const size_t row_bytes = size_t(config_.hidden_size) * dtype_size(options_.activations);
-  const char* hidden = static_cast<const char*>(workspace_->mtp_output.data()) + size_t(state.slot()) * row_bytes;
-  mtp_forward_device(std::span<const int32_t>(&token, 1), hidden, state, logits);
+  const DeviceRows hidden{static_cast<const char*>(workspace_->mtp_output.data()) + size_t(state.slot()) * row_bytes, 1};
+  mtp_forward_device(std::span<const int32_t>(&token, 1), std::span<const DeviceRows>(&hidden, 1), state, logits);
 }
 
-void Qwen35CudaModel::mtp_forward_device(std::span<const int32_t> tokens, const void* hidden,
+// ---- Hidden states kept per target sequence (BatchItem / ForwardOptions keep_hidden) ----
+// Each sequence slot owns a ring of sequence_hidden_rows rows: position p lies in row p % rows, so
+// dropping the rows the head has read moves nothing, and a run of positions is at most two pieces
+// of the ring. The semantics are the CPU reference's (Qwen35Model::State::keep_rows).
+
+namespace {
+
+// The rows a forward from the sequence's length leaves kept before it: those below the length if
+// they reach it (a rollback dropped the rest), none after a gap.
+int64_t rows_kept_before(const CudaSequence& state) {
+  const int64_t below = std::clamp<int64_t>(state.length() - state.kept_start, 0, state.kept_count);
+  return state.kept_start + below == state.length() ? below : 0;
+}
+
+}  // namespace
+
+char* Qwen35CudaModel::sequence_hidden_row(int64_t slot, int64_t position) const {
+  const auto& w = *workspace_;
+  const size_t row_bytes = size_t(config_.hidden_size) * dtype_size(options_.activations);
+  return static_cast<char*>(w.sequence_hidden.data()) +
+         size_t(slot * w.sequence_hidden_rows + position % w.sequence_hidden_rows) * row_bytes;
+}
+
+void Qwen35CudaModel::check_sequence_hidden(const SequenceState& base_state, int64_t tokens) {
+  const auto& state = dynamic_cast<const CudaSequence&>(base_state);
+  auto& w = *workspace_;
+  const int64_t rows = std::min(w.max_tokens, info_.max_positions);
+  const int64_t kept = rows_kept_before(state);
+  VT_CHECK(kept + tokens <= rows, "keep_hidden: sequence at length ", state.length(), " keeps ", kept,
+           " hidden states the MTP head has not read; ", tokens, " more exceed the ", rows,
+           " rows a sequence holds (min(max_step_tokens, positions)): the drafter reads them before every step");
+  if (w.sequence_hidden.data()) return;
+  // Made once, when the first sequence keeps some (serving without MTP drafters pays nothing).
+  const int64_t H = config_.hidden_size;
+  VT_CHECK(H * int64_t(dtype_size(options_.activations)) % 4 == 0, "keep_hidden: rows of ", H,
+           " values are copied as whole 4-byte words");
+  w.sequence_hidden = cuda::DeviceBuffer(options_.activations, {w.max_seqs, rows, H});
+  w.sequence_hidden_rows = rows;
+}
+
+void Qwen35CudaModel::keep_sequence_hidden(SequenceState& base_state, int64_t normed_row, int64_t count,
+                                           std::vector<cuda::CopySpan>& spans) {
+  auto& state = dynamic_cast<CudaSequence&>(base_state);
+  auto& w = *workspace_;
+  const int64_t kept = rows_kept_before(state);
+  VT_CHECK(w.sequence_hidden.data() && kept + count <= w.sequence_hidden_rows,
+           "keep_hidden: a step kept hidden states it did not check");
+  if (kept == 0) state.kept_start = state.length();
+  state.kept_count = kept + count;
+  const int64_t H = config_.hidden_size;
+  const int64_t words_per_row = H * int64_t(dtype_size(options_.activations)) / 4;
+  const auto* normed = static_cast<const float*>(w.normed.data());
+  // Positions [length, length + count): up to the ring's end, then from its start.
+  const int64_t first = state.length() % w.sequence_hidden_rows;
+  const int64_t head = std::min(count, w.sequence_hidden_rows - first);
+  spans.push_back({reinterpret_cast<float*>(sequence_hidden_row(state.slot(), state.length())),
+                   normed + normed_row * words_per_row, head * words_per_row});
+  if (head < count)
+    spans.push_back({reinterpret_cast<float*>(sequence_hidden_row(state.slot(), state.length() + head)),
+                     normed + (normed_row + head) * words_per_row, (count - head) * words_per_row});
+}
+
+PositionRange Qwen35CudaModel::sequence_hidden_positions(const SequenceState& base_target) const {
+  const auto& target = dynamic_cast<const CudaSequence&>(base_target);
+  return {target.kept_start, std::clamp<int64_t>(target.length() - target.kept_start, 0, target.kept_count)};
+}
+
+std::vector<float> Qwen35CudaModel::sequence_hidden_states(const SequenceState& target) {
+  const PositionRange kept = sequence_hidden_positions(target);
+  const int64_t H = config_.hidden_size, slot = dynamic_cast<const CudaSequence&>(target).slot();
+  std::vector<float> rows;
+  for (int64_t p = kept.start; p < kept.end(); ++p) {
+    const std::vector<float> row = download(sequence_hidden_row(slot, p), H);
+    rows.insert(rows.end(), row.begin(), row.end());
+  }
+  return rows;
+}
+
+void Qwen35CudaModel::mtp_forward_from_sequence(std::span<const int32_t> tokens, int64_t first_position,
+                                                SequenceState& base_target, SequenceState& state,
+                                                const TensorView& logits) {
+  auto& target = dynamic_cast<CudaSequence&>(base_target);
+  const int64_t num_tokens = int64_t(tokens.size());
+  const PositionRange kept = sequence_hidden_positions(target);
+  VT_CHECK(num_tokens > 0 && kept.contains(first_position, num_tokens),
+           "MTP: the target sequence keeps the hidden states of positions [", kept.start, ", ", kept.end(), "), not [",
+           first_position, ", ", first_position + num_tokens, ")");
+  // The positions' rows: to the ring's end, then from its start.
+  const int64_t rows = workspace_->sequence_hidden_rows;
+  const int64_t head = std::min(num_tokens, rows - first_position % rows);
+  const DeviceRows pieces[] = {{sequence_hidden_row(target.slot(), first_position), head},
+                               {sequence_hidden_row(target.slot(), first_position + head), num_tokens - head}};
+  mtp_forward_device(tokens, std::span<const DeviceRows>(pieces, head < num_tokens ? 2 : 1), state, logits);
+  // The next pairs start after these: the rows before them go.
+  const int64_t drop = first_position + num_tokens - target.kept_start;
+  target.kept_start += drop;
+  target.kept_count -= drop;
+}
+
+void Qwen35CudaModel::mtp_forward_device(std::span<const int32_t> tokens, std::span<const DeviceRows> pieces,
                                          SequenceState& base_state, const TensorView& logits) {
   VT_CHECK(has_mtp(), "MTP: ", config_.architecture, " was loaded without its MTP head (load_mtp)");
   VT_CHECK(!all_reduce_, "MTP: the head does not run on a tensor-parallel rank");
   auto& state = dynamic_cast<CudaMtpSequence&>(base_state);
   auto& w = *workspace_;
   const int64_t total = int64_t(tokens.size()), vocab = config_.vocab_size;
+  int64_t piece_rows = 0;
+  for (const DeviceRows& piece : pieces) piece_rows += piece.rows;
+  VT_CHECK(piece_rows == total, "MTP: hidden states of ", piece_rows, " pairs for ", total, " tokens");
   VT_CHECK(state.length() + total <= state.capacity(), "MTP: ", state.length(), " + ", total,
            " pairs exceed the sequence capacity ", state.capacity());
   VT_CHECK(logits.dtype == DType::kF32 && logits.device == Device::kCpu && logits.shape == Shape({1, vocab}),
@@ -142,14 +246,18 @@ void Qwen35CudaModel::mtp_forward_device(std::span<const int32_t> tokens, const 
   for (int32_t id : tokens)
     VT_CHECK(id >= 0 && id < vocab, "MTP: token id ", id, " is outside the vocabulary [0, ", vocab, ")");
   const size_t row_bytes = size_t(config_.hidden_size) * dtype_size(options_.activations);
-  for (int64_t begin = 0; begin < total; begin += w.max_tokens) {
-    const int64_t count = std::min(w.max_tokens, total - begin);
-    std::vector<int32_t> ids(tokens.begin() + begin, tokens.begin() + begin + count);
-    std::vector<int32_t> token_seq(count, 0), positions(count), seq_start = {0, int32_t(count)};
-    for (int64_t t = 0; t < count; ++t) positions[t] = int32_t(state.length() + t);
-    upload_layout(ids, token_seq, positions, seq_start, {int32_t(state.slot())}, {int32_t(count - 1)});
-    run_mtp_step(count, static_cast<const char*>(hidden) + size_t(begin) * row_bytes, state.slot());
-    state.set_length(state.length() + count);
+  int64_t done = 0;  // pairs run, over the pieces
+  for (const DeviceRows& piece : pieces) {
+    for (int64_t begin = 0; begin < piece.rows; begin += w.max_tokens) {
+      const int64_t count = std::min(w.max_tokens, piece.rows - begin);
+      std::vector<int32_t> ids(tokens.begin() + done, tokens.begin() + done + count);
+      std::vector<int32_t> token_seq(count, 0), positions(count), seq_start = {0, int32_t(count)};
+      for (int64_t t = 0; t < count; ++t) positions[t] = int32_t(state.length() + t);
+      upload_layout(ids, token_seq, positions, seq_start, {int32_t(state.slot())}, {int32_t(count - 1)});
+      run_mtp_step(count, static_cast<const char*>(piece.data) + size_t(begin) * row_bytes, state.slot());
+      state.set_length(state.length() + count);
+      done += count;
+    }
   }
   state.has_output = true;
   copy_logits_to_host(logits.f32(), 1);

@@ -370,6 +370,11 @@ size_t CudaWeights::bytes() const {
 CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DType activations,
                               const TensorParallelPlan* plan, int rank, bool load_mtp) {
   VT_CHECK(!load_mtp || !plan, "the MTP head is not loaded on tensor-parallel ranks");
+  // Checked before any upload: a checkpoint without the head fails at once, not after its weights.
+  VT_CHECK(!load_mtp || store.contains("mtp.fc.weight"), store.dir(),
+           ": the checkpoint has no MTP head (no mtp.fc.weight), needed by MTP drafting");
+  VT_CHECK(!load_mtp || (config.mtp_num_layers <= 1 && !store.contains("mtp.layers.1.input_layernorm.weight")),
+           store.dir(), ": an MTP head of ", std::max<int64_t>(config.mtp_num_layers, 2), " layers; vt runs one");
   Reader read{store, config, activations};
   const Slicer slice{plan, rank};
   const std::string& prefix = config.weight_prefix;
@@ -453,10 +458,6 @@ CudaWeights load_cuda_weights(WeightStore& store, const Qwen35Config& config, DT
   if (load_mtp) {
     // The head under `mtp.` (top level in every layout), as the CPU loader reads it: one
     // full-attention decoder layer whose FFN is the family's layer-0 kind.
-    VT_CHECK(store.contains("mtp.fc.weight"), store.dir(),
-             ": the checkpoint has no MTP head (no mtp.fc.weight), needed by MTP drafting");
-    VT_CHECK(config.mtp_num_layers <= 1 && !store.contains("mtp.layers.1.input_layernorm.weight"), store.dir(),
-             ": an MTP head of ", std::max<int64_t>(config.mtp_num_layers, 2), " layers; vt runs one");
     CudaMtp mtp;
     mtp.pre_fc_norm_embedding = read.vector("mtp.pre_fc_norm_embedding.weight", {hidden});
     mtp.pre_fc_norm_hidden = read.vector("mtp.pre_fc_norm_hidden.weight", {hidden});

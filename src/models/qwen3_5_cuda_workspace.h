@@ -1,6 +1,6 @@
 // The CUDA model's step workspace: buffers for the widest step, KV caches, GDN state slots and
-// rollback windows, allocated once at construction (qwen3_5_cuda.cpp). Internal to the model's
-// source files (qwen3_5_cuda*.cpp).
+// rollback windows, allocated once at construction (qwen3_5_cuda.cpp), and the target sequences'
+// host-side state. Internal to the model's source files (qwen3_5_cuda*.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,6 +12,41 @@
 #include "models/qwen3_5_cuda.h"
 
 namespace vt {
+
+// A target sequence: its slot's KV blocks and GDN states, its rollback window's bounds, and the
+// positions whose hidden states it keeps (keep_hidden; qwen3_5_cuda_mtp.cpp).
+class CudaSequence final : public SequenceState {
+ public:
+  CudaSequence(int64_t slot, int64_t capacity, std::vector<bool>* used) : slot_(slot), used_(used) {
+    capacity_ = capacity;
+  }
+  ~CudaSequence() override { (*used_)[slot_] = false; }
+  int64_t slot() const { return slot_; }
+  // As the CPU reference's state: outside a window the floor follows the length.
+  void advance(int64_t tokens) {
+    length_ += tokens;
+    if (!window_open_) rollback_floor_ = length_;
+  }
+  bool window_open() const { return window_open_; }
+  void open_window() {
+    window_open_ = true;
+    rollback_floor_ = length_;
+  }
+  void close_window() {
+    window_open_ = false;
+    rollback_floor_ = length_;
+  }
+  void set_length(int64_t length) { length_ = length; }
+  // Kept hidden states: positions [kept_start, kept_start + kept_count), those below the length
+  // valid (a rollback leaves the rest until the next forward replaces them); position p lies in
+  // row p % Workspace::sequence_hidden_rows of the slot's ring.
+  int64_t kept_start = 0, kept_count = 0;
+
+ private:
+  int64_t slot_;
+  std::vector<bool>* used_;
+  bool window_open_ = false;
+};
 
 struct Qwen35CudaModel::Workspace {
   int64_t max_tokens = 0, max_seqs = 0, max_blocks = 0;
@@ -67,6 +102,13 @@ struct Qwen35CudaModel::Workspace {
   // The target's hidden states (after the final norm) of the last forward(), [max_positions, H]
   // act, made when the MTP drafter asks to keep them (set_keep_hidden_states).
   cuda::DeviceBuffer kept_hidden;
+  // The hidden states target sequences keep (keep_hidden forwards, for the serving engine's MTP
+  // drafters): per sequence slot a ring of sequence_hidden_rows rows, [S, rows, H] act, made at
+  // the first such forward. rows = min(max_tokens, max_positions): the engine's drafters read all
+  // a sequence keeps before every step, so it holds at most one step's tokens; a forward that
+  // would keep more unread rows than that is refused.
+  cuda::DeviceBuffer sequence_hidden;
+  int64_t sequence_hidden_rows = 0;
   // Set after each upload of the step metadata: the next upload waits for it before rewriting the
   // pinned staging (the copy reads it when the stream reaches it, not when enqueued).
   cudaEvent_t metadata_uploaded = nullptr;

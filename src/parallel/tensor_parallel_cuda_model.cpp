@@ -176,6 +176,8 @@ void TensorParallelCudaModel::forward(std::span<const int32_t> tokens, SequenceS
                                       const TensorView& logits, const ForwardOptions& options) {
   State& state = dynamic_cast<State&>(base_state);
   check_forward(state, int64_t(tokens.size()), logits, config_.vocab_size, options.all_logits);
+  VT_CHECK(!options.keep_hidden, "forward: a tensor-parallel model keeps no hidden states per sequence "
+           "(keep_hidden; the MTP head does not run on tensor-parallel ranks)");
   // Rank 0 alone writes `logits` (the others keep theirs on the device).
   run([&](int rank) { ranks_[size_t(rank)]->forward(tokens, *state.ranks[size_t(rank)], logits, options); });
   state.sync();
@@ -204,6 +206,8 @@ void TensorParallelCudaModel::forward_batch_ranks(
   for (size_t i = 0; i < items.size(); ++i) {
     const SequenceState& state = *items[i].state;
     VT_CHECK(!items[i].tokens.empty(), "forward_batch: sequence ", i, " has no tokens");
+    VT_CHECK(!items[i].keep_hidden, "forward_batch: a tensor-parallel model keeps no hidden states per sequence "
+             "(keep_hidden; the MTP head does not run on tensor-parallel ranks)");
     VT_CHECK(state.length() + int64_t(items[i].tokens.size()) <= state.capacity(), "forward_batch: sequence ", i,
              ": ", state.length(), " + ", items[i].tokens.size(), " tokens exceed its capacity ", state.capacity());
   }

@@ -38,11 +38,21 @@ class Drafter {
   virtual void propose(std::span<const int32_t> context, int64_t max_tokens, Draft& draft) = 0;
 
   // In the serving engine (forward_batch), for drafters that read the target's hidden states
-  // (MTP): true asks every forward of the request's target sequence to keep them
-  // (BatchItem::keep_hidden), and before each propose the engine names that sequence (a new one
-  // after a preemption, which re-feeds the tokens).
+  // (MTP): true asks the forwards of the request's target sequence to keep them
+  // (BatchItem::keep_hidden) from target_hidden_needed_from() on, and before each propose or
+  // catch_up the engine names that sequence (a new one after a preemption, which re-feeds the
+  // tokens).
   virtual bool reads_target_sequence() const { return false; }
   virtual void set_target_sequence(SequenceState* target) { (void)target; }
+  // The first position whose hidden state the drafter has yet to read (it read all before): a
+  // forward that ends at or below it need not keep its own (tokens re-fed after a preemption).
+  virtual int64_t target_hidden_needed_from() const { return 0; }
+  // Before a step in which no propose precedes the request's forwards (its prompt is still being
+  // fed, or it makes its last token): reads the hidden states the target sequence keeps of the
+  // first `fed` tokens of `context`, as far as the context holds the token that follows each, so
+  // that the sequence keeps at most what one step adds. Drafters that read no target sequence
+  // have nothing to do.
+  virtual void catch_up(std::span<const int32_t> context, int64_t fed) { (void)context, (void)fed; }
 };
 
 }  // namespace vt

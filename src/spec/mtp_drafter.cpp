@@ -34,6 +34,25 @@ int32_t MtpDrafter::pick(const float* logits, Draft& draft) {
   return pick_draft_token(sampler_, logits, target_.info().vocab_size, draft);
 }
 
+void MtpDrafter::catch_up(std::span<const int32_t> context, int64_t fed) {
+  VT_CHECK(state_, "MTP drafter: catch_up before start");
+  // kLastForward: the states of one forward, which only a propose after it can read.
+  if (source_ != MtpHiddenSource::kSequence) return;
+  VT_CHECK(target_sequence_, "MTP drafter: no target sequence set");
+  VT_CHECK(fed >= 0 && fed <= int64_t(context.size()), "MTP drafter: ", fed, " tokens fed of a context of ",
+           context.size());
+  // Pairs [pairs_, end): the hidden state at p kept (p < fed), the token at p + 1 in the context.
+  const PositionRange kept = target_.sequence_hidden_positions(*target_sequence_);
+  const int64_t end = std::min({kept.end(), fed, int64_t(context.size()) - 1});
+  if (end <= pairs_) return;
+  VT_CHECK(kept.contains(pairs_, end - pairs_), "MTP drafter: the target sequence keeps the hidden states of positions [",
+           kept.start, ", ", kept.end(), "), catching up needs [", pairs_, ", ", end, ")");
+  target_.mtp_rollback(*state_, pairs_);  // chained entries of a propose before
+  target_.mtp_forward_from_sequence(context.subspan(size_t(pairs_ + 1), size_t(end - pairs_)), pairs_,
+                                    *target_sequence_, *state_, logits_);
+  pairs_ = end;
+}
+
 void MtpDrafter::propose(std::span<const int32_t> context, int64_t max_tokens, Draft& draft) {
   VT_CHECK(state_, "MTP drafter: propose before start");
   VT_CHECK(max_tokens >= 1, "MTP drafter: max_tokens must be >= 1");

@@ -26,11 +26,17 @@ class MtpDrafter final : public Drafter {
   std::string name() const override { return "mtp"; }
   bool reads_target_sequence() const override { return source_ == MtpHiddenSource::kSequence; }
   void set_target_sequence(SequenceState* target) override { target_sequence_ = target; }
+  // The next pair's position: the head has run the pairs of every position before it.
+  int64_t target_hidden_needed_from() const override { return pairs_; }
+  // kSequence: runs the pairs whose hidden states the target sequence keeps and whose next token
+  // the context holds (a prompt chunk's, while the prompt is fed), so the sequence drops them.
+  void catch_up(std::span<const int32_t> context, int64_t fed) override;
   // Makes the head's KV cache; the target's prefill must run with this drafter alive.
   void start(std::span<const int32_t> prompt, int64_t max_length) override;
   // Drops the previous call's chained entries, runs the pairs (target hidden at p, context token
   // at p + 1) the context adds, whose hidden states the target's last forward kept (so call it
-  // after each target forward; kSequence: kept since the last call), then chains max_tokens - 1 steps on its own output.
+  // after each target forward; kSequence: kept since the last call or catch_up), then chains
+  // max_tokens - 1 steps on its own output.
   void propose(std::span<const int32_t> context, int64_t max_tokens, Draft& draft) override;
 
  private:

@@ -61,8 +61,14 @@ expect_failure("missing subcommand" "subcommand")
 # vt serve's speculative options are checked before anything loads or binds.
 expect_failure("serve: a drafter the server lacks" "the server drafts with ngram" serve --model ${GOLDEN}
                --speculative draft)
-expect_failure("serve: mtp on the CUDA model" "--speculative mtp runs on --device cpu" serve --model ${GOLDEN}
-               --device cuda --speculative mtp)
+expect_failure("serve: mtp without an MTP head" "has no MTP head (no mtp.* weights" serve --model ${GOLDEN}
+               --speculative mtp)
+expect_failure("serve: mtp on the GPU without an MTP head" "has no MTP head (no mtp.* weights" serve
+               --model ${GOLDEN} --device cuda --speculative mtp)
+expect_failure("serve: mtp on a synthetic model" "--synthetic models have none" serve --synthetic qwen3.5-27b
+               --tokenizer ${GOLDEN} --speculative mtp)
+expect_failure("serve: mtp with tensor parallelism" "runs on one GPU (--tensor-parallel 1)" serve --model ${GOLDEN}
+               --device cuda --tensor-parallel 2 --speculative mtp)
 expect_failure("serve: --num-draft alone" "go with --speculative" serve --model ${GOLDEN} --num-draft 4)
 expect_failure("serve: --adaptive-draft alone" "go with --speculative" serve --model ${GOLDEN} --adaptive-draft)
 expect_failure("serve: --num-draft 0" "--num-draft" serve --model ${GOLDEN} --speculative ngram --num-draft 0)

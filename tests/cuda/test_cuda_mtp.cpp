@@ -353,7 +353,8 @@ TEST_F(CudaMtpHead, RollbackAndRefusals) {
     EXPECT_LE(relative_l2(row(head_logits), row(fresh_logits)), numerics::kSamePathRelL2);
   }
   EXPECT_THROW(cuda->mtp_rollback(*head, P), Error);  // longer than it is
-  // forward_batch keeps no hidden states: a drafter proposing after one is refused.
+  // forward_batch keeps none for the last forward (only per sequence, with keep_hidden): a drafter
+  // proposing from the last forward after one is refused.
   std::vector<BatchItem> items = {{std::span<const int32_t>(&ids[P], 1), target.get(), false, false}};
   cuda->forward_batch(items, logits);
   EXPECT_EQ(cuda->kept_hidden_positions().count, 0);

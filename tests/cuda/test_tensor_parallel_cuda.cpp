@@ -78,7 +78,7 @@ TEST_F(TensorParallelCuda, GoldenTwoRanksGiveOneRanksTokensAndLogits) {
 
 // Engine-style steps: three prompts prefilled in one mixed step, then all-decode steps (graph
 // capture on the first, replays after) feeding back greedy tokens, at TP = 2 and TP = 1; and at
-// TP = 2 with the greedy tokens drawn on rank 0's GPU (forward_batch_sample).
+// TP = 2 with the greedy tokens drawn on rank 0's GPU (forward_batch_sample). keep_hidden is refused.
 TEST_F(TensorParallelCuda, BatchedGraphStepsGiveOneRanksTokens) {
   const std::string dir = kGolden + "qwen3_5_dense";
   auto single = load_qwen35_cuda(dir, golden_options());
@@ -115,6 +115,14 @@ TEST_F(TensorParallelCuda, BatchedGraphStepsGiveOneRanksTokens) {
   }
   EXPECT_EQ(tokens[1], tokens[0]);
   EXPECT_EQ(tokens[2], tokens[0]);
+  // Hidden states per sequence (the serving engine's MTP drafters) are not kept on ranks: an item
+  // asking for them is refused before any rank runs.
+  auto state = split->new_sequence(16);
+  BatchItem keep{prompts[0], state.get()};
+  keep.keep_hidden = true;
+  Buffer logits(DType::kF32, {1, vocab});
+  EXPECT_THROW(split->forward_batch(std::span<const BatchItem>(&keep, 1), logits), Error);
+  EXPECT_EQ(state->length(), 0);
 }
 
 // The real 27B layer shapes (four layers), FP8 128x128 blocks, split in two: every rank's slice is

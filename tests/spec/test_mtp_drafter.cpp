@@ -2,8 +2,10 @@
 // first proposals equal a re-computation of the head from its definition written here; greedy
 // speculative output equals plain greedy output for k = 1..4 (an FP8 head too); a head fitted to
 // the target's greedy path has its drafts accepted; its state after any accepted prefix equals a
-// fresh drafter's; loading is strict. No HF reference exists (transformers does not implement the
-// MTP head); the definition followed is vLLM's qwen3_next_mtp / qwen3_5_mtp.
+// fresh drafter's; catching up on a target sequence's kept hidden states after every prompt chunk
+// (the serving engine) proposes as reading them all at once; loading is strict. No HF reference
+// exists (transformers does not implement the MTP head); the definition followed is vLLM's
+// qwen3_next_mtp / qwen3_5_mtp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -430,6 +432,64 @@ TEST(MtpDrafter, StateAfterAnyAcceptanceEqualsAFreshDrafter) {
     fresh.propose(context, int64_t(drafted.size()), draft);
     EXPECT_EQ(draft.tokens, drafted) << "context of " << context.size() << " tokens";
   }
+}
+
+// The serving engine's pattern (hidden states kept per target sequence, forward_batch keep_hidden):
+// a drafter that catches up after every prompt chunk leaves its sequence nothing kept and then
+// proposes what one that read the whole prompt at its first propose does (sampled drafts, so the
+// draft distributions are compared too); a catch-up reads nothing the context cannot pair, and
+// nothing again; the drafter names the first position it still needs.
+TEST(MtpDrafter, CatchingUpAfterEveryChunkProposesAsReadingAtOnce) {
+  const std::string name = "qwen3_5_dense";
+  MtpCheckpoint checkpoint(name, random_mtp_tensors(golden_config(name), 17));
+  auto model = load_with_mtp(checkpoint.dir());
+  ASSERT_TRUE(model->keeps_sequence_hidden_states());
+  const int64_t V = model->info().vocab_size, chunk = 8, k = 4;
+  const std::vector<int32_t> ids = golden_prompt(name, 1);
+  const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 37);  // 4 chunks and a remainder of 5
+  const SamplingParams sampling{1.0f, 0, 1.0f, 5};
+  auto eager_target = model->new_sequence(64), late_target = model->new_sequence(64);
+  MtpDrafter eager(*model, sampling, MtpHiddenSource::kSequence), late(*model, sampling, MtpHiddenSource::kSequence);
+  eager.start(prompt, 64);
+  late.start(prompt, 64);
+  eager.set_target_sequence(eager_target.get());
+  late.set_target_sequence(late_target.get());
+  Buffer logits(DType::kF32, {1, V});
+  for (int64_t fed = 0; fed < int64_t(prompt.size());) {
+    const int64_t count = std::min<int64_t>(chunk, int64_t(prompt.size()) - fed);
+    for (SequenceState* target : {eager_target.get(), late_target.get()}) {
+      const BatchItem item{std::span<const int32_t>(prompt).subspan(size_t(fed), size_t(count)), target, false, false,
+                           true};
+      model->forward_batch(std::span<const BatchItem>(&item, 1), logits);
+    }
+    fed += count;
+    if (fed == int64_t(prompt.size())) break;  // the last chunk's hidden states pair with tokens to come
+    eager.catch_up(prompt, fed);
+    EXPECT_EQ(model->sequence_hidden_positions(*eager_target).count, 0) << fed;
+    EXPECT_EQ(eager.target_hidden_needed_from(), fed);
+    eager.catch_up(prompt, fed);  // nothing new
+    EXPECT_EQ(eager.target_hidden_needed_from(), fed);
+  }
+  EXPECT_EQ(model->sequence_hidden_positions(*late_target).count, int64_t(prompt.size()));
+  EXPECT_EQ(late.target_hidden_needed_from(), 0);
+  // The whole prompt is fed: its last position pairs with the first generated token, not yet here.
+  eager.catch_up(prompt, int64_t(prompt.size()));
+  EXPECT_EQ(eager.target_hidden_needed_from(), int64_t(prompt.size()) - 1);
+  EXPECT_EQ(model->sequence_hidden_positions(*eager_target).start, int64_t(prompt.size()) - 1);
+
+  std::vector<int32_t> context = prompt;
+  context.push_back(ids[prompt.size()]);
+  Draft eager_draft, late_draft;
+  eager.propose(context, k, eager_draft);
+  late.propose(context, k, late_draft);
+  EXPECT_EQ(eager_draft.tokens, late_draft.tokens);
+  ASSERT_EQ(eager_draft.probs.size(), size_t(k * V));
+  ASSERT_EQ(late_draft.probs.size(), eager_draft.probs.size());
+  EXPECT_LE(relative_l2(eager_draft.probs.data(), late_draft.probs.data(), k * V), numerics::kSamePathRelL2);
+  for (SequenceState* target : {eager_target.get(), late_target.get()})
+    EXPECT_EQ(model->sequence_hidden_positions(*target).count, 0);
+  EXPECT_EQ(eager.target_hidden_needed_from(), int64_t(context.size()) - 1);
+  EXPECT_EQ(late.target_hidden_needed_from(), int64_t(context.size()) - 1);
 }
 
 // Loading: mtp.* is ignored unless asked for; asked for, it must be there, well shaped and whole.

@@ -6,8 +6,8 @@
 // distribution the target's (chi-square); stop tokens and max_tokens inside accepted drafts; the
 // statistics and their /metrics rendering; bad options refused. The MTP drafter in the batch
 // (a fitted head): greedy outputs identical to plain decoding for k = 1..8, alone and 16 at once
-// mixed with plain requests, through preemption and cancellation, drafts accepted; the sampled
-// distribution the target's.
+// mixed with plain requests, through preemption and cancellation, drafts accepted; the target
+// sequences never keep more hidden states than one step's; the sampled distribution the target's.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -1046,6 +1046,102 @@ TEST_F(EngineMtpTest, PreemptionAndCancellation) {
   const EngineStats after = engine.stats();
   EXPECT_EQ(after.running + after.cache.blocks_used + after.cache.slots_used, 0);
   EXPECT_EQ(after.requests_cancelled, 1);
+}
+
+// An MtpDrafter that watches the target sequence it reads: how many hidden states it keeps before
+// each propose or catch-up (at most one step's tokens), and that none stay unread after.
+class KeptHiddenWatcher final : public Drafter {
+ public:
+  struct Counts {
+    std::mutex mutex;
+    int64_t calls = 0, catch_ups = 0, most_kept = 0, left_unread = 0;
+  };
+  KeptHiddenWatcher(Qwen35Model& model, const SamplingParams& sampling, Counts& counts)
+      : model_(model), inner_(model, sampling, MtpHiddenSource::kSequence), counts_(counts) {}
+  std::string name() const override { return "kept-hidden-watcher"; }
+  void start(std::span<const int32_t> prompt, int64_t max_length) override { inner_.start(prompt, max_length); }
+  bool reads_target_sequence() const override { return true; }
+  void set_target_sequence(SequenceState* target) override {
+    target_ = target;
+    inner_.set_target_sequence(target);
+  }
+  int64_t target_hidden_needed_from() const override { return inner_.target_hidden_needed_from(); }
+  void propose(std::span<const int32_t> context, int64_t max_tokens, Draft& draft) override {
+    watch(false, [&] { inner_.propose(context, max_tokens, draft); });
+  }
+  // The engine catches up with fewer tokens fed than the context holds: every kept state pairs.
+  void catch_up(std::span<const int32_t> context, int64_t fed) override {
+    watch(true, [&] { inner_.catch_up(context, fed); });
+  }
+
+ private:
+  template <typename Call>
+  void watch(bool catch_up, const Call& call) {
+    const int64_t before = model_.sequence_hidden_positions(*target_).count;
+    call();
+    const int64_t after = model_.sequence_hidden_positions(*target_).count;
+    std::lock_guard<std::mutex> lock(counts_.mutex);
+    ++counts_.calls;
+    counts_.catch_ups += catch_up;
+    counts_.most_kept = std::max(counts_.most_kept, before);
+    counts_.left_unread += after > 0;
+  }
+
+  Qwen35Model& model_;
+  MtpDrafter inner_;
+  Counts& counts_;
+  SequenceState* target_ = nullptr;
+};
+
+// What the CUDA model's per-sequence rows are sized by: the engine's drafters read all a target
+// sequence keeps before every step, so it never holds more than one step's tokens; catching up
+// while a long prompt is fed in chunks (the 150-token fitted prompt, 8-token chunks), and through
+// preemptions (re-fed tokens the head has read keep nothing). Outputs stay plain greedy's.
+TEST_F(EngineMtpTest, KeptHiddenStatesStayWithinAStep) {
+  const int64_t vocab = model_->info().vocab_size;
+  std::mt19937 rng(91);
+  // Two loads: the long prompt beside shorter ones in a roomy pool, and the tiny pool, where
+  // requests are preempted mid-way and re-fed.
+  for (bool tiny : {false, true}) {
+    SCOPED_TRACE(tiny ? "tiny pool" : "long prompt");
+    KeptHiddenWatcher::Counts counts;
+    EngineOptions options = with_tiny_pool(mtp_options(6));
+    if (!tiny) options.cache_blocks = 256;
+    options.make_drafter = [&counts](const RequestParams& request) {
+      SamplingParams draft_sampling = request.sampling;
+      draft_sampling.seed = request.sampling.seed + 1;
+      return std::make_unique<KeptHiddenWatcher>(*model_, draft_sampling, counts);
+    };
+    std::vector<std::vector<int32_t>> prompts;
+    if (!tiny) prompts.push_back((*fitted_prompts_)[1]);
+    while (prompts.size() < 8)
+      prompts.push_back(prompts.size() % 3 == 0 ? (*fitted_prompts_)[0] : random_prompt(rng, 4 + int64_t(rng() % 20), vocab));
+    std::vector<RequestParams> params(prompts.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      params[i].max_tokens = 20 + int64_t(rng() % 5);
+      params[i].num_draft = 1 + int64_t(i) % 6;
+    }
+    EngineStats stats;
+    const auto together = run_all(*model_, options, prompts, params, &stats);
+    EXPECT_GT(stats.speculative.accepted, 0);
+    if (tiny) {
+      EXPECT_GT(stats.recomputed_tokens, 0);
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(together[i].last.error, "") << "request " << i;
+      EXPECT_EQ(together[i].ids, testing::plain_greedy(*model_, prompts[i], params[i].max_tokens)) << "request " << i;
+    }
+    if (!tiny) {
+      EXPECT_GE(counts.catch_ups, 150 / 8);  // the long prompt's chunks, at least
+    }
+    EXPECT_GT(counts.calls, counts.catch_ups);
+    EXPECT_LE(counts.most_kept, options.step_token_budget);
+    EXPECT_EQ(counts.left_unread, 0);
+    std::printf("%s: %lld preemptions, %lld tokens re-fed; drafter calls %lld (%lld catch-ups), at most %lld hidden "
+                "states kept\n", tiny ? "tiny pool" : "long prompt", (long long)stats.preemptions,
+                (long long)stats.recomputed_tokens, (long long)counts.calls, (long long)counts.catch_ups,
+                (long long)counts.most_kept);
+  }
 }
 
 // Sampling stays exact with MTP drafts (sampled like the request: q dense): the joint distribution
