@@ -241,45 +241,33 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < h_y.size(); ++i) err = std::max(err, double(std::fabs(h_y[i] - h_ref[i])));
         const bool same = std::memcmp(h_y.data(), h_y2.data(), h_y.size() * 4) == 0;
         // 30 calls over the copies, one graph.
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        for (int call = 0; call < 30; ++call)
-          variant.launcher(wmaps[call % copies], amap, y, as, ws[call % copies], partials, m, n, k, ctas,
-                           stream);
-        CHECK(cudaStreamEndCapture(stream, &graph));
-        CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        CHECK(cudaGraphLaunch(exec, stream));
-        float best_ms = 1e30f;
-        for (int rep = 0; rep < 3; ++rep) {
-          CHECK(cudaEventRecord(e0, stream));
-          CHECK(cudaGraphLaunch(exec, stream));
-          CHECK(cudaEventRecord(e1, stream));
-          CHECK(cudaEventSynchronize(e1));
-          float elapsed;
-          CHECK(cudaEventElapsedTime(&elapsed, e0, e1));
-          best_ms = std::min(best_ms, elapsed);
-        }
-        CHECK(cudaGraphExecDestroy(exec));
-        CHECK(cudaGraphDestroy(graph));
-        // One call alone (cold pipeline, nothing to overlap with).
-        CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        variant.launcher(wmaps[1 % copies], amap, y, as, ws[1 % copies], partials, m, n, k, ctas, stream);
-        CHECK(cudaStreamEndCapture(stream, &graph));
-        CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        float single_ms = 1e30f;
-        for (int rep = 0; rep < 5; ++rep) {
-          CHECK(cudaMemsetAsync(big_flush, rep, flush_bytes, stream));  // the weights leave L2
-          CHECK(cudaEventRecord(e0, stream));
-          CHECK(cudaGraphLaunch(exec, stream));
-          CHECK(cudaEventRecord(e1, stream));
-          CHECK(cudaEventSynchronize(e1));
-          float elapsed;
-          CHECK(cudaEventElapsedTime(&elapsed, e0, e1));
-          single_ms = std::min(single_ms, elapsed);
-        }
-        CHECK(cudaGraphExecDestroy(exec));
-        CHECK(cudaGraphDestroy(graph));
+        // The min over `reps` launches of a graph of `calls` GEMMs (flush: the weights leave L2 first).
+        const auto time_graph_ms = [&](int calls, int first, int reps, bool flush) {
+          cudaGraph_t graph;
+          cudaGraphExec_t exec;
+          CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+          for (int call = first; call < first + calls; ++call)
+            variant.launcher(wmaps[call % copies], amap, y, as, ws[call % copies], partials, m, n, k, ctas, stream);
+          CHECK(cudaStreamEndCapture(stream, &graph));
+          CHECK(cudaGraphInstantiate(&exec, graph, 0));
+          if (!flush) CHECK(cudaGraphLaunch(exec, stream));  // warm
+          float best = 1e30f;
+          for (int rep = 0; rep < reps; ++rep) {
+            if (flush) CHECK(cudaMemsetAsync(big_flush, rep, flush_bytes, stream));
+            CHECK(cudaEventRecord(e0, stream));
+            CHECK(cudaGraphLaunch(exec, stream));
+            CHECK(cudaEventRecord(e1, stream));
+            CHECK(cudaEventSynchronize(e1));
+            float elapsed;
+            CHECK(cudaEventElapsedTime(&elapsed, e0, e1));
+            best = std::min(best, elapsed);
+          }
+          CHECK(cudaGraphExecDestroy(exec));
+          CHECK(cudaGraphDestroy(graph));
+          return best;
+        };
+        const float best_ms = time_graph_ms(30, 0, 3, false);  // 30 calls over the copies
+        const float single_ms = time_graph_ms(1, 1, 5, true);  // one call alone, nothing to overlap with
         const double us = best_ms * 1e3 / 30;
         const double bytes = double(weight_bytes) + double(m) * k + double(m) * n * 2;
         const double gbs = bytes / (us * 1e-6) / 1e9;

@@ -14,6 +14,7 @@
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/fp8_gemm_wgmma.h"
+#include "backends/cuda/kernels/mbarrier.cuh"
 #include "backends/cuda/kernels/launch.cuh"
 
 namespace vt::cuda {
@@ -219,10 +220,6 @@ constexpr int64_t kTmaChunk = 2048;
 constexpr int kTmaStages = 2;
 constexpr size_t kTmaSharedBytes = size_t(kTmaStages) * kTmaRows * kTmaChunk;
 
-__device__ __forceinline__ uint32_t shared_address(const void* pointer) {
-  return uint32_t(__cvta_generic_to_shared(pointer));
-}
-
 template <typename T>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemv_tma(
     T* __restrict__ g_y, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
@@ -236,21 +233,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemv_tma(
   const auto issue = [&](int64_t chunk) {  // thread 0: request chunk `chunk` of every row
     const int stage = int(chunk % kTmaStages);
     const uint32_t bytes = uint32_t(k - chunk * kTmaChunk < kTmaChunk ? k - chunk * kTmaChunk : kTmaChunk);
-    const uint32_t barrier = shared_address(&s_full[stage]);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(barrier), "r"(bytes * rows) : "memory");
-    for (int r = 0; r < rows; ++r) {
-      const uint8_t* source = g_w + (row0 + r) * k + chunk * kTmaChunk;
-      const uint32_t destination = shared_address(s_weights + (size_t(stage) * kTmaRows + r) * kTmaChunk);
-      asm volatile(
-          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(destination),
-          "l"(source), "r"(bytes), "r"(barrier)
-          : "memory");
-    }
+    device::barrier_expect_bytes(&s_full[stage], bytes * rows);
+    for (int r = 0; r < rows; ++r)
+      device::bulk_copy(s_weights + (size_t(stage) * kTmaRows + r) * kTmaChunk, g_w + (row0 + r) * k + chunk * kTmaChunk,
+                        bytes, &s_full[stage]);
   };
   if (threadIdx.x == 0) {
-    for (int stage = 0; stage < kTmaStages; ++stage)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&s_full[stage])) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int stage = 0; stage < kTmaStages; ++stage) device::barrier_init(&s_full[stage], 1);
+    device::barrier_init_fence();
     for (int64_t chunk = 0; chunk < kTmaStages && chunk < chunks; ++chunk) issue(chunk);
   }
   device::pdl_enter();
@@ -259,15 +249,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemv_tma(
   float acc[2] = {0.0f, 0.0f};
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const int stage = int(chunk % kTmaStages);
-    const uint32_t parity = uint32_t((chunk / kTmaStages) & 1);
-    const uint32_t barrier = shared_address(&s_full[stage]);
-    uint32_t done = 0;
-    while (!done)
-      asm volatile(
-          "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-          : "=r"(done)
-          : "r"(barrier), "r"(parity)
-          : "memory");
+    device::barrier_wait(&s_full[stage], uint32_t((chunk / kTmaStages) & 1));
     const int64_t base = chunk * kTmaChunk, bytes = k - base < kTmaChunk ? k - base : kTmaChunk;
     for (int64_t offset = int64_t(lane) * kBytesPerLane; offset < bytes; offset += 32 * kBytesPerLane) {
       const int64_t k0 = base + offset, block = k0 / kGroup;

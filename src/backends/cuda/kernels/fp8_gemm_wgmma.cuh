@@ -34,6 +34,7 @@
 #include <cstdint>
 
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/mbarrier.cuh"
 
 namespace vt::cuda::wgmma_gemm {
 
@@ -60,30 +61,11 @@ __host__ __device__ __forceinline__ int64_t unit_owner(int64_t unit, int64_t uni
   return ((unit + 1) * ctas - 1) / units;
 }
 
-__device__ __forceinline__ uint32_t smem_address(const void* pointer) {
-  return uint32_t(__cvta_generic_to_shared(pointer));
-}
-
-__device__ __forceinline__ void barrier_init(uint64_t* barrier, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(barrier)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void barrier_expect_bytes(uint64_t* barrier, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(barrier)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void barrier_arrive(uint64_t* barrier) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(barrier)) : "memory");
-}
-__device__ __forceinline__ void barrier_wait(uint64_t* barrier, uint32_t parity) {
-  const uint32_t address = smem_address(barrier);
-  uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(address), "r"(parity)
-        : "memory");
-}
+using device::barrier_arrive;
+using device::barrier_expect_bytes;
+using device::barrier_init;
+using device::barrier_wait;
+using device::smem_address;
 
 // A 2-D box of `map` at (x = K offset, y = row offset) into shared memory, completing on `barrier`.
 __device__ __forceinline__ void tma_load_2d(void* destination, const CUtensorMap* map, int32_t x, int32_t y,
@@ -199,7 +181,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
       barrier_init(&s_full[s], 1);
       barrier_init(&s_empty[s], kConsumerThreads / 32);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    device::barrier_init_fence();
   }
   __syncthreads();
 
