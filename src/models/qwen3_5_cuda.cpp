@@ -206,7 +206,11 @@ void Qwen35CudaModel::quantize_lm_head_fp8() {
 
 Qwen35CudaModel::~Qwen35CudaModel() {
   graphs_.reset();
-  if (stream_) cudaStreamDestroy(stream_);
+  if (stream_) {
+    cudaStreamSynchronize(stream_);
+    cuda::fp8_gemm_release(stream_);
+    cudaStreamDestroy(stream_);
+  }
 }
 
 std::unique_ptr<SequenceState> Qwen35CudaModel::new_sequence(int64_t capacity) const {

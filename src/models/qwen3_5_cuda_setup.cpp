@@ -60,6 +60,7 @@ void Qwen35CudaModel::setup_fp8_gemms(int64_t max_step_tokens) {
   if (shapes.empty()) return;
   const int64_t max_m = std::max(max_step_tokens, options_.max_logit_rows);
   fp8_gemm_ = std::make_unique<cuda::Fp8GemmRegistry>(max_m, widest_k);
+  cuda::fp8_gemm_prepare(stream_);  // before any graph capture on the stream
   std::vector<cuda::GemmTuneShape> list;
   for (auto& [key, shape] : shapes) list.push_back(std::move(shape));
   if (const auto forced = fp8_gemm_->forced()) {

@@ -195,9 +195,10 @@ void fp8_quantize_weight_blocks(uint8_t* q, float* scales, const void* w, DType 
 enum class Fp8GemmBackend { kAuto, kGemv, kWarpRows, kMma, kGemvSplitK, kGemvTma, kWgmma };
 const char* fp8_gemm_kernel_name(Fp8GemmBackend backend);  // the kernel a backend launches
 int64_t fp8_gemm_launches(Fp8GemmBackend backend, int64_t m);  // its launches for M rows
-// Device resources the backends keep per GPU (the wgmma GEMM's partials), made outside any graph
-// capture; a registry calls it at construction.
-void fp8_gemm_prepare();
+// Device resources the backends keep per GPU and stream (the wgmma GEMM's partials), made outside
+// any graph capture: the CUDA model calls it on its stream at set-up.
+void fp8_gemm_prepare(cudaStream_t stream);
+void fp8_gemm_release(cudaStream_t stream);  // frees them (the stream's work done), before it is destroyed
 void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
                     const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
                     Fp8GemmBackend backend = Fp8GemmBackend::kAuto);

@@ -105,7 +105,6 @@ int64_t gemm_bucket(int64_t m) {
 
 Fp8GemmRegistry::Fp8GemmRegistry(int64_t max_m, int64_t max_k)
     : scales_t_(DType::kF32, {std::max<int64_t>(1, (max_k + 127) / 128 * max_m)}), max_m_(max_m), max_k_(max_k) {
-  fp8_gemm_prepare();
   const char* name = std::getenv("VT_GEMM_BACKEND");
   const char* older = std::getenv("VT_FP8_GEMM");  // the first session's spelling: gemv|simple|mma
   VT_CHECK(!name || !older, "VT_GEMM_BACKEND and VT_FP8_GEMM are both set: set one");

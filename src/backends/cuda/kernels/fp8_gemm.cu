@@ -477,7 +477,8 @@ int64_t fp8_gemm_launches(Fp8GemmBackend backend, int64_t m) {
                                              : 1;
 }
 
-void fp8_gemm_prepare() { fp8_gemm_wgmma_prepare(); }
+void fp8_gemm_prepare(cudaStream_t stream) { fp8_gemm_wgmma_prepare(stream); }
+void fp8_gemm_release(cudaStream_t stream) { fp8_gemm_wgmma_release(stream); }
 
 void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
                     const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,

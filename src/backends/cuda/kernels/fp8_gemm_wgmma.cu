@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
@@ -38,22 +39,26 @@ constexpr size_t shared_bytes() {
   return std::max(wg::shared_bytes<kTokens, kStages, kHalves>(), kExclusiveSharedBytes);
 }
 
-// Per device: the SM count and the partials (one slot per CTA, zeroed once: each word carries its
-// own flag and is cleared by the CTA that reads it).
+// Per (device, stream): the SM count and the partials (one slot per CTA, zeroed once: each word
+// carries its own flag and is cleared by the CTA that reads it). Per stream, because GEMMs of two
+// streams (two models on one GPU) may run at once and must not share slots.
 struct Workspace {
   int sms = 0;
   uint64_t* partials = nullptr;
 };
 std::mutex g_workspace_mutex;
-Workspace g_workspaces[kMaxDevices];
+std::map<std::pair<int, cudaStream_t>, Workspace> g_workspaces;
 
-const Workspace& workspace() {
+const Workspace& workspace(cudaStream_t stream) {
   int device = 0;
   VT_CUDA_CHECK(cudaGetDevice(&device));
-  VT_CHECK(device < kMaxDevices, "fp8 wgmma GEMM: device index ", device, " beyond ", kMaxDevices - 1);
   std::lock_guard<std::mutex> lock(g_workspace_mutex);
-  Workspace& slot = g_workspaces[device];
+  Workspace& slot = g_workspaces[{device, stream}];
   if (!slot.partials) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    VT_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+    VT_CHECK(capturing == cudaStreamCaptureStatusNone,
+             "fp8 wgmma GEMM: first call on a stream inside a graph capture; call fp8_gemm_prepare(stream) before");
     VT_CUDA_CHECK(cudaDeviceGetAttribute(&slot.sms, cudaDevAttrMultiProcessorCount, device));
     const size_t bytes = size_t(slot.sms) * kHalves * (kMaxTokens / 2) * wg::kConsumerThreads * sizeof(uint64_t);
     void* memory = nullptr;
@@ -116,7 +121,20 @@ void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales
 
 }  // namespace
 
-void fp8_gemm_wgmma_prepare() { workspace(); }
+void fp8_gemm_wgmma_prepare(cudaStream_t stream) { workspace(stream); }
+
+void fp8_gemm_wgmma_release(cudaStream_t stream) {
+  // By stream alone: a destructor may run with another device current (tensor-parallel ranks).
+  std::lock_guard<std::mutex> lock(g_workspace_mutex);
+  for (auto it = g_workspaces.begin(); it != g_workspaces.end();) {
+    if (it->first.second != stream) {
+      ++it;
+      continue;
+    }
+    cudaFree(it->second.partials);  // a destructor's path: no throw
+    it = g_workspaces.erase(it);
+  }
+}
 
 int64_t fp8_gemm_wgmma_launches(int64_t m) { return (m + kMaxTokens - 1) / kMaxTokens; }
 
@@ -124,7 +142,7 @@ void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
                     const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
                     const std::function<::vt::profile::LaunchCost(int64_t rows)>& cost) {
   VT_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, "fp8 wgmma GEMM: ", m, " x ", n, " x ", k);
-  const Workspace& space = workspace();
+  const Workspace& space = workspace(stream);
   const int64_t k_blocks = (k + wg::kBlockK - 1) / wg::kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
   const int64_t units = tiles * k_blocks;
   // One CTA per tile where the tiles nearly fill the SMs (no shared tile to sum), else every SM.

@@ -12,9 +12,11 @@
 
 namespace vt::cuda {
 
-// Makes the current device's partials workspace (cudaMalloc: call outside graph capture; the
-// first GEMM call makes it otherwise).
-void fp8_gemm_wgmma_prepare();
+// Makes the partials workspace of the current device and `stream` (cudaMalloc: outside any graph
+// capture; the first GEMM call on the stream makes it otherwise, and refuses inside a capture).
+void fp8_gemm_wgmma_prepare(cudaStream_t stream);
+// Frees that workspace (the stream's work done), if any.
+void fp8_gemm_wgmma_release(cudaStream_t stream);
 // Launches per call: one per 64 rows.
 int64_t fp8_gemm_wgmma_launches(int64_t m);
 // As fp8_block_gemm; cost(rows) is what a launch of `rows` rows must move (its intent).
