@@ -278,8 +278,7 @@ int main(int argc, char** argv) {
                       : config.mode == 1 ? "no fixup"
                       : config.mode == 2 ? "copies only"
                       : config.mode == 3 ? "no fixup, no scale loads"
-                      : config.mode == 4 ? "no fixup, no wgmma"
-                                         : "no fixup, no stores",
+                                         : "no fixup, no wgmma",
                       err / ref_max, same ? "same" : "DIFFERS", us, gbs, 100 * gbs / bandwidth, single_ms * 1e3);
         std::printf("%s\n", line);
         if (config.mode == 0 && (err / ref_max > 1e-3 || !same)) std::printf("FAILED above\n");
