@@ -73,7 +73,7 @@ __device__ __forceinline__ float half_warp_max(float value) {
 // Programmatic dependent launch (sm90). Kernels launched through launch() (launch.cuh) may start
 // while the previous kernel of the stream is still running: each must call pdl_wait() before it
 // reads or writes anything an earlier kernel touches (only constant inputs such as weights may be
-// read before), and calls pdl_trigger() to let the next kernel start early.
+// read before), and calls pdl_trigger() to let the next kernel start early (pdl_enter: both).
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -84,10 +84,21 @@ __device__ __forceinline__ void pdl_trigger() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-// Both, at the top of a kernel that has nothing to do before its inputs are ready.
+// Both, at the top of a kernel that has nothing to do before its inputs are ready: the wait, then
+// the trigger, so that when a kernel starts, every kernel before its predecessor has finished
+// (sm90_gdn_recurrent relies on it). VT_PDL_EARLY_TRIGGER (a CMake option, for A/B runs) puts the
+// trigger first: the next kernel may then be scheduled as soon as every CTA of this one runs (its
+// own wait still waits for this grid to complete), so a GEMM is resident, and streaming its first
+// weights, several small kernels early. Measured no faster end to end
+// (docs/perf/2026-12-01-pdl-trigger-cluster-split.md).
 __device__ __forceinline__ void pdl_enter() {
+#ifdef VT_PDL_EARLY_TRIGGER
+  pdl_trigger();
+  pdl_wait();
+#else
   pdl_wait();
   pdl_trigger();
+#endif
 }
 
 __device__ __forceinline__ void prefetch_l2(const void* pointer) {

@@ -197,8 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
         tma_load_2d(s_stages + size_t(s) * kStageBytes, &weight_map, int32_t((u % k_blocks) * kBlockK),
                     int32_t((u / k_blocks) * kTileRows), &s_full[s]);
       }
-      device::pdl_wait();
-      device::pdl_trigger();
+      device::pdl_enter();
       for (int64_t u = begin; u < ahead; ++u) {
         const int s = int((u - begin) % kStages);
         tma_load_2d(s_stages + size_t(s) * kStageBytes + kWeightBytes, &activation_map,

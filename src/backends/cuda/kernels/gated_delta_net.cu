@@ -33,7 +33,11 @@ template <typename T, bool kWindow>
 __global__ void sm90_gdn_conv(float* __restrict__ g_out, float* __restrict__ g_state, const T* __restrict__ g_projected,
                               int64_t stride, const float* __restrict__ g_weight, StepLayout layout, int64_t channels,
                               int kernel, GdnWindow window) {
-  device::pdl_enter();
+  // The wait before the trigger in every build (VT_PDL_EARLY_TRIGGER too): sm90_gdn_recurrent,
+  // which follows, reads its state before its own wait, so every kernel before this one must
+  // have finished when it starts.
+  device::pdl_wait();
+  device::pdl_trigger();
   const int64_t channel = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (channel >= channels) return;
   const int64_t seq = blockIdx.x, history = kernel - 1;
@@ -103,8 +107,8 @@ __global__ void __launch_bounds__(kStateThreads) sm90_gdn_recurrent(RecurrentArg
   float* state = args.recurrent + (int64_t(args.layout.slots[seq]) * hv + head) * dk * dv;
 
   // The state is read before waiting on the previous kernel: only this kernel (of the previous
-  // step) writes it, and every kernel before the previous one has finished (each waits before it
-  // triggers its successor), so the state load overlaps the conv kernel's tail.
+  // step) writes it, and every kernel before the previous one (sm90_gdn_conv, which waits before
+  // it triggers this one) has finished, so the state load overlaps the conv kernel's tail.
   const bool first_of_pair = tid % kSplit == 0;
   float r_s[kRowsPerThread];
 #pragma unroll
