@@ -11,7 +11,7 @@ mkdir -p "$OUT"
 BIN=$(mktemp -d)/wgmma_explore
 nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -O3 -I src -o "$BIN" scripts/gpu/wgmma_explore.cu || exit 1
 cuobjdump --dump-sass "$BIN" | grep -c QGMMA | sed 's/^/QGMMA instructions in SASS: /'
-"$BIN" "$@" >"$OUT/wgmma_explore.md" 2>&1 || { tail -30 "$OUT/wgmma_explore.md"; exit 1; }
+timeout "${SWEEP_TIMEOUT:-300}" "$BIN" "$@" >"$OUT/wgmma_explore.md" 2>&1 || { tail -30 "$OUT/wgmma_explore.md"; exit 1; }
 head -1 "$OUT/wgmma_explore.md"
 grep -c FAILED "$OUT/wgmma_explore.md" | sed 's/^/FAILED rows: /'
 sed -n '/best variant/,$p' "$OUT/wgmma_explore.md"

@@ -5,7 +5,7 @@
 # synthetic 27B FP8 decode with the registry's plan without wgmma (VT_GEMM_EXCLUDE=wgmma) and with
 # it, alternating (VARIANTS: other environments to compare). Logs in $OUT/wgmma_round.tar.gz; the
 # tables print last. GEMM_M (default 1,8,16,32,64; "none" skips), BATCH (1,4,16), STEPS (32),
-# PROFILE=1 (the batch-1 attribution per variant) adjust it.
+# PROFILE=1 (the batch-1 attribution per variant), TESTS (gtest filter, default CudaOps.*) adjust it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
@@ -20,7 +20,8 @@ cmake --build build-gpu -j "$(nproc)" --target vt vt_cuda_tests >"$LOGS/build.lo
   grep -E "error" -A3 "$LOGS/build.log" | head -40; tar -czf "$OUT/wgmma_round.tar.gz" -C "$LOGS" .; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
 export VT_REQUIRE_GPU=1
-build-gpu/tests/vt_cuda_tests --gtest_filter='CudaOps.*' >"$LOGS/ops.log" 2>&1 || { status=1; echo "FAILED: CudaOps"; }
+timeout 300 build-gpu/tests/vt_cuda_tests --gtest_filter="${TESTS:-CudaOps.*}" >"$LOGS/ops.log" 2>&1 || {
+  status=1; echo "FAILED: vt_cuda_tests ${TESTS:-CudaOps.*}"; }
 if [ "${GEMM_M:-}" != none ]; then
   "$VT" bench gemm --synthetic qwen3.5-27b --m "${GEMM_M:-1,8,16,32,64}" >"$LOGS/gemm_27b.md" 2>&1 || {
     status=1; echo "FAILED: bench gemm"; }
@@ -42,7 +43,7 @@ if [ -n "${PROFILE:-}" ]; then
   done
 fi
 tar -czf "$OUT/wgmma_round.tar.gz" -C "$LOGS" .
-echo "== CudaOps"; grep -E "^\[  (FAILED|PASSED) |^wgmma" "$LOGS/ops.log" | head -20
+echo "== vt_cuda_tests ${TESTS:-CudaOps.*}"; grep -E "^\[  (FAILED|PASSED) |^wgmma" "$LOGS/ops.log" | head -40
 echo "== bench gemm (chosen rows marked *)"; grep -E "\*|bandwidth|FAIL|rror" "$LOGS/gemm_27b.md" | head -40
 if [ -n "${PROFILE:-}" ]; then
   for index in "${!variants[@]}"; do
