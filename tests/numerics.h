@@ -29,9 +29,8 @@ constexpr double kCudaChunkedDeltaRuleRelL2 = kSamePathRelL2;
 // ulp, 2^-8 relative, would be 3.9e-3 were every element on a rounding boundary).
 constexpr double kCudaChunkedBf16OutputRelL2 = 4e-3;
 // One FP8 block GEMM on the GPU vs the CPU's (dequantised operands, fp32 sums): vt's CUDA-core and
-// mma.sync kernels sum in fp32 (kFp8GemmFp32RelL2); the wgmma kernels (stream-K and row split)
-// sum each 128-K block of e4m3 products in the tensor core's accumulator, which keeps about 14
-// bits (DeepSeek-V3 report,
+// mma.sync kernels sum in fp32 (kFp8GemmFp32RelL2); the wgmma kernel sums each 128-K block of e4m3
+// products in the tensor core's accumulator, which keeps about 14 bits (DeepSeek-V3 report,
 // section 3.3.2), before its fp32 scale-and-add: 1.9-2.6e-4 measured on the H200 at every shape
 // (kFp8GemmWgmmaRelL2); cuBLASLt's block-scaled path the same way, in its own K order.
 constexpr double kFp8GemmFp32RelL2 = 1e-5;

@@ -1,6 +1,5 @@
-// Standalone (nvcc only) sweep of vt's TMA + wgmma FP8 GEMMs, stream-K
-// (src/backends/cuda/kernels/fp8_gemm_wgmma.cuh) and the row split (fp8_gemm_wgmma_rows.cuh),
-// on the 27B decode shapes: every configuration
+// Standalone (nvcc only) sweep of vt's TMA + wgmma stream-K FP8 GEMM
+// (src/backends/cuda/kernels/fp8_gemm_wgmma.cuh) on the 27B decode shapes: every configuration
 // (tokens per instruction, stages, CTAs per SM) is checked against an f32 reference and for
 // bit-identical reruns, then timed as 30 back-to-back PDL launches in a CUDA graph cycling over
 // enough weight copies that every call reads HBM; "% bw" is against this binary's 4 GB read.
@@ -16,7 +15,6 @@
 #include <vector>
 
 #include "backends/cuda/kernels/fp8_gemm_wgmma.cuh"
-#include "backends/cuda/kernels/fp8_gemm_wgmma_rows.cuh"
 
 namespace wg = vt::cuda::wgmma_gemm;
 
@@ -75,7 +73,6 @@ struct Config {
   int tokens, stages, halves;
   bool tile_grid = false;  // one CTA per tile where the tiles fit on the SMs (no shared tiles), else all SMs
   int mode = 0;
-  int rows = 0;  // > 0: the row-split kernel (fp8_gemm_wgmma_rows.cuh) with tiles of this many rows
 };
 constexpr size_t kExclusiveBytes = 120 * 1024;  // no second such CTA fits on an SM
 bool g_pdl = true;
@@ -92,15 +89,7 @@ void launch(const CUtensorMap& wmap, const CUtensorMap& amap, float* y, const fl
   constexpr size_t smem = smem_of<kTokens, kStages, kHalves, kMode>();
   static bool set = false;
   if (!set) {
-    static bool set = false;  // the most any shape asks (not during a capture)
-  if (!set) {
-    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
-    set = true;
-  }
-  if (smem > 227 * 1024) {
-    std::fprintf(stderr, "row split: %zu bytes of shared memory\n", smem);
-    std::exit(1);
-  }
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     set = true;
   }
   cudaLaunchConfig_t config = {};
@@ -116,35 +105,6 @@ void launch(const CUtensorMap& wmap, const CUtensorMap& amap, float* y, const fl
   CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, partials, m, n, k));
 }
 
-template <int kTokens, int kRows>
-void launch_rows(const CUtensorMap& wmap, const CUtensorMap& amap, float* y, const float* as, const float* ws,
-                 uint64_t*, int m, int n, int k, int ctas, cudaStream_t stream) {
-  auto kernel = wg::sm90_fp8_gemm_wgmma_rows<float, kTokens, kRows>;
-  const int64_t tiles = (n + kRows - 1) / kRows;
-  const size_t smem = std::max(wg::rows_shared_bytes<kTokens, kRows>(k, (tiles + ctas - 1) / ctas),
-                               kExclusiveBytes);
-  static bool set = false;  // the most any shape asks (not during a capture)
-  if (!set) {
-    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
-    set = true;
-  }
-  if (smem > 227 * 1024) {
-    std::fprintf(stderr, "row split: %zu bytes of shared memory\n", smem);
-    std::exit(1);
-  }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(ctas);
-  config.blockDim = dim3(wg::kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = g_pdl ? 1 : 0;
-  CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, m, n, k));
-}
-
 using Launcher = void (*)(const CUtensorMap&, const CUtensorMap&, float*, const float*, const float*, uint64_t*, int,
                           int, int, int, cudaStream_t);
 struct Variant {
@@ -153,8 +113,6 @@ struct Variant {
 };
 #define V(t, s, h, g) Variant{{t, s, h, g, 0}, launch<t, s, h, 0>}
 #define VM(t, s, h, g, mode) Variant{{t, s, h, g, mode}, launch<t, s, h, mode>}
-#define VR(t, r) Variant{{t, wg::rows_stages<t, r>(), 2, false, 0, r}, launch_rows<t, r>}
-#define VR_ALL(t) VR(t, 136), VR(t, 128), VR(t, 112), VR(t, 64), VR(t, 40)
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows reach the log as they are measured
@@ -196,7 +154,7 @@ int main(int argc, char** argv) {
   std::vector<Shape> shapes = {{"gate_up", 34816, 5120}, {"gdn in_proj", 16384, 5120}, {"attn qkv", 14336, 5120},
                                {"down", 5120, 17408},    {"o_proj", 5120, 6144},      {"lm_head", 248320, 5120},
                                {"awkward", 1000, 4112}};
-  std::vector<int> ms = {1, 7, 16, 32, 64};
+  std::vector<int> ms = {1, 7, 8, 16, 32, 64};
   const bool diag = argc > 1 && std::string(argv[1]) == "diag";
   if (diag) {
     shapes = {{"o_proj", 5120, 6144}, {"gdn in_proj", 16384, 5120}, {"gate_up", 34816, 5120}};
@@ -205,12 +163,11 @@ int main(int argc, char** argv) {
     ms = {std::atoi(argv[1])};
   }
   // (tokens, stages, 64-row halves per tile, one CTA per tile)
-  // (tokens, stages, 64-row halves per tile, one CTA per tile): the stream-K kernel as the registry
-  // runs it (4 stages; one CTA per tile where the tiles fit), then the row split
-  // (fp8_gemm_wgmma_rows.cuh) at the planner's width.
-  std::vector<Variant> variants = {V(8, 4, 2, false),  V(8, 4, 2, true),  V(16, 4, 2, false), V(16, 4, 2, true),
-                                   V(32, 4, 2, false), V(32, 4, 2, true), V(64, 4, 2, false), V(64, 4, 2, true),
-                                   VR_ALL(16),         VR_ALL(64)};
+  std::vector<Variant> variants = {
+      V(8, 4, 2, false),  V(8, 6, 2, false),  V(8, 8, 2, false),  V(8, 12, 2, false), V(8, 8, 2, true),
+      V(8, 8, 1, false),  V(16, 4, 2, false), V(16, 6, 2, false), V(16, 8, 2, false), V(16, 8, 2, true),
+      V(32, 4, 2, false), V(32, 6, 2, false), V(32, 8, 2, false), V(32, 6, 2, true),  V(64, 4, 2, false),
+      V(64, 6, 2, false), V(64, 8, 2, false), V(64, 6, 2, true)};
   if (diag)  // the overhead of each part of a unit's work (modes: fp8_gemm_wgmma.cuh's Mode)
     variants = {V(8, 4, 2, false),     VM(8, 4, 2, false, 1),  VM(8, 4, 2, false, 2), V(8, 6, 2, false),
                 VM(8, 6, 2, false, 1), V(8, 8, 2, false),      VM(8, 8, 2, false, 1), V(16, 4, 2, false),
@@ -262,21 +219,8 @@ int main(int argc, char** argv) {
       std::string best;
       for (const Variant& variant : variants) {
         const Config& config = variant.config;
-        // The row split copies boxes of its tile width.
-        std::vector<CUtensorMap> wmaps = wmaps_by_halves[config.halves - 1];
-        if (config.rows > 0)
-          for (int c = 0; c < copies; ++c)
-            if (!wg::make_fp8_tensor_map(&wmaps[c], w[c], n, k, config.rows)) {
-              std::fprintf(stderr, "tensor map refused\n");
-              return 1;
-            }
-        if (config.rows > 0) {  // the row split: 16 tokens up to M = 16, else 64; the planner's width
-          // (and 40-row tiles where they make one tile per SM: not built into vt, measured slower)
-          const bool forty = config.rows == 40 && n % 40 == 0 && n / 40 <= sms;
-          if (config.tokens != (m <= 16 ? 16 : 64) || (config.rows != wg::rows_tile_for(n, sms) && !forty)) continue;
-        } else if (config.tokens < m || (config.tokens > 8 && config.tokens / 2 >= m)) {
-          continue;  // the smallest fitting
-        }
+        const std::vector<CUtensorMap>& wmaps = wmaps_by_halves[config.halves - 1];
+        if (config.tokens < m || (config.tokens > 8 && config.tokens / 2 >= m)) continue;  // the smallest fitting
         for (int pdl = 1; pdl >= (diag ? 0 : 1); --pdl) {
         g_pdl = pdl;
         CUtensorMap amap;
@@ -286,8 +230,7 @@ int main(int argc, char** argv) {
         }
         const int64_t tiles = (n + 64 * config.halves - 1) / (64 * config.halves), units = tiles * kb;
         if (config.tile_grid && tiles > sms) continue;
-        int ctas = int(std::min<int64_t>(units, config.tile_grid ? tiles : sms));
-        if (config.rows > 0) ctas = int(std::min<int64_t>((n + config.rows - 1) / config.rows, sms));
+        const int ctas = int(std::min<int64_t>(units, config.tile_grid ? tiles : sms));
         CHECK(cudaMemset(y, 0, h_y.size() * 4));
         variant.launcher(wmaps[0], amap, y, as, ws[0], partials, m, n, k, ctas, stream);
         variant.launcher(wmaps[0], amap, y2, as, ws[0], partials, m, n, k, ctas, stream);
@@ -330,11 +273,8 @@ int main(int argc, char** argv) {
         const double bytes = double(weight_bytes) + double(m) * k + double(m) * n * 2;
         const double gbs = bytes / (us * 1e-6) / 1e9;
         char line[256];
-        char tile[32];
-        if (config.rows > 0) std::snprintf(tile, sizeof tile, "%d (rows)", config.rows);
-        else std::snprintf(tile, sizeof tile, "%d x 64", config.halves);
-        std::snprintf(line, sizeof line, "| %s %dx%d | %d | %d | %d | %s | %d | %s | %.2e | %s | %.2f | %.0f | %.1f | %.2f |",
-                      shape.name, n, k, m, config.tokens, config.stages, tile, ctas,
+        std::snprintf(line, sizeof line, "| %s %dx%d | %d | %d | %d | %d x 64 | %d | %s | %.2e | %s | %.2f | %.0f | %.1f | %.2f |",
+                      shape.name, n, k, m, config.tokens, config.stages, config.halves, ctas,
                       config.mode == 0 ? (pdl ? "full" : "full, no PDL")
                       : config.mode == 1 ? "no fixup"
                       : config.mode == 2 ? "copies only"

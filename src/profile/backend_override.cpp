@@ -49,7 +49,6 @@ const std::vector<BackendOverride>& backend_overrides() {
          "m <= 16 and k % 16 == 0"},
         {"mma", k_ok, "k % 16 == 0"},
         {"wgmma", k_ok, "k % 16 == 0"},
-        {"wgmma_rows", k_ok, "k % 16 == 0 (and the row split's shared memory: the registry checks)"},
         {"cublaslt", k_ok, "k % 16 == 0 (and the registry's cuBLASLt limits)"}}},
   };
   return overrides;

@@ -191,11 +191,8 @@ void fp8_quantize_weight_blocks(uint8_t* q, float* scales, const void* w, DType 
 // between two warps), kGemvTma (M = 1: weight rows streamed into shared memory by bulk copies),
 // kWgmma (any M, 64 rows per weight pass: 128 x 128 weight blocks streamed by the tensor copy
 // engine into a ring of shared-memory stages, wgmma with the weights as A, a stream-K split of the
-// blocks over one CTA per SM, shared tiles summed in CTA order; kernels/fp8_gemm_wgmma.cuh),
-// kWgmmaRows (any M, 64 rows per pass: each CTA owns whole tiles of 64..136 weight rows and all of
-// K, the tokens as wgmma's A; kernels/fp8_gemm_wgmma_rows.cuh; not every shape: its shared memory
-// must fit, fp8_gemm_wgmma_rows_supports).
-enum class Fp8GemmBackend { kAuto, kGemv, kWarpRows, kMma, kGemvSplitK, kGemvTma, kWgmma, kWgmmaRows };
+// blocks over one CTA per SM, shared tiles summed in CTA order; kernels/fp8_gemm_wgmma.cuh).
+enum class Fp8GemmBackend { kAuto, kGemv, kWarpRows, kMma, kGemvSplitK, kGemvTma, kWgmma };
 const char* fp8_gemm_kernel_name(Fp8GemmBackend backend);  // the kernel a backend launches
 int64_t fp8_gemm_launches(Fp8GemmBackend backend, int64_t m);  // its launches for M rows
 // Device resources the backends keep per GPU and stream (the wgmma GEMM's partials), made outside

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "backends/cuda/check.h"
-#include "backends/cuda/kernels/fp8_gemm_wgmma.h"
 #include "core/version.h"
 
 namespace vt::cuda {
@@ -49,7 +48,6 @@ Fp8GemmBackend kernel_backend(GemmBackend backend) {
     case GemmBackend::kWarpRows: return Fp8GemmBackend::kWarpRows;
     case GemmBackend::kMma: return Fp8GemmBackend::kMma;
     case GemmBackend::kWgmma: return Fp8GemmBackend::kWgmma;
-    case GemmBackend::kWgmmaRows: return Fp8GemmBackend::kWgmmaRows;
     default: VT_FAIL("not a vt kernel backend");
   }
 }
@@ -62,7 +60,6 @@ const char* gemm_backend_name(GemmBackend backend) {
     case GemmBackend::kWarpRows: return "warp_rows";
     case GemmBackend::kMma: return "mma";
     case GemmBackend::kWgmma: return "wgmma";
-    case GemmBackend::kWgmmaRows: return "wgmma_rows";
     case GemmBackend::kCublasLt: return "cublaslt";
   }
   return "?";
@@ -113,7 +110,7 @@ Fp8GemmRegistry::Fp8GemmRegistry(int64_t max_m, int64_t max_k)
   VT_CHECK(!name || !older, "VT_GEMM_BACKEND and VT_FP8_GEMM are both set: set one");
   if (name) {
     forced_ = parse_gemm_backend(name);
-    VT_CHECK(forced_, "VT_GEMM_BACKEND='", name, "': expected gemv, gemv_splitk, gemv_tma, warp_rows, mma, wgmma, wgmma_rows or cublaslt");
+    VT_CHECK(forced_, "VT_GEMM_BACKEND='", name, "': expected gemv, gemv_splitk, gemv_tma, warp_rows, mma, wgmma or cublaslt");
   } else if (older) {
     const std::string value(older);
     VT_CHECK(value == "gemv" || value == "simple" || value == "mma", "VT_FP8_GEMM='", value,
@@ -127,7 +124,7 @@ Fp8GemmRegistry::Fp8GemmRegistry(int64_t max_m, int64_t max_k)
     for (std::string item; std::getline(list, item, ',');) {
       if (item.empty() || item == "none") continue;
       const auto backend = parse_gemm_backend(item);
-      VT_CHECK(backend, "VT_GEMM_EXCLUDE names '", item, "': expected gemv, gemv_splitk, gemv_tma, warp_rows, mma, wgmma, wgmma_rows or cublaslt");
+      VT_CHECK(backend, "VT_GEMM_EXCLUDE names '", item, "': expected gemv, gemv_splitk, gemv_tma, warp_rows, mma, wgmma or cublaslt");
       VT_CHECK(!forced_ || *forced_ != *backend, "VT_GEMM_EXCLUDE leaves out ", item, ", which VT_GEMM_BACKEND forces");
       excluded_.push_back(*backend);
       excluded_key_ += (excluded_key_.empty() ? "|without " : ",") + item;
@@ -148,7 +145,6 @@ bool Fp8GemmRegistry::supports(GemmBackend backend, int64_t m, int64_t n, int64_
     case GemmBackend::kWarpRows: return m <= 16;  // beyond, it re-reads the weights per 16 rows
     case GemmBackend::kMma:
     case GemmBackend::kWgmma: return true;
-    case GemmBackend::kWgmmaRows: return fp8_gemm_wgmma_rows_supports(m, n, k);
     case GemmBackend::kCublasLt:
       return m <= max_m_ && k <= max_k_ && cublas_.supports_fp8_block(m, n, k, ldy, act);
   }
@@ -195,14 +191,11 @@ std::string Fp8GemmRegistry::tune(const std::vector<GemmTuneShape>& shapes, int6
   for (const auto& shape : shapes) widest_n = std::max(widest_n, shape.n), widest_k = std::max(widest_k, shape.k);
   DeviceBuffer input, codes, scales, y;  // made on the first measurement
   log << "FP8 GEMM backends (" << device << ", " << dtype_name(act) << "; us per GEMM, weights cycled over layers):\n";
-  // A table measured before a backend existed is measured again.
-  std::string backends_key = "|of";
-  for (GemmBackend backend : kAllGemmBackends) backends_key += std::string(" ") + gemm_backend_name(backend);
   for (const auto& shape : shapes) {
     if (shape.weights.empty()) continue;
     const std::string key = device + "|" + kVersion + "|" + std::string(dtype_name(act)) + "|" +
                             std::to_string(shape.n) + "x" + std::to_string(shape.k) + "|after quantize" +
-                            backends_key + excluded_key_;
+                            excluded_key_;
     log << "  " << shape.n << " x " << shape.k << ":";
     for (int64_t bucket : kGemmBuckets) {
       if (bucket > max_m && bucket != gemm_bucket(max_m)) break;

@@ -20,7 +20,6 @@
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/kernels/fp8_gemm_wgmma.cuh"
 #include "backends/cuda/kernels/fp8_gemm_wgmma.h"
-#include "backends/cuda/kernels/fp8_gemm_wgmma_rows.cuh"
 #include "backends/cuda/kernels/launch.cuh"
 
 namespace vt::cuda {
@@ -34,7 +33,6 @@ constexpr int kTileRows = 64 * kHalves;
 constexpr int kMaxTokens = 64;
 constexpr size_t kExclusiveSharedBytes = 120 * 1024;  // two such CTAs never share an SM
 constexpr int kMaxDevices = 64;
-constexpr size_t kMaxSharedBytes = 227 * 1024;  // sm90's opt-in limit per block
 
 template <int kTokens>
 constexpr size_t shared_bytes() {
@@ -166,100 +164,6 @@ void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
     else if (rows <= 32) run(std::integral_constant<int, 32>{});
     else run(std::integral_constant<int, 64>{});
   }
-}
-
-
-// The row split (fp8_gemm_wgmma_rows.cuh): 16 tokens per pass up to M = 16, else 64.
-namespace {
-
-int device_sms() {
-  int device = 0;
-  VT_CUDA_CHECK(cudaGetDevice(&device));
-  VT_CHECK(device < kMaxDevices, "fp8 wgmma GEMM: device index ", device, " beyond ", kMaxDevices - 1);
-  static std::atomic<int> cached[kMaxDevices] = {};
-  int sms = cached[device].load();
-  if (sms == 0) {
-    VT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    cached[device].store(sms);
-  }
-  return sms;
-}
-
-// Calls f(integral_constant<kRows>) for the width rows_tile_for chose.
-template <typename F>
-void with_rows_width(int width, F&& f) {
-  switch (width) {
-    case 136: f(std::integral_constant<int, 136>{}); return;
-    case 128: f(std::integral_constant<int, 128>{}); return;
-    case 112: f(std::integral_constant<int, 112>{}); return;
-    case 64: f(std::integral_constant<int, 64>{}); return;
-  }
-  VT_FAIL("fp8 wgmma row split: no kernel of ", width, "-row tiles");
-}
-
-// The launch's grid and dynamic shared memory for n x k at kTokens tokens per pass.
-template <int kTokens, int kRows>
-std::pair<int64_t, size_t> rows_launch_shape(int64_t n, int64_t k, int sms) {
-  const int64_t tiles = (n + kRows - 1) / kRows, grid = std::min<int64_t>(tiles, sms);
-  const size_t bytes = wg::rows_shared_bytes<kTokens, kRows>(k, (tiles + grid - 1) / grid);
-  return {grid, std::max(bytes, kExclusiveSharedBytes)};
-}
-
-template <typename T, int kTokens, int kRows>
-void launch_rows(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
-                 const float* w_scales, int64_t m, int64_t n, int64_t k, int sms, cudaStream_t stream,
-                 const ::vt::profile::LaunchCost& cost) {
-  auto kernel = wg::sm90_fp8_gemm_wgmma_rows<T, kTokens, kRows>;
-  static std::atomic<uint64_t> attribute_set{0};  // the opt-in limit, once per device
-  int device = 0;
-  VT_CUDA_CHECK(cudaGetDevice(&device));
-  if (!(attribute_set.load() & (uint64_t(1) << device))) {
-    VT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSharedBytes)));
-    attribute_set.fetch_or(uint64_t(1) << device);
-  }
-  const auto [grid, bytes] = rows_launch_shape<kTokens, kRows>(n, k, sms);
-  VT_CHECK(bytes <= kMaxSharedBytes, "fp8 wgmma row split: ", n, " x ", k, " needs ", bytes, " bytes of shared memory");
-  const CUtensorMap& weights = tensor_map(w, n, k, kRows);
-  const CUtensorMap& activations = tensor_map(q, m, k, kTokens);
-  launch("sm90_fp8_gemm_wgmma_rows", cost, kernel, dim3(unsigned(grid)), dim3(wg::kThreads), bytes, stream, weights,
-         activations, static_cast<T*>(y), ldy, a_scales, w_scales, int(m), int(n), int(k));
-}
-
-}  // namespace
-
-bool fp8_gemm_wgmma_rows_supports(int64_t m, int64_t n, int64_t k) {
-  if (m < 1 || n < 1 || k % 16 != 0 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return false;
-  const int sms = device_sms();
-  size_t bytes = 0;
-  with_rows_width(wg::rows_tile_for(n, sms), [&](auto rows) {
-    constexpr int kRows = decltype(rows)::value;
-    bytes = m <= 16 ? rows_launch_shape<16, kRows>(n, k, sms).second : rows_launch_shape<64, kRows>(n, k, sms).second;
-  });
-  return bytes <= kMaxSharedBytes;
-}
-
-void fp8_gemm_wgmma_rows(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
-                         const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
-                         const std::function<::vt::profile::LaunchCost(int64_t rows)>& cost) {
-  VT_CHECK(fp8_gemm_wgmma_rows_supports(m, n, k), "fp8 wgmma row split: ", m, " x ", n, " x ", k, " not served");
-  const int sms = device_sms();
-  const int64_t k_blocks = (k + wg::kBlockK - 1) / wg::kBlockK;
-  const size_t element = dtype_size(act);
-  with_rows_width(wg::rows_tile_for(n, sms), [&](auto width) {
-    constexpr int kRows = decltype(width)::value;
-    for (int64_t m0 = 0; m0 < m; m0 += kMaxTokens) {
-      const int64_t rows = std::min<int64_t>(kMaxTokens, m - m0);
-      void* y_rows = static_cast<char*>(y) + size_t(m0 * ldy) * element;
-      const uint8_t* q_rows = q + m0 * k;
-      const float* scale_rows = a_scales + m0 * k_blocks;
-      VT_DISPATCH_ACT(act, T, {
-        if (rows <= 16)
-          launch_rows<T, 16, kRows>(y_rows, ldy, q_rows, scale_rows, w, w_scales, rows, n, k, sms, stream, cost(rows));
-        else
-          launch_rows<T, 64, kRows>(y_rows, ldy, q_rows, scale_rows, w, w_scales, rows, n, k, sms, stream, cost(rows));
-      });
-    }
-  });
 }
 
 }  // namespace vt::cuda

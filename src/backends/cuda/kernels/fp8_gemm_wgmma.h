@@ -1,6 +1,5 @@
-// The TMA + wgmma FP8 GEMMs' host entries, for fp8_gemm.cu's fp8_block_gemm: the stream-K split
-// (Fp8GemmBackend::kWgmma, kernels: fp8_gemm_wgmma.cuh) and the row split (kWgmmaRows,
-// fp8_gemm_wgmma_rows.cuh).
+// The TMA + wgmma stream-K FP8 GEMM's host entry (kernels: fp8_gemm_wgmma.cuh), for fp8_gemm.cu's
+// fp8_block_gemm (Fp8GemmBackend::kWgmma).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,12 +23,5 @@ int64_t fp8_gemm_wgmma_launches(int64_t m);
 void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
                     const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
                     const std::function<::vt::profile::LaunchCost(int64_t rows)>& cost);
-
-// The row split: whether it serves m x n x k on the current device (its shared memory fits), and
-// the call (one launch per 64 rows, as fp8_gemm_wgmma_launches).
-bool fp8_gemm_wgmma_rows_supports(int64_t m, int64_t n, int64_t k);
-void fp8_gemm_wgmma_rows(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
-                         const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
-                         const std::function<::vt::profile::LaunchCost(int64_t rows)>& cost);
 
 }  // namespace vt::cuda
