@@ -44,7 +44,7 @@ if [ -n "${PROFILE:-}" ]; then
 fi
 tar -czf "$OUT/wgmma_round.tar.gz" -C "$LOGS" .
 echo "== vt_cuda_tests ${TESTS:-CudaOps.*}"; grep -E "^\[  (FAILED|PASSED) |^wgmma" "$LOGS/ops.log" | head -40
-echo "== bench gemm (chosen rows marked *)"; grep -E "\*|bandwidth|FAIL|rror" "$LOGS/gemm_27b.md" | head -40
+[ -f "$LOGS/gemm_27b.md" ] && { echo "== bench gemm (chosen rows marked *)"; grep -E "\*|bandwidth|FAIL|rror" "$LOGS/gemm_27b.md" | head -40; }
 if [ -n "${PROFILE:-}" ]; then
   for index in "${!variants[@]}"; do
     echo "== profile batch 1, ${variants[$index]}"; grep -E "us/step wall|gemm|^\| group" "$LOGS/profile_$index.txt" | head -24
