@@ -339,8 +339,11 @@ TEST_F(CudaModel, TunedGemmPlanServesEveryBucket) {
     logits.push_back(model.last_logits(1));
   }
   unsetenv("VT_CACHE_DIR");
-  // Backends sum in different orders: close, not bit-identical.
-  EXPECT_LE(relative_l2(logits[0], logits[1]), 1e-2);
+  // Backends sum in different orders and precisions (the wgmma kernels' block accumulator keeps
+  // ~14 bits, tests/numerics.h), and the activations are re-quantised to e4m3 between layers,
+  // which amplifies any difference: the W8A8 bound. Measured on the H200: 2.4e-2 with a plan that
+  // chose wgmma at M = 1 (docs/perf/2026-12-01-gemm-splits-pdl.md), under 1e-2 with the GEMVs.
+  EXPECT_LE(relative_l2(logits[0], logits[1]), numerics::kFp8W8A8RelL2);
 }
 
 // The FP8 output layer (quantised at load from the BF16 one) stays within the W8A8 bound of the
