@@ -64,17 +64,6 @@ done
 for build in early late; do
   [ -f "$LOGS/gemm_$build.md" ] && { echo "== bench gemm, $build trigger (chosen rows marked *)"; grep -E "\*|bandwidth|FAIL|rror" "$LOGS/gemm_$build.md" | head -30; }
 done
-python3 - "$LOGS" "${models[@]}" <<'PY'
-import json, sys, pathlib
-logs, models = pathlib.Path(sys.argv[1]), sys.argv[2:]
-print("\n== decode, synthetic FP8, context 1024\n| model | trigger | round | batch | ms/step | tok/s |\n|---|---|---|---|---|---|")
-for model in models:
-    for round_ in (1, 2):
-        for build in ("late", "early"):
-            path = logs / f"decode_{model}_{build}_{round_}.json"
-            if not path.exists() or path.stat().st_size == 0:
-                print(f"| {model} | {build} | {round_} | - | not run or failed | |"); continue
-            for row in json.loads(path.read_text())["rows"]:
-                print(f"| {model} | {build} | {round_} | {row['batch']} | {row['ms_per_step']:.3f} | {row['tokens_per_second']:.1f} |")
-PY
+echo "== decode, synthetic FP8, context 1024 (decode_<model>_<trigger>_<round>.json)"
+python3 scripts/gpu/decode_table.py "$LOGS"
 exit $status
