@@ -90,7 +90,7 @@ __device__ __forceinline__ void pdl_trigger() {
 // trigger first: the next kernel may then be scheduled as soon as every CTA of this one runs (its
 // own wait still waits for this grid to complete), so a GEMM is resident, and streaming its first
 // weights, several small kernels early. Measured no faster end to end
-// (docs/perf/2026-12-01-pdl-trigger-cluster-split.md).
+// (docs/perf/2026-12-01-gemm-splits-pdl.md).
 __device__ __forceinline__ void pdl_enter() {
 #ifdef VT_PDL_EARLY_TRIGGER
   pdl_trigger();
