@@ -71,6 +71,19 @@ std::optional<GemmBackend> parse_gemm_backend(const std::string& name) {
   return std::nullopt;
 }
 
+namespace {
+
+// "gemv, gemv_splitk, ... or cublaslt": what the environment's backend names may be.
+std::string gemm_backend_names() {
+  std::string names;
+  for (size_t i = 0; i < std::size(kAllGemmBackends); ++i)
+    names += std::string(i == 0 ? "" : i + 1 == std::size(kAllGemmBackends) ? " or " : ", ") +
+             gemm_backend_name(kAllGemmBackends[i]);
+  return names;
+}
+
+}  // namespace
+
 double time_in_graph(cudaStream_t stream, int64_t calls, const std::function<void(int64_t)>& call,
                      cudaGraphExec_t* exec_out) {
   cudaGraph_t graph;
@@ -110,7 +123,7 @@ Fp8GemmRegistry::Fp8GemmRegistry(int64_t max_m, int64_t max_k)
   VT_CHECK(!name || !older, "VT_GEMM_BACKEND and VT_FP8_GEMM are both set: set one");
   if (name) {
     forced_ = parse_gemm_backend(name);
-    VT_CHECK(forced_, "VT_GEMM_BACKEND='", name, "': expected gemv, gemv_splitk, gemv_tma, warp_rows, mma, wgmma or cublaslt");
+    VT_CHECK(forced_, "VT_GEMM_BACKEND='", name, "': expected ", gemm_backend_names());
   } else if (older) {
     const std::string value(older);
     VT_CHECK(value == "gemv" || value == "simple" || value == "mma", "VT_FP8_GEMM='", value,
@@ -118,13 +131,13 @@ Fp8GemmRegistry::Fp8GemmRegistry(int64_t max_m, int64_t max_k)
     forced_ = value == "gemv" ? GemmBackend::kGemv : value == "simple" ? GemmBackend::kWarpRows : GemmBackend::kMma;
   }
   // VT_GEMM_EXCLUDE=a,b: backends the tuning leaves out (A/B runs: the plan without a new backend);
-// "none" leaves none out.
+  // "none" leaves none out.
   if (const char* excluded = std::getenv("VT_GEMM_EXCLUDE")) {
     std::stringstream list(excluded);
     for (std::string item; std::getline(list, item, ',');) {
       if (item.empty() || item == "none") continue;
       const auto backend = parse_gemm_backend(item);
-      VT_CHECK(backend, "VT_GEMM_EXCLUDE names '", item, "': expected gemv, gemv_splitk, gemv_tma, warp_rows, mma, wgmma or cublaslt");
+      VT_CHECK(backend, "VT_GEMM_EXCLUDE names '", item, "': expected ", gemm_backend_names());
       VT_CHECK(!forced_ || *forced_ != *backend, "VT_GEMM_EXCLUDE leaves out ", item, ", which VT_GEMM_BACKEND forces");
       excluded_.push_back(*backend);
       excluded_key_ += (excluded_key_.empty() ? "|without " : ",") + item;

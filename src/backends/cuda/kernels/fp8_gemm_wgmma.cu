@@ -109,6 +109,7 @@ void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales
   static std::atomic<uint64_t> attribute_set{0};
   int device = 0;
   VT_CUDA_CHECK(cudaGetDevice(&device));
+  VT_CHECK(device < kMaxDevices, "sm90_fp8_gemm_wgmma: device index ", device, " beyond ", kMaxDevices - 1);
   if (!(attribute_set.load() & (uint64_t(1) << device))) {
     VT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes<kTokens>())));
     attribute_set.fetch_or(uint64_t(1) << device);
