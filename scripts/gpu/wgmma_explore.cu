@@ -15,8 +15,14 @@
 #include <vector>
 
 #include "backends/cuda/kernels/fp8_gemm_wgmma.cuh"
+// The kernel as an earlier commit had it (wgmma_explore.sh writes it from git as wgmma_base.cuh),
+// for A/B rows in the same run: "ab" mode.
+#define wgmma_gemm wgmma_gemm_base
+#include "wgmma_base.cuh"
+#undef wgmma_gemm
 
 namespace wg = vt::cuda::wgmma_gemm;
+namespace wb = vt::cuda::wgmma_gemm_base;
 
 #define CHECK(x)                                                                                  \
   do {                                                                                            \
@@ -73,6 +79,8 @@ struct Config {
   int tokens, stages, halves;
   bool tile_grid = false;  // one CTA per tile where the tiles fit on the SMs (no shared tiles), else all SMs
   int mode = 0;
+  int prefetch = 0;   // units per CTA asked of the L2 before the PDL wait
+  bool base = false;  // the earlier commit's kernel
 };
 constexpr size_t kExclusiveBytes = 120 * 1024;  // no second such CTA fits on an SM
 bool g_pdl = true;
@@ -82,10 +90,13 @@ constexpr size_t smem_of() {
   return std::max(wg::shared_bytes<kTokens, kStages, kHalves>(), kExclusiveBytes);
 }
 
-template <int kTokens, int kStages, int kHalves, int kMode>
+template <int kTokens, int kStages, int kHalves, int kMode, bool kBase = false>
 void launch(const CUtensorMap& wmap, const CUtensorMap& amap, float* y, const float* as, const float* ws,
-            uint64_t* partials, int m, int n, int k, int ctas, cudaStream_t stream) {
-  auto kernel = wg::sm90_fp8_gemm_wgmma<float, kTokens, kStages, kHalves, kMode>;
+            uint64_t* partials, int m, int n, int k, int ctas, int prefetch, cudaStream_t stream) {
+  auto kernel = [] {
+    if constexpr (kBase) return wb::sm90_fp8_gemm_wgmma<float, kTokens, kStages, kHalves, kMode>;
+    else return wg::sm90_fp8_gemm_wgmma<float, kTokens, kStages, kHalves, kMode>;
+  }();
   constexpr size_t smem = smem_of<kTokens, kStages, kHalves, kMode>();
   static bool set = false;
   if (!set) {
@@ -102,17 +113,22 @@ void launch(const CUtensorMap& wmap, const CUtensorMap& amap, float* y, const fl
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = g_pdl ? 1 : 0;
-  CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, partials, m, n, k));
+  if constexpr (kBase)
+    CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, partials, m, n, k));
+  else
+    CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, partials, m, n, k, prefetch));
 }
 
 using Launcher = void (*)(const CUtensorMap&, const CUtensorMap&, float*, const float*, const float*, uint64_t*, int,
-                          int, int, int, cudaStream_t);
+                          int, int, int, int, cudaStream_t);
 struct Variant {
   Config config;
   Launcher launcher;
 };
 #define V(t, s, h, g) Variant{{t, s, h, g, 0}, launch<t, s, h, 0>}
 #define VM(t, s, h, g, mode) Variant{{t, s, h, g, mode}, launch<t, s, h, mode>}
+#define VP(t, s, prefetch) Variant{{t, s, 2, false, 0, prefetch}, launch<t, s, 2, 0>}
+#define VB(t, s, mode) Variant{{t, s, 2, false, mode, 0, true}, launch<t, s, 2, mode, true>}
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows reach the log as they are measured
@@ -156,7 +172,10 @@ int main(int argc, char** argv) {
                                {"awkward", 1000, 4112}};
   std::vector<int> ms = {1, 7, 8, 16, 32, 64};
   const bool diag = argc > 1 && std::string(argv[1]) == "diag";
-  if (diag) {
+  const bool ab = argc > 1 && std::string(argv[1]) == "ab";
+  if (ab) {
+    ms = {1, 8, 16, 32, 64};
+  } else if (diag) {
     shapes = {{"o_proj", 5120, 6144}, {"gdn in_proj", 16384, 5120}, {"gate_up", 34816, 5120}};
     ms = {1, 16};
   } else if (argc > 1) {
@@ -168,7 +187,16 @@ int main(int argc, char** argv) {
       V(8, 8, 1, false),  V(16, 4, 2, false), V(16, 6, 2, false), V(16, 8, 2, false), V(16, 8, 2, true),
       V(32, 4, 2, false), V(32, 6, 2, false), V(32, 8, 2, false), V(32, 6, 2, true),  V(64, 4, 2, false),
       V(64, 6, 2, false), V(64, 8, 2, false), V(64, 6, 2, true)};
-  if (diag)  // the overhead of each part of a unit's work (modes: fp8_gemm_wgmma.cuh's Mode)
+  // The registry's configuration (4 stages, 128-row tiles, the smallest fitting tokens): the
+  // earlier commit's kernel, this one, this one with L2 prefetches before the wait, and this
+  // one's diagnostic modes at M = 1 and 16.
+  if (ab)
+    variants = {VB(8, 4, 0),  V(8, 4, 2, false),  VP(8, 4, 8),  VP(8, 4, 24),  VM(8, 4, 2, false, 1),
+                VM(8, 4, 2, false, 2),  VM(8, 4, 2, false, 4),
+                VB(16, 4, 0), V(16, 4, 2, false), VP(16, 4, 8), VP(16, 4, 24), VM(16, 4, 2, false, 1),
+                VM(16, 4, 2, false, 2), VM(16, 4, 2, false, 4),
+                VB(32, 4, 0), V(32, 4, 2, false), VP(32, 4, 8), VB(64, 4, 0), V(64, 4, 2, false), VP(64, 4, 8)};
+  else if (diag)  // the overhead of each part of a unit's work (modes: fp8_gemm_wgmma.cuh's Mode)
     variants = {V(8, 4, 2, false),     VM(8, 4, 2, false, 1),  VM(8, 4, 2, false, 2), V(8, 6, 2, false),
                 VM(8, 6, 2, false, 1), V(8, 8, 2, false),      VM(8, 8, 2, false, 1), V(16, 4, 2, false),
                 VM(16, 4, 2, false, 1), V(16, 6, 2, false),    VM(16, 6, 2, false, 1)};
@@ -232,8 +260,8 @@ int main(int argc, char** argv) {
         if (config.tile_grid && tiles > sms) continue;
         const int ctas = int(std::min<int64_t>(units, config.tile_grid ? tiles : sms));
         CHECK(cudaMemset(y, 0, h_y.size() * 4));
-        variant.launcher(wmaps[0], amap, y, as, ws[0], partials, m, n, k, ctas, stream);
-        variant.launcher(wmaps[0], amap, y2, as, ws[0], partials, m, n, k, ctas, stream);
+        variant.launcher(wmaps[0], amap, y, as, ws[0], partials, m, n, k, ctas, config.prefetch, stream);
+        variant.launcher(wmaps[0], amap, y2, as, ws[0], partials, m, n, k, ctas, config.prefetch, stream);
         CHECK(cudaStreamSynchronize(stream));
         CHECK(cudaGetLastError());
         CHECK(cudaMemcpy(h_y.data(), y, h_y.size() * 4, cudaMemcpyDeviceToHost));
@@ -248,7 +276,8 @@ int main(int argc, char** argv) {
           cudaGraphExec_t exec;
           CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
           for (int call = first; call < first + calls; ++call)
-            variant.launcher(wmaps[call % copies], amap, y, as, ws[call % copies], partials, m, n, k, ctas, stream);
+            variant.launcher(wmaps[call % copies], amap, y, as, ws[call % copies], partials, m, n, k, ctas, config.prefetch,
+                             stream);
           CHECK(cudaStreamEndCapture(stream, &graph));
           CHECK(cudaGraphInstantiate(&exec, graph, 0));
           if (!flush) CHECK(cudaGraphLaunch(exec, stream));  // warm
@@ -273,17 +302,19 @@ int main(int argc, char** argv) {
         const double bytes = double(weight_bytes) + double(m) * k + double(m) * n * 2;
         const double gbs = bytes / (us * 1e-6) / 1e9;
         char line[256];
+        std::string what = config.mode == 0   ? (pdl ? "full" : "full, no PDL")
+                           : config.mode == 1 ? "no fixup"
+                           : config.mode == 2 ? "copies only"
+                                              : "no fixup, no wgmma";
+        if (config.base) what = "BASE " + what;
+        if (config.prefetch) what += ", L2 prefetch " + std::to_string(config.prefetch);
         std::snprintf(line, sizeof line, "| %s %dx%d | %d | %d | %d | %d x 64 | %d | %s | %.2e | %s | %.2f | %.0f | %.1f | %.2f |",
-                      shape.name, n, k, m, config.tokens, config.stages, config.halves, ctas,
-                      config.mode == 0 ? (pdl ? "full" : "full, no PDL")
-                      : config.mode == 1 ? "no fixup"
-                      : config.mode == 2 ? "copies only"
-                      : config.mode == 3 ? "no fixup, no scale loads"
-                                         : "no fixup, no wgmma",
+                      shape.name, n, k, m, config.tokens, config.stages, config.halves, ctas, what.c_str(),
                       err / ref_max, same ? "same" : "DIFFERS", us, gbs, 100 * gbs / bandwidth, single_ms * 1e3);
         std::printf("%s\n", line);
         if (config.mode == 0 && (err / ref_max > 1e-3 || !same)) std::printf("FAILED above\n");
         if (config.mode == 0 && pdl && us < best_us) best_us = us, best = line;
+        if (ab && config.mode == 0) best_lines.push_back(line);  // every full row of the A/B in the summary
         }
       }
       best_lines.push_back(best);

@@ -3,13 +3,20 @@
 # is vt's src/backends/cuda/kernels/fp8_gemm_wgmma.cuh) and sweeps its configurations on the 27B
 # decode shapes at M = 1..64, each checked against an f32 reference and for bit-identical reruns.
 # Full table in $OUT/wgmma_explore.md; the best configuration per shape and M prints last.
-# Optional argument: one M.
+# Optional argument: one M, "diag" (the kernel without parts of its work), or "ab": the registry's
+# configuration of this kernel against the kernel at commit $WGMMA_BASE (default efe0435, the
+# stream-K kernel before its scales moved into the stages), with and without L2 prefetches.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/vt-out}
 mkdir -p "$OUT"
-BIN=$(mktemp -d)/wgmma_explore
-nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -O3 -I src -o "$BIN" scripts/gpu/wgmma_explore.cu || exit 1
+TMP=$(mktemp -d)
+BIN=$TMP/wgmma_explore
+# The base kernel for the A/B rows: from git where the tree has its history, else a copy beside this script.
+git show "${WGMMA_BASE:-efe0435}:src/backends/cuda/kernels/fp8_gemm_wgmma.cuh" >"$TMP/wgmma_base.cuh" 2>/dev/null ||
+  cp scripts/gpu/wgmma_base.cuh "$TMP/wgmma_base.cuh" || exit 1
+nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -O3 -Xptxas -warn-spills -I src -I "$TMP" -o "$BIN" \
+  scripts/gpu/wgmma_explore.cu || exit 1
 cuobjdump --dump-sass "$BIN" | grep -c QGMMA | sed 's/^/QGMMA instructions in SASS: /'
 timeout "${SWEEP_TIMEOUT:-300}" "$BIN" "$@" >"$OUT/wgmma_explore.md" 2>&1 || { tail -30 "$OUT/wgmma_explore.md"; exit 1; }
 head -1 "$OUT/wgmma_explore.md"

@@ -6,6 +6,9 @@
 # it, alternating (VARIANTS: other environments to compare). Logs in $OUT/wgmma_round.tar.gz; the
 # tables print last. GEMM_M (default 1,8,16,32,64; "none" skips), BATCH (1,4,16), STEPS (32),
 # PROFILE=1 (the batch-1 attribution per variant), TESTS (gtest filter, default CudaOps.*) adjust it.
+# BASE=<commit> also builds that commit's vt (build-base/, from a git worktree) beside this one: a
+# variant that starts with "base" runs it (VARIANTS='base|none' is the same-call A/B of the two
+# commits; the variant's other words are environment assignments), and `vt bench gemm` runs on both.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
@@ -19,18 +22,38 @@ fi
 cmake --build build-gpu -j "$(nproc)" --target vt vt_cuda_tests >"$LOGS/build.log" 2>&1 || {
   grep -E "error" -A3 "$LOGS/build.log" | head -40; tar -czf "$OUT/wgmma_round.tar.gz" -C "$LOGS" .; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
+if [ -n "${BASE:-}" ] && [ ! -x build-base/apps/vt ]; then
+  rm -rf /tmp/vt-base && git worktree add -f /tmp/vt-base "$BASE" >"$LOGS/base.log" 2>&1 &&
+    cmake -S /tmp/vt-base -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DVT_CUDA=ON \
+      -DCMAKE_PREFIX_PATH="$PWD/.gpu-deps/usr" >>"$LOGS/base.log" 2>&1 &&
+    cmake --build build-base -j "$(nproc)" --target vt >>"$LOGS/base.log" 2>&1 || {
+      status=1; echo "FAILED: the base build ($BASE)"; tail -5 "$LOGS/base.log"; }
+  echo "base build ($BASE): $(( $(date +%s) - start )) s"
+fi
+# A variant's binary and environment: "base ..." runs build-base's vt.
+variant_cmd() {
+  case "$1" in
+    base*) echo "build-base/apps/vt" ;;
+    *) echo "$VT" ;;
+  esac
+}
+variant_env() { local v=${1#base}; [ "$v" = none ] && v=""; echo "$v"; }
 export VT_REQUIRE_GPU=1
 timeout 300 build-gpu/tests/vt_cuda_tests --gtest_filter="${TESTS:-CudaOps.*}" >"$LOGS/ops.log" 2>&1 || {
   status=1; echo "FAILED: vt_cuda_tests ${TESTS:-CudaOps.*}"; }
 if [ "${GEMM_M:-}" != none ]; then
   "$VT" bench gemm --synthetic qwen3.5-27b --m "${GEMM_M:-1,8,16,32,64}" >"$LOGS/gemm_27b.md" 2>&1 || {
     status=1; echo "FAILED: bench gemm"; }
+  if [ -x build-base/apps/vt ]; then
+    build-base/apps/vt bench gemm --synthetic qwen3.5-27b --m "${GEMM_M:-1,8,16,32,64}" >"$LOGS/gemm_27b_base.md" 2>&1 || {
+      status=1; echo "FAILED: bench gemm (base)"; }
+  fi
 fi
 # Decode variants: environment assignments, separated by '|'; two alternating rounds.
 IFS='|' read -r -a variants <<<"${VARIANTS:-VT_GEMM_EXCLUDE=wgmma|VT_GEMM_EXCLUDE=none}"
 for round in 1 2; do
   for index in "${!variants[@]}"; do
-    env ${variants[$index]} "$VT" bench decode --synthetic qwen3.5-27b --weights fp8 --batch "${BATCH:-1,4,16}" \
+    env $(variant_env "${variants[$index]}") "$(variant_cmd "${variants[$index]}")" bench decode --synthetic qwen3.5-27b --weights fp8 --batch "${BATCH:-1,4,16}" \
       --context 1024 --steps "${STEPS:-32}" --json >"$LOGS/decode_${index}_$round.json" 2>"$LOGS/decode_${index}_$round.err" || {
       status=1; echo "FAILED: decode with ${variants[$index]}"; tail -3 "$LOGS/decode_${index}_$round.err"; }
   done
@@ -38,13 +61,14 @@ done
 # PROFILE=1: the batch-1 CUPTI attribution per variant (GEMM rows print).
 if [ -n "${PROFILE:-}" ]; then
   for index in "${!variants[@]}"; do
-    env ${variants[$index]} "$VT" profile decode --synthetic qwen3.5-27b --batch 1 --steps 20 >"$LOGS/profile_$index.txt" \
+    env $(variant_env "${variants[$index]}") "$(variant_cmd "${variants[$index]}")" profile decode --synthetic qwen3.5-27b --batch 1 --steps 20 >"$LOGS/profile_$index.txt" \
       2>"$LOGS/profile_$index.err" || { status=1; echo "FAILED: profile with ${variants[$index]}"; }
   done
 fi
 tar -czf "$OUT/wgmma_round.tar.gz" -C "$LOGS" .
 echo "== vt_cuda_tests ${TESTS:-CudaOps.*}"; grep -E "^\[  (FAILED|PASSED) |^wgmma" "$LOGS/ops.log" | head -40
 [ -f "$LOGS/gemm_27b.md" ] && { echo "== bench gemm (chosen rows marked *)"; grep -E "\*|bandwidth|FAIL|rror" "$LOGS/gemm_27b.md" | head -40; }
+[ -f "$LOGS/gemm_27b_base.md" ] && { echo "== bench gemm, base $BASE"; grep -E "\*|bandwidth|FAIL|rror" "$LOGS/gemm_27b_base.md" | head -40; }
 if [ -n "${PROFILE:-}" ]; then
   for index in "${!variants[@]}"; do
     echo "== profile batch 1, ${variants[$index]}"; grep -E "us/step wall|gemm|^\| group" "$LOGS/profile_$index.txt" | head -24

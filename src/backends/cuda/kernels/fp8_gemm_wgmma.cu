@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -100,6 +101,16 @@ const CUtensorMap& tensor_map(const void* base, int64_t rows, int64_t cols, int 
   return cache.emplace(key, map).first->second;
 }
 
+// Units per CTA asked of the L2 before the programmatic-launch wait, beyond the stages
+// (VT_WGMMA_L2_PREFETCH, read once; A/B runs).
+int l2_prefetch_units() {
+  static const int units = [] {
+    const char* value = std::getenv("VT_WGMMA_L2_PREFETCH");
+    return value && *value ? std::max(0, std::atoi(value)) : 0;
+  }();
+  return units;
+}
+
 template <typename T, int kTokens>
 void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
                    const float* w_scales, int64_t m, int64_t n, int64_t k, int ctas, const Workspace& space,
@@ -117,7 +128,8 @@ void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales
   const CUtensorMap& weights = tensor_map(w, n, k, kTileRows);
   const CUtensorMap& activations = tensor_map(q, m, k, kTokens);
   launch("sm90_fp8_gemm_wgmma", cost, kernel, dim3(unsigned(ctas)), dim3(wg::kThreads), shared_bytes<kTokens>(), stream,
-         weights, activations, static_cast<T*>(y), ldy, a_scales, w_scales, space.partials, int(m), int(n), int(k));
+         weights, activations, static_cast<T*>(y), ldy, a_scales, w_scales, space.partials, int(m), int(n), int(k),
+         l2_prefetch_units());
 }
 
 }  // namespace

@@ -49,9 +49,18 @@ __host__ __device__ constexpr uint32_t stage_bytes() {
   return uint32_t(kHalves) * 64 * kBlockK + uint32_t(kTokens) * kBlockK;
 }
 // Dynamic shared memory: the stages (1024-byte aligned for the swizzle), the barriers, alignment slack.
+// Per stage, beside the blocks: the unit's activation scales (one per token) and its weight scale,
+// copied in by the producer warp with the blocks (so no consumer waits on a global load per unit).
+template <int kTokens>
+__host__ __device__ constexpr int scale_slots() {
+  return kTokens + 4;  // tokens, then the weight scale; 16-byte multiple
+}
+// Dynamic shared memory: the stages (1024-byte aligned for the swizzle), the barriers, the scales,
+// alignment slack.
 template <int kTokens, int kStages, int kHalves>
 constexpr size_t shared_bytes() {
-  return size_t(kStages) * stage_bytes<kTokens, kHalves>() + 2 * kStages * sizeof(uint64_t) + 16 + 1024;
+  return size_t(kStages) * stage_bytes<kTokens, kHalves>() + 2 * kStages * sizeof(uint64_t) +
+         size_t(kStages) * scale_slots<kTokens>() * sizeof(float) + 16 + 1024;
 }
 
 __host__ __device__ __forceinline__ int64_t unit_begin(int64_t cta, int64_t units, int64_t ctas) {
@@ -75,6 +84,24 @@ __device__ __forceinline__ void tma_load_2d(void* destination, const CUtensorMap
           smem_address(destination)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_address(barrier))
       : "memory");
+}
+
+// 4 bytes from global to shared memory, asynchronously (zeros where !valid); a thread's copies
+// are tracked by copy_async_arrive.
+__device__ __forceinline__ void copy_async_4(float* destination, const float* source, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_address(destination)), "l"(source),
+               "r"(valid ? 4 : 0)
+               : "memory");
+}
+// An arrival on `barrier` (counted in its expected arrivals) once this thread's copies above land.
+__device__ __forceinline__ void copy_async_arrive(uint64_t* barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_address(barrier)) : "memory");
+}
+// Asks the L2 to fetch a box of `map` at (x, y), nothing returned to the SM.
+__device__ __forceinline__ void tma_prefetch_l2_2d(const CUtensorMap* map, int32_t x, int32_t y) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(reinterpret_cast<uint64_t>(map)),
+               "r"(x), "r"(y)
+               : "memory");
 }
 
 // A shared tile's partials: one 64-bit word per value, (flag << 32) | float bits, so that each word
@@ -151,25 +178,31 @@ __device__ __forceinline__ void fence_registers(float* d) {
 
 // What a launch does: everything (kFull), or, for the sweep's overhead measurements only (wrong
 // results), every tile stored without the shared-tile sum (kNoFixup), the copies alone
-// (kStreamOnly), or kNoFixup without the scale loads or the multiplies.
-enum Mode { kFull = 0, kNoFixup = 1, kStreamOnly = 2, kNoScaleLoads = 3, kNoMultiplies = 4 };
+// (kStreamOnly), or kNoFixup without the multiplies.
+enum Mode { kFull = 0, kNoFixup = 1, kStreamOnly = 2, kNoMultiplies = 4 };
 
 // The accumulator fragment of m64nN (per thread, N / 2 floats): register 4c + 2h + e holds row
 // 16 warp + lane / 4 + 8 h of the 64, column (token) 8c + 2 (lane % 4) + e.
+//
+// l2_prefetch_units: units beyond the first kStages that each CTA asks the L2 to fetch before the
+// programmatic-launch wait (0: none), so that more of its weights stream while the previous kernel
+// drains than the shared-memory ring holds.
 template <typename T, int kTokens, int kStages, int kHalves, int kMode = kFull>
 __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
     const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap activation_map,
     T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales, const float* __restrict__ g_w_scales,
-    uint64_t* __restrict__ g_partials, int m, int n, int k) {
+    uint64_t* __restrict__ g_partials, int m, int n, int k, int l2_prefetch_units) {
   static_assert(kTokens == 8 || kTokens == 16 || kTokens == 32 || kTokens == 64, "wgmma N of 8..64 tokens");
   static_assert(kHalves == 1 || kHalves == 2, "tiles of 64 or 128 weight rows");
   constexpr int kTileRows = 64 * kHalves;
   constexpr int kRegs = kTokens / 2;  // per 64-row half
+  constexpr int kSlots = scale_slots<kTokens>();
   constexpr uint32_t kStageBytes = stage_bytes<kTokens, kHalves>(), kWeightBytes = kTileRows * kBlockK;
   extern __shared__ uint8_t s_raw[];
   uint8_t* s_stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(s_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* s_full = reinterpret_cast<uint64_t*>(s_stages + size_t(kStages) * kStageBytes);
   uint64_t* s_empty = s_full + kStages;
+  float* s_scales = reinterpret_cast<float*>(s_empty + kStages);  // [kStages][kSlots]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t k_blocks = (k + kBlockK - 1) / kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
@@ -178,41 +211,51 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      barrier_init(&s_full[s], 1);
+      barrier_init(&s_full[s], 1 + 32);  // the copy engine's bytes + every producer lane's scale copies
       barrier_init(&s_empty[s], kConsumerThreads / 32);
     }
     device::barrier_init_fence();
   }
   __syncthreads();
 
-  if (warp == kConsumerThreads / 32) {  // the producer
+  if (warp == kConsumerThreads / 32) {  // the producer warp: lane 0 the blocks, every lane scales
+    const auto weights = [&](int64_t u, int s) {
+      barrier_expect_bytes(&s_full[s], kStageBytes);
+      tma_load_2d(s_stages + size_t(s) * kStageBytes, &weight_map, int32_t((u % k_blocks) * kBlockK),
+                  int32_t((u / k_blocks) * kTileRows), &s_full[s]);
+    };
+    // The unit's activations (lane 0) and scales (tokens over the lanes, the weight scale on lane
+    // 0; tokens >= m read as zero), then each lane's arrival once its copies land.
+    const auto activations = [&](int64_t u, int s) {
+      const int64_t kb = u % k_blocks;
+      if (lane == 0) tma_load_2d(s_stages + size_t(s) * kStageBytes + kWeightBytes, &activation_map,
+                                 int32_t(kb * kBlockK), 0, &s_full[s]);
+      float* slots = s_scales + s * kSlots;
+#pragma unroll
+      for (int t = lane; t < kTokens; t += 32)
+        copy_async_4(&slots[t], g_a_scales + (t < m ? int64_t(t) * k_blocks + kb : kb), t < m);
+      if (lane == 0) copy_async_4(&slots[kTokens], g_w_scales + ((u / k_blocks) * kTileRows / 128) * k_blocks + kb, true);
+      copy_async_arrive(&s_full[s]);
+    };
+    const int64_t ahead = begin + kStages < end ? begin + kStages : end;
     if (lane == 0) {
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&weight_map)) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&activation_map)) : "memory");
-      const int64_t ahead = begin + kStages < end ? begin + kStages : end;
-      // Weights are constant: the first stages' blocks stream while the previous kernel drains.
-      for (int64_t u = begin; u < ahead; ++u) {
-        const int s = int((u - begin) % kStages);
-        barrier_expect_bytes(&s_full[s], kStageBytes);
-        tma_load_2d(s_stages + size_t(s) * kStageBytes, &weight_map, int32_t((u % k_blocks) * kBlockK),
-                    int32_t((u / k_blocks) * kTileRows), &s_full[s]);
-      }
-      device::pdl_enter();
-      for (int64_t u = begin; u < ahead; ++u) {
-        const int s = int((u - begin) % kStages);
-        tma_load_2d(s_stages + size_t(s) * kStageBytes + kWeightBytes, &activation_map,
-                    int32_t((u % k_blocks) * kBlockK), 0, &s_full[s]);
-      }
-      for (int64_t u = ahead; u < end; ++u) {
-        const int64_t i = u - begin;
-        const int s = int(i % kStages);
-        barrier_wait(&s_empty[s], uint32_t((i / kStages - 1) & 1));
-        barrier_expect_bytes(&s_full[s], kStageBytes);
-        uint8_t* stage = s_stages + size_t(s) * kStageBytes;
-        const int32_t x = int32_t((u % k_blocks) * kBlockK);
-        tma_load_2d(stage, &weight_map, x, int32_t((u / k_blocks) * kTileRows), &s_full[s]);
-        tma_load_2d(stage + kWeightBytes, &activation_map, x, 0, &s_full[s]);
-      }
+      // Weights are constant: the first stages' blocks (and, if asked, the next units into L2)
+      // stream while the previous kernel drains.
+      for (int64_t u = begin; u < ahead; ++u) weights(u, int((u - begin) % kStages));
+      const int64_t l2_end = ahead + l2_prefetch_units < end ? ahead + l2_prefetch_units : end;
+      for (int64_t u = ahead; u < l2_end; ++u)
+        tma_prefetch_l2_2d(&weight_map, int32_t((u % k_blocks) * kBlockK), int32_t((u / k_blocks) * kTileRows));
+    }
+    device::pdl_enter();
+    for (int64_t u = begin; u < ahead; ++u) activations(u, int((u - begin) % kStages));
+    for (int64_t u = ahead; u < end; ++u) {
+      const int64_t i = u - begin;
+      const int s = int(i % kStages);
+      barrier_wait(&s_empty[s], uint32_t((i / kStages - 1) & 1));
+      if (lane == 0) weights(u, s);
+      activations(u, s);
     }
     return;
   }
@@ -227,20 +270,6 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
     for (int r = 0; r < kRegs; ++r) r_total[h][r] = 0.0f;
   for (int64_t u = begin; u < end; ++u) {
     const int64_t i = u - begin, tile = u / k_blocks, kb = u % k_blocks;
-    // Scales first: their loads overlap the wait for the stage and the multiplies.
-    float w_scale = 1.0f, r_scale[kTokens / 4];
-#pragma unroll
-    for (int j = 0; j < kTokens / 4; ++j) r_scale[j] = 1.0f;
-    if constexpr (kMode != kNoScaleLoads) {
-      w_scale = g_w_scales[(tile * kTileRows / 128) * k_blocks + kb];
-#pragma unroll
-      for (int c = 0; c < kTokens / 8; ++c)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int token = 8 * c + 2 * quad + e;
-          r_scale[2 * c + e] = token < m ? g_a_scales[int64_t(token) * k_blocks + kb] : 0.0f;
-        }
-    }
     const int s = int(i % kStages);
     barrier_wait(&s_full[s], uint32_t((i / kStages) & 1));
     const uint8_t* stage = s_stages + size_t(s) * kStageBytes;
@@ -267,12 +296,20 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) fence_registers<kRegs>(r_block[h]);
     }
+    // The unit's scales (read before the stage is handed back): w_scale x a_scale per token.
+    const float* slots = s_scales + s * kSlots;
+    const float w_scale = slots[kTokens];
+    float r_scale[kTokens / 4];
+#pragma unroll
+    for (int c = 0; c < kTokens / 8; ++c)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) r_scale[2 * c + e] = w_scale * slots[8 * c + 2 * quad + e];
     __syncwarp();
     if (lane == 0) barrier_arrive(&s_empty[s]);
 #pragma unroll
     for (int h = 0; h < kHalves; ++h)
 #pragma unroll
-      for (int r = 0; r < kRegs; ++r) r_total[h][r] += r_block[h][r] * (w_scale * r_scale[(r / 4) * 2 + (r % 2)]);
+      for (int r = 0; r < kRegs; ++r) r_total[h][r] += r_block[h][r] * r_scale[(r / 4) * 2 + (r % 2)];
     if (kb + 1 != k_blocks && u + 1 != end) continue;
 
     // The CTA's share of this tile is done.
@@ -299,31 +336,43 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
 #pragma unroll
         for (int r = 0; r < kRegs; ++r) store_flagged(mine + (h * kRegs + r) * kConsumerThreads, r_total[h][r]);
     } else {
-      // The first owner sums: its own share, then the later owners' in CTA order (deterministic),
-      // each word read until its flag says it is this call's, and cleared for the next call.
+      // The first owner sums: its own share, then the later owners' in CTA order (deterministic).
+      // Up to kBatch owners' partials are requested at once (one round trip for all, not one
+      // each), each word re-read until its flag says it is this call's, and cleared for the next.
+      constexpr int kWords = kHalves * kRegs, kBatch = kWords >= 64 ? 1 : 64 / kWords;
 #pragma unroll 1
-      for (int64_t owner = owner_first + 1; owner <= owner_last; ++owner) {
-        uint64_t* theirs = g_partials + owner * (kHalves * kRegs * kConsumerThreads) + threadIdx.x;
-        uint64_t r_words[kHalves][kRegs];
+      for (int64_t first = owner_first + 1; first <= owner_last; first += kBatch) {
+        const int count = int(owner_last - first + 1 < kBatch ? owner_last - first + 1 : kBatch);
+        uint64_t r_words[kBatch][kWords];
         bool ready;
         do {
 #pragma unroll
-          for (int h = 0; h < kHalves; ++h)
+          for (int b = 0; b < kBatch; ++b) {
+            if (b >= count) break;
+            const uint64_t* theirs = g_partials + (first + b) * (kWords * kConsumerThreads) + threadIdx.x;
 #pragma unroll
-            for (int r = 0; r < kRegs; ++r) r_words[h][r] = load_relaxed(theirs + (h * kRegs + r) * kConsumerThreads);
+            for (int w = 0; w < kWords; ++w) r_words[b][w] = load_relaxed(theirs + w * kConsumerThreads);
+          }
           ready = true;
 #pragma unroll
-          for (int h = 0; h < kHalves; ++h)
+          for (int b = 0; b < kBatch; ++b) {
+            if (b >= count) break;
 #pragma unroll
-            for (int r = 0; r < kRegs; ++r) ready = ready && (r_words[h][r] >> 32) == kPartialFlag;
+            for (int w = 0; w < kWords; ++w) ready = ready && (r_words[b][w] >> 32) == kPartialFlag;
+          }
         } while (!ready);
 #pragma unroll
-        for (int h = 0; h < kHalves; ++h)
+        for (int b = 0; b < kBatch; ++b) {
+          if (b >= count) break;
+          uint64_t* theirs = g_partials + (first + b) * (kWords * kConsumerThreads) + threadIdx.x;
 #pragma unroll
-          for (int r = 0; r < kRegs; ++r) {
-            r_total[h][r] += __uint_as_float(uint32_t(r_words[h][r]));
-            store_relaxed(theirs + (h * kRegs + r) * kConsumerThreads, 0);
-          }
+          for (int h = 0; h < kHalves; ++h)
+#pragma unroll
+            for (int r = 0; r < kRegs; ++r) {
+              r_total[h][r] += __uint_as_float(uint32_t(r_words[b][h * kRegs + r]));
+              store_relaxed(theirs + (h * kRegs + r) * kConsumerThreads, 0);
+            }
+        }
       }
       store(r_total);
     }
