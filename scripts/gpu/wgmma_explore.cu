@@ -79,7 +79,7 @@ struct Config {
   int tokens, stages, halves;
   bool tile_grid = false;  // one CTA per tile where the tiles fit on the SMs (no shared tiles), else all SMs
   int mode = 0;
-  int prefetch = 0;   // units per CTA asked of the L2 before the PDL wait
+  int slack = -1;     // the receivers split with this slack (wg::receive_units_for), -1: stream-K
   bool base = false;  // the earlier commit's kernel
 };
 constexpr size_t kExclusiveBytes = 120 * 1024;  // no second such CTA fits on an SM
@@ -92,7 +92,7 @@ constexpr size_t smem_of() {
 
 template <int kTokens, int kStages, int kHalves, int kMode, bool kBase = false>
 void launch(const CUtensorMap& wmap, const CUtensorMap& amap, float* y, const float* as, const float* ws,
-            uint64_t* partials, int m, int n, int k, int ctas, int prefetch, cudaStream_t stream) {
+            uint64_t* partials, int m, int n, int k, int ctas, int receive_units, cudaStream_t stream) {
   auto kernel = [] {
     if constexpr (kBase) return wb::sm90_fp8_gemm_wgmma<float, kTokens, kStages, kHalves, kMode>;
     else return wg::sm90_fp8_gemm_wgmma<float, kTokens, kStages, kHalves, kMode>;
@@ -116,7 +116,7 @@ void launch(const CUtensorMap& wmap, const CUtensorMap& amap, float* y, const fl
   if constexpr (kBase)
     CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, partials, m, n, k));
   else
-    CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, partials, m, n, k, prefetch));
+    CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, partials, m, n, k, receive_units));
 }
 
 using Launcher = void (*)(const CUtensorMap&, const CUtensorMap&, float*, const float*, const float*, uint64_t*, int,
@@ -127,8 +127,8 @@ struct Variant {
 };
 #define V(t, s, h, g) Variant{{t, s, h, g, 0}, launch<t, s, h, 0>}
 #define VM(t, s, h, g, mode) Variant{{t, s, h, g, mode}, launch<t, s, h, mode>}
-#define VP(t, s, prefetch) Variant{{t, s, 2, false, 0, prefetch}, launch<t, s, 2, 0>}
-#define VB(t, s, mode) Variant{{t, s, 2, false, mode, 0, true}, launch<t, s, 2, mode, true>}
+#define VR(t, s, slack) Variant{{t, s, 2, false, 0, slack}, launch<t, s, 2, 0>}
+#define VB(t, s, mode) Variant{{t, s, 2, false, mode, -1, true}, launch<t, s, 2, mode, true>}
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows reach the log as they are measured
@@ -188,14 +188,14 @@ int main(int argc, char** argv) {
       V(32, 4, 2, false), V(32, 6, 2, false), V(32, 8, 2, false), V(32, 6, 2, true),  V(64, 4, 2, false),
       V(64, 6, 2, false), V(64, 8, 2, false), V(64, 6, 2, true)};
   // The registry's configuration (4 stages, 128-row tiles, the smallest fitting tokens): the
-  // earlier commit's kernel, this one, this one with L2 prefetches before the wait, and this
-  // one's diagnostic modes at M = 1 and 16.
+  // earlier commit's kernel, this one's stream-K split, its receivers split at slacks 1 / 2 / 4
+  // (where the shape allows it), one CTA per tile, and 6 stages.
   if (ab)
-    variants = {VB(8, 4, 0),  V(8, 4, 2, false),  VP(8, 4, 8),  VP(8, 4, 24),  VM(8, 4, 2, false, 1),
-                VM(8, 4, 2, false, 2),  VM(8, 4, 2, false, 4),
-                VB(16, 4, 0), V(16, 4, 2, false), VP(16, 4, 8), VP(16, 4, 24), VM(16, 4, 2, false, 1),
-                VM(16, 4, 2, false, 2), VM(16, 4, 2, false, 4),
-                VB(32, 4, 0), V(32, 4, 2, false), VP(32, 4, 8), VB(64, 4, 0), V(64, 4, 2, false), VP(64, 4, 8)};
+    variants = {VB(8, 4, 0),  V(8, 4, 2, false),  VR(8, 4, 1),  VR(8, 4, 2),  VR(8, 4, 4),  V(8, 4, 2, true),
+                VR(8, 6, 2),
+                VB(16, 4, 0), V(16, 4, 2, false), VR(16, 4, 1), VR(16, 4, 2), VR(16, 4, 4), V(16, 4, 2, true),
+                VR(16, 6, 2),
+                VB(32, 4, 0), V(32, 4, 2, false), VR(32, 4, 2), VB(64, 4, 0), V(64, 4, 2, false), VR(64, 4, 2)};
   else if (diag)  // the overhead of each part of a unit's work (modes: fp8_gemm_wgmma.cuh's Mode)
     variants = {V(8, 4, 2, false),     VM(8, 4, 2, false, 1),  VM(8, 4, 2, false, 2), V(8, 6, 2, false),
                 VM(8, 6, 2, false, 1), V(8, 8, 2, false),      VM(8, 8, 2, false, 1), V(16, 4, 2, false),
@@ -258,10 +258,12 @@ int main(int argc, char** argv) {
         }
         const int64_t tiles = (n + 64 * config.halves - 1) / (64 * config.halves), units = tiles * kb;
         if (config.tile_grid && tiles > sms) continue;
-        const int ctas = int(std::min<int64_t>(units, config.tile_grid ? tiles : sms));
+        const int receive = config.base ? 0 : int(wg::receive_units_for(tiles, kb, sms, config.slack));
+        if (config.slack >= 0 && receive == 0) continue;  // the receivers split does not apply
+        const int ctas = receive ? sms : int(std::min<int64_t>(units, config.tile_grid ? tiles : sms));
         CHECK(cudaMemset(y, 0, h_y.size() * 4));
-        variant.launcher(wmaps[0], amap, y, as, ws[0], partials, m, n, k, ctas, config.prefetch, stream);
-        variant.launcher(wmaps[0], amap, y2, as, ws[0], partials, m, n, k, ctas, config.prefetch, stream);
+        variant.launcher(wmaps[0], amap, y, as, ws[0], partials, m, n, k, ctas, receive, stream);
+        variant.launcher(wmaps[0], amap, y2, as, ws[0], partials, m, n, k, ctas, receive, stream);
         CHECK(cudaStreamSynchronize(stream));
         CHECK(cudaGetLastError());
         CHECK(cudaMemcpy(h_y.data(), y, h_y.size() * 4, cudaMemcpyDeviceToHost));
@@ -276,7 +278,7 @@ int main(int argc, char** argv) {
           cudaGraphExec_t exec;
           CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
           for (int call = first; call < first + calls; ++call)
-            variant.launcher(wmaps[call % copies], amap, y, as, ws[call % copies], partials, m, n, k, ctas, config.prefetch,
+            variant.launcher(wmaps[call % copies], amap, y, as, ws[call % copies], partials, m, n, k, ctas, receive,
                              stream);
           CHECK(cudaStreamEndCapture(stream, &graph));
           CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -307,7 +309,8 @@ int main(int argc, char** argv) {
                            : config.mode == 2 ? "copies only"
                                               : "no fixup, no wgmma";
         if (config.base) what = "BASE " + what;
-        if (config.prefetch) what += ", L2 prefetch " + std::to_string(config.prefetch);
+        if (receive) what += ", receivers R=" + std::to_string(receive) + " slack " + std::to_string(config.slack);
+        if (config.tile_grid) what += ", CTA per tile";
         std::snprintf(line, sizeof line, "| %s %dx%d | %d | %d | %d | %d x 64 | %d | %s | %.2e | %s | %.2f | %.0f | %.1f | %.2f |",
                       shape.name, n, k, m, config.tokens, config.stages, config.halves, ctas, what.c_str(),
                       err / ref_max, same ? "same" : "DIFFERS", us, gbs, 100 * gbs / bandwidth, single_ms * 1e3);

@@ -5,7 +5,8 @@
 # Full table in $OUT/wgmma_explore.md; the best configuration per shape and M prints last.
 # Optional argument: one M, "diag" (the kernel without parts of its work), or "ab": the registry's
 # configuration of this kernel against the kernel at commit $WGMMA_BASE (default efe0435, the
-# stream-K kernel before its scales moved into the stages), with and without L2 prefetches.
+# stream-K kernel before its scales moved into the stages): this kernel's stream-K and receivers
+# splits, one CTA per tile, 6 stages.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/vt-out}

@@ -165,7 +165,8 @@ TEST_F(CudaOps, WeightBlockQuantisationMatchesCpu) {
 TEST_F(CudaOps, Fp8BlockGemmMatchesCpu) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 512}, {1, 136, 6144}, {1, 520, 17408},
                          {7, 200, 192}, {16, 384, 5120}, {33, 130, 1040}, {64, 136, 2048},
-                         {129, 200, 1040}, {8, 5120, 6144}, {2, 34816, 512}}) {
+                         {129, 200, 1040}, {8, 5120, 6144}, {2, 34816, 512}, {7, 1000, 4112},
+                         {65, 1000, 4112}}) {
     auto x = random_vector(m * k, 11 + m);
     std::vector<uint8_t> codes(n * k);
     std::mt19937_64 rng(n);

@@ -34,6 +34,7 @@ constexpr int kTileRows = 64 * kHalves;
 constexpr int kMaxTokens = 64;
 constexpr size_t kExclusiveSharedBytes = 120 * 1024;  // two such CTAs never share an SM
 constexpr int kMaxDevices = 64;
+constexpr int64_t kReceiverSlack = 2;
 
 template <int kTokens>
 constexpr size_t shared_bytes() {
@@ -101,20 +102,20 @@ const CUtensorMap& tensor_map(const void* base, int64_t rows, int64_t cols, int 
   return cache.emplace(key, map).first->second;
 }
 
-// Units per CTA asked of the L2 before the programmatic-launch wait, beyond the stages
-// (VT_WGMMA_L2_PREFETCH, read once; A/B runs).
-int l2_prefetch_units() {
-  static const int units = [] {
-    const char* value = std::getenv("VT_WGMMA_L2_PREFETCH");
-    return value && *value ? std::max(0, std::atoi(value)) : 0;
+// How many units a receiver streams beyond a sender's share (VT_WGMMA_SLACK, read once; negative:
+// the stream-K split everywhere, for A/B runs).
+int64_t receiver_slack() {
+  static const int64_t slack = [] {
+    const char* value = std::getenv("VT_WGMMA_SLACK");
+    return value && *value ? int64_t(std::atoi(value)) : kReceiverSlack;
   }();
-  return units;
+  return slack;
 }
 
 template <typename T, int kTokens>
 void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
-                   const float* w_scales, int64_t m, int64_t n, int64_t k, int ctas, const Workspace& space,
-                   cudaStream_t stream, const ::vt::profile::LaunchCost& cost) {
+                   const float* w_scales, int64_t m, int64_t n, int64_t k, int ctas, int64_t receive_units,
+                   const Workspace& space, cudaStream_t stream, const ::vt::profile::LaunchCost& cost) {
   auto kernel = wg::sm90_fp8_gemm_wgmma<T, kTokens, kStages, kHalves>;
   // > 48 KB of dynamic shared memory: a per-device function attribute, set once per device.
   static std::atomic<uint64_t> attribute_set{0};
@@ -129,7 +130,7 @@ void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales
   const CUtensorMap& activations = tensor_map(q, m, k, kTokens);
   launch("sm90_fp8_gemm_wgmma", cost, kernel, dim3(unsigned(ctas)), dim3(wg::kThreads), shared_bytes<kTokens>(), stream,
          weights, activations, static_cast<T*>(y), ldy, a_scales, w_scales, space.partials, int(m), int(n), int(k),
-         l2_prefetch_units());
+         int(receive_units));
 }
 
 }  // namespace
@@ -158,8 +159,13 @@ void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
   const Workspace& space = workspace(stream);
   const int64_t k_blocks = (k + wg::kBlockK - 1) / wg::kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
   const int64_t units = tiles * k_blocks;
-  // One CTA per tile where the tiles nearly fill the SMs (no shared tile to sum), else every SM.
-  const int64_t ctas = tiles <= space.sms && 10 * tiles >= 9 * space.sms ? tiles : std::min<int64_t>(units, space.sms);
+  // Fewer tiles than SMs: the receivers split over every SM (each tile summed by its own CTA,
+  // which streams a little more than the others, so nobody waits at the end); else one CTA per
+  // tile where the tiles nearly fill the SMs (no shared tile), else stream-K over every SM.
+  const int64_t receive_units = wg::receive_units_for(tiles, k_blocks, space.sms, receiver_slack());
+  const int64_t ctas = receive_units                                        ? space.sms
+                       : tiles <= space.sms && 10 * tiles >= 9 * space.sms ? tiles
+                                                                          : std::min<int64_t>(units, space.sms);
   const size_t element = dtype_size(act);
   for (int64_t m0 = 0; m0 < m; m0 += kMaxTokens) {
     const int64_t rows = std::min<int64_t>(kMaxTokens, m - m0);
@@ -170,7 +176,7 @@ void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
       constexpr int kTokens = decltype(tokens)::value;
       VT_DISPATCH_ACT(act, T,
                       launch_tokens<T, kTokens>(y_rows, ldy, q_rows, scale_rows, w, w_scales, rows, n, k, int(ctas),
-                                                space, stream, cost(rows)));
+                                                receive_units, space, stream, cost(rows)));
     };
     if (rows <= 8) run(std::integral_constant<int, 8>{});
     else if (rows <= 16) run(std::integral_constant<int, 16>{});

@@ -41,7 +41,6 @@ namespace vt::cuda::wgmma_gemm {
 constexpr int kBlockK = 128;  // K bytes per unit: one scale block, the 128-byte swizzle span
 constexpr int kConsumerThreads = 128;            // one warpgroup, warps 0..3
 constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp
-constexpr int kScaleAhead = 2;                   // units whose scales are in flight beyond the current one
 
 // A tile is kHalves x 64 weight rows; a stage holds its 128 x 128-byte block and the tokens' block.
 template <int kTokens, int kHalves>
@@ -68,6 +67,48 @@ __host__ __device__ __forceinline__ int64_t unit_begin(int64_t cta, int64_t unit
 }
 __host__ __device__ __forceinline__ int64_t unit_owner(int64_t unit, int64_t units, int64_t ctas) {
   return ((unit + 1) * ctas - 1) / units;
+}
+
+// Which units a CTA streams, as a walk over a sequence: position p in [begin, end) is tile
+// p / width, K block offset + p % width.
+//  - stream-K (receive_units == 0): the whole matrix, width = k_blocks, split evenly over the CTAs.
+//  - receivers (receive_units = R > 0, tiles < CTAs): CTA t < tiles owns tile t's last R K blocks
+//    and sums the tile; the other CTAs ("senders") split the tiles' first k_blocks - R blocks
+//    evenly. R exceeds a sender's share by a few units, so the senders' partials are written
+//    before their receiver needs them, and nobody waits at the end.
+// The R of the receivers split for `tiles` x `k_blocks` units over `ctas` CTAs, each receiver
+// `slack` units longer than a sender's share; 0 (stream-K) where tiles >= ctas or R would be the
+// whole tile or a sender would have no unit.
+__host__ __device__ __forceinline__ int64_t receive_units_for(int64_t tiles, int64_t k_blocks, int64_t ctas,
+                                                              int64_t slack) {
+  if (slack < 0 || tiles >= ctas) return 0;
+  const int64_t r = (tiles * k_blocks + (ctas - tiles) * slack + ctas - 1) / ctas;
+  // Every sender must have a unit (a receiver reads a partial from each CTA in its range).
+  return r < k_blocks && tiles * (k_blocks - r) >= ctas - tiles ? r : 0;
+}
+struct Walk {
+  int64_t begin, end, width, offset;
+  int64_t senders, sender_units;  // receivers: the sender CTAs and the units they split
+};
+__host__ __device__ __forceinline__ Walk walk_of(int64_t cta, int64_t ctas, int64_t tiles, int64_t k_blocks,
+                                                 int64_t receive_units) {
+  Walk w{};
+  if (receive_units == 0) {
+    const int64_t units = tiles * k_blocks;
+    w.begin = unit_begin(cta, units, ctas), w.end = unit_begin(cta + 1, units, ctas);
+    w.width = k_blocks;
+    return w;
+  }
+  w.senders = ctas - tiles, w.sender_units = tiles * (k_blocks - receive_units);
+  if (cta < tiles) {
+    w.begin = cta * receive_units, w.end = w.begin + receive_units;
+    w.width = receive_units, w.offset = k_blocks - receive_units;
+  } else {
+    w.begin = unit_begin(cta - tiles, w.sender_units, w.senders);
+    w.end = unit_begin(cta - tiles + 1, w.sender_units, w.senders);
+    w.width = k_blocks - receive_units;
+  }
+  return w;
 }
 
 using device::barrier_arrive;
@@ -97,13 +138,6 @@ __device__ __forceinline__ void copy_async_4(float* destination, const float* so
 __device__ __forceinline__ void copy_async_arrive(uint64_t* barrier) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_address(barrier)) : "memory");
 }
-// Asks the L2 to fetch a box of `map` at (x, y), nothing returned to the SM.
-__device__ __forceinline__ void tma_prefetch_l2_2d(const CUtensorMap* map, int32_t x, int32_t y) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(reinterpret_cast<uint64_t>(map)),
-               "r"(x), "r"(y)
-               : "memory");
-}
-
 // A shared tile's partials: one 64-bit word per value, (flag << 32) | float bits, so that each word
 // says by itself whether it holds this call's value: no fence, no counter. The reader clears it.
 constexpr uint32_t kPartialFlag = 0x600dcafe;
@@ -184,14 +218,12 @@ enum Mode { kFull = 0, kNoFixup = 1, kStreamOnly = 2, kNoMultiplies = 4 };
 // The accumulator fragment of m64nN (per thread, N / 2 floats): register 4c + 2h + e holds row
 // 16 warp + lane / 4 + 8 h of the 64, column (token) 8c + 2 (lane % 4) + e.
 //
-// l2_prefetch_units: units beyond the first kStages that each CTA asks the L2 to fetch before the
-// programmatic-launch wait (0: none), so that more of its weights stream while the previous kernel
-// drains than the shared-memory ring holds.
+// receive_units: 0 for the stream-K split, else R of the receivers split (walk_of above).
 template <typename T, int kTokens, int kStages, int kHalves, int kMode = kFull>
 __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
     const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap activation_map,
     T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales, const float* __restrict__ g_w_scales,
-    uint64_t* __restrict__ g_partials, int m, int n, int k, int l2_prefetch_units) {
+    uint64_t* __restrict__ g_partials, int m, int n, int k, int receive_units) {
   static_assert(kTokens == 8 || kTokens == 16 || kTokens == 32 || kTokens == 64, "wgmma N of 8..64 tokens");
   static_assert(kHalves == 1 || kHalves == 2, "tiles of 64 or 128 weight rows");
   constexpr int kTileRows = 64 * kHalves;
@@ -207,7 +239,10 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t k_blocks = (k + kBlockK - 1) / kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
   const int64_t units = tiles * k_blocks, ctas = gridDim.x, cta = blockIdx.x;
-  const int64_t begin = unit_begin(cta, units, ctas), end = unit_begin(cta + 1, units, ctas);
+  const Walk walk = walk_of(cta, ctas, tiles, k_blocks, receive_units);
+  const int64_t begin = walk.begin, end = walk.end;
+  const auto tile_of = [&](int64_t p) { return p / walk.width; };
+  const auto block_of = [&](int64_t p) { return walk.offset + p % walk.width; };
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -221,32 +256,28 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
   if (warp == kConsumerThreads / 32) {  // the producer warp: lane 0 the blocks, every lane scales
     const auto weights = [&](int64_t u, int s) {
       barrier_expect_bytes(&s_full[s], kStageBytes);
-      tma_load_2d(s_stages + size_t(s) * kStageBytes, &weight_map, int32_t((u % k_blocks) * kBlockK),
-                  int32_t((u / k_blocks) * kTileRows), &s_full[s]);
+      tma_load_2d(s_stages + size_t(s) * kStageBytes, &weight_map, int32_t(block_of(u) * kBlockK),
+                  int32_t(tile_of(u) * kTileRows), &s_full[s]);
     };
     // The unit's activations (lane 0) and scales (tokens over the lanes, the weight scale on lane
     // 0; tokens >= m read as zero), then each lane's arrival once its copies land.
     const auto activations = [&](int64_t u, int s) {
-      const int64_t kb = u % k_blocks;
+      const int64_t kb = block_of(u);
       if (lane == 0) tma_load_2d(s_stages + size_t(s) * kStageBytes + kWeightBytes, &activation_map,
                                  int32_t(kb * kBlockK), 0, &s_full[s]);
       float* slots = s_scales + s * kSlots;
 #pragma unroll
       for (int t = lane; t < kTokens; t += 32)
         copy_async_4(&slots[t], g_a_scales + (t < m ? int64_t(t) * k_blocks + kb : kb), t < m);
-      if (lane == 0) copy_async_4(&slots[kTokens], g_w_scales + ((u / k_blocks) * kTileRows / 128) * k_blocks + kb, true);
+      if (lane == 0) copy_async_4(&slots[kTokens], g_w_scales + (tile_of(u) * kTileRows / 128) * k_blocks + kb, true);
       copy_async_arrive(&s_full[s]);
     };
     const int64_t ahead = begin + kStages < end ? begin + kStages : end;
     if (lane == 0) {
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&weight_map)) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&activation_map)) : "memory");
-      // Weights are constant: the first stages' blocks (and, if asked, the next units into L2)
-      // stream while the previous kernel drains.
+      // Weights are constant: the first stages' blocks stream while the previous kernel drains.
       for (int64_t u = begin; u < ahead; ++u) weights(u, int((u - begin) % kStages));
-      const int64_t l2_end = ahead + l2_prefetch_units < end ? ahead + l2_prefetch_units : end;
-      for (int64_t u = ahead; u < l2_end; ++u)
-        tma_prefetch_l2_2d(&weight_map, int32_t((u % k_blocks) * kBlockK), int32_t((u / k_blocks) * kTileRows));
     }
     device::pdl_enter();
     for (int64_t u = begin; u < ahead; ++u) activations(u, int((u - begin) % kStages));
@@ -269,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
 #pragma unroll
     for (int r = 0; r < kRegs; ++r) r_total[h][r] = 0.0f;
   for (int64_t u = begin; u < end; ++u) {
-    const int64_t i = u - begin, tile = u / k_blocks, kb = u % k_blocks;
+    const int64_t i = u - begin, tile = tile_of(u);
     const int s = int(i % kStages);
     barrier_wait(&s_full[s], uint32_t((i / kStages) & 1));
     const uint8_t* stage = s_stages + size_t(s) * kStageBytes;
@@ -310,11 +341,22 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
     for (int h = 0; h < kHalves; ++h)
 #pragma unroll
       for (int r = 0; r < kRegs; ++r) r_total[h][r] += r_block[h][r] * r_scale[(r / 4) * 2 + (r % 2)];
-    if (kb + 1 != k_blocks && u + 1 != end) continue;
+    if ((u + 1) % walk.width != 0 && u + 1 != end) continue;
 
-    // The CTA's share of this tile is done.
-    const int64_t owner_first = unit_owner(tile * k_blocks, units, ctas);
-    const int64_t owner_last = unit_owner(tile * k_blocks + k_blocks - 1, units, ctas);
+    // The CTA's share of this tile is done. Who else holds a share, and where their partials are:
+    // stream-K: CTAs owner_first..owner_last, the first sums, the others write slot `cta`;
+    // receivers: the tile's receiver (CTA `tile`) sums, senders owner_first..owner_last write slot
+    // `tile` (the one whose share starts the tile) or tiles + sender.
+    const bool receivers = receive_units != 0;
+    const int64_t piece_units = receivers ? walk.sender_units : units, piece_ctas = receivers ? walk.senders : ctas;
+    const int64_t width = receivers ? k_blocks - receive_units : k_blocks;
+    const int64_t owner_first = width == 0 ? 1 : unit_owner(tile * width, piece_units, piece_ctas);
+    const int64_t owner_last = width == 0 ? 0 : unit_owner(tile * width + width - 1, piece_units, piece_ctas);
+    const bool sums = receivers ? cta < tiles : cta == owner_first;
+    const auto slot = [&](int64_t owner) {
+      if (!receivers) return owner;
+      return owner == owner_first ? tile : tiles + owner;
+    };
     const auto store = [&](float (*values)[kRegs]) {
 #pragma unroll
       for (int h = 0; h < kHalves; ++h)
@@ -325,23 +367,24 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
           if (column < n && token < m) g_y[token * ldy + column] = device::from_float<T>(values[h][r]);
         }
     };
-    if (owner_first == owner_last || kMode != kFull) {
+    if ((!receivers && owner_first == owner_last) || kMode != kFull) {
       store(r_total);
-    } else if (cta != owner_first) {
-      // This is the first tile of the CTA's range (it starts inside the tile): hand the partial
-      // to the tile's first owner, which finishes its share last (at the end of its range).
-      uint64_t* mine = g_partials + cta * (kHalves * kRegs * kConsumerThreads) + threadIdx.x;
+    } else if (!sums) {
+      // Hand the partial to the tile's summer (stream-K: the first owner, which finishes its share
+      // at the end of its range; receivers: the tile's receiver).
+      const int64_t me = receivers ? cta - tiles : cta;
+      uint64_t* mine = g_partials + slot(me) * (kHalves * kRegs * kConsumerThreads) + threadIdx.x;
 #pragma unroll
       for (int h = 0; h < kHalves; ++h)
 #pragma unroll
         for (int r = 0; r < kRegs; ++r) store_flagged(mine + (h * kRegs + r) * kConsumerThreads, r_total[h][r]);
     } else {
-      // The first owner sums: its own share, then the later owners' in CTA order (deterministic).
+      // The summer: its own share, then the other owners' in CTA order (deterministic).
       // Up to kBatch owners' partials are requested at once (one round trip for all, not one
       // each), each word re-read until its flag says it is this call's, and cleared for the next.
       constexpr int kWords = kHalves * kRegs, kBatch = kWords >= 64 ? 1 : 64 / kWords;
 #pragma unroll 1
-      for (int64_t first = owner_first + 1; first <= owner_last; first += kBatch) {
+      for (int64_t first = receivers ? owner_first : owner_first + 1; first <= owner_last; first += kBatch) {
         const int count = int(owner_last - first + 1 < kBatch ? owner_last - first + 1 : kBatch);
         uint64_t r_words[kBatch][kWords];
         bool ready;
@@ -349,7 +392,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
 #pragma unroll
           for (int b = 0; b < kBatch; ++b) {
             if (b >= count) break;
-            const uint64_t* theirs = g_partials + (first + b) * (kWords * kConsumerThreads) + threadIdx.x;
+            const uint64_t* theirs = g_partials + slot(first + b) * (kWords * kConsumerThreads) + threadIdx.x;
 #pragma unroll
             for (int w = 0; w < kWords; ++w) r_words[b][w] = load_relaxed(theirs + w * kConsumerThreads);
           }
@@ -364,7 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
           if (b >= count) break;
-          uint64_t* theirs = g_partials + (first + b) * (kWords * kConsumerThreads) + threadIdx.x;
+          uint64_t* theirs = g_partials + slot(first + b) * (kWords * kConsumerThreads) + threadIdx.x;
 #pragma unroll
           for (int h = 0; h < kHalves; ++h)
 #pragma unroll
