@@ -9,12 +9,19 @@
 # BASE=<commit> also builds that commit's vt (build-base/, from a git worktree) beside this one: a
 # variant that starts with "base" runs it (VARIANTS='base|none' is the same-call A/B of the two
 # commits; the variant's other words are environment assignments), and `vt bench gemm` runs on both.
+# SWEEP=<argument> runs scripts/gpu/wgmma_explore.sh <argument> while the builds compile (before
+# anything else uses the GPU); its table is $OUT/wgmma_explore.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
 LOGS=$(mktemp -d)
 status=0
 start=$(date +%s)
+sweep_pid=
+if [ -n "${SWEEP:-}" ]; then
+  OUT=$OUT bash scripts/gpu/wgmma_explore.sh "$SWEEP" >"$LOGS/sweep.txt" 2>&1 &
+  sweep_pid=$!
+fi
 if [ ! -x build-gpu/tests/vt_cuda_tests ] || [ ! -x "$VT" ] || [ -n "${REBUILD:-}" ]; then
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DVT_CUDA=ON \
     -DCMAKE_PREFIX_PATH="$PWD/.gpu-deps/usr" >"$LOGS/configure.log" 2>&1 || { tail -30 "$LOGS/configure.log"; exit 1; }
@@ -30,6 +37,7 @@ if [ -n "${BASE:-}" ] && [ ! -x build-base/apps/vt ]; then
       status=1; echo "FAILED: the base build ($BASE)"; tail -5 "$LOGS/base.log"; }
   echo "base build ($BASE): $(( $(date +%s) - start )) s"
 fi
+[ -n "$sweep_pid" ] && { wait "$sweep_pid" || { status=1; echo "FAILED: the sweep"; }; }
 # A variant's binary and environment: "base ..." runs build-base's vt.
 variant_cmd() {
   case "$1" in
