@@ -5,7 +5,10 @@
 # synthetic 27B FP8 decode with the registry's plan without wgmma (VT_GEMM_EXCLUDE=wgmma) and with
 # it, alternating (VARIANTS: other environments to compare). Logs in $OUT/wgmma_round.tar.gz; the
 # tables print last. GEMM_M (default 1,8,16,32,64; "none" skips), BATCH (1,4,16), STEPS (32),
-# PROFILE=1 (the batch-1 attribution per variant), TESTS (gtest filter, default CudaOps.*) adjust it.
+# PROFILE=1 (the attribution per variant at batch PROFILE_BATCH, default 1), TESTS (gtest filter,
+# default CudaOps.*), MEMCHECK (a gtest filter run under compute-sanitizer) adjust it. Each variant
+# tunes its own GEMM plan (VT_CACHE_DIR per variant: two builds of one vt version would otherwise
+# share ~/.cache/vt/gemm_plan.json, the second running the first one's choices).
 # BASE=<commit> also builds that commit's vt (build-base/, from a git worktree) beside this one: a
 # variant that starts with "base" runs it (VARIANTS='base|none' is the same-call A/B of the two
 # commits; the variant's other words are environment assignments), and `vt bench gemm` runs on both.
@@ -61,7 +64,7 @@ fi
 IFS='|' read -r -a variants <<<"${VARIANTS:-VT_GEMM_EXCLUDE=wgmma|VT_GEMM_EXCLUDE=none}"
 for round in 1 2; do
   for index in "${!variants[@]}"; do
-    env $(variant_env "${variants[$index]}") "$(variant_cmd "${variants[$index]}")" bench decode --synthetic qwen3.5-27b --weights fp8 --batch "${BATCH:-1,4,16}" \
+    env VT_CACHE_DIR="$LOGS/plan_$index" $(variant_env "${variants[$index]}") "$(variant_cmd "${variants[$index]}")" bench decode --synthetic qwen3.5-27b --weights fp8 --batch "${BATCH:-1,4,16}" \
       --context 1024 --steps "${STEPS:-32}" --json >"$LOGS/decode_${index}_$round.json" 2>"$LOGS/decode_${index}_$round.err" || {
       status=1; echo "FAILED: decode with ${variants[$index]}"; tail -3 "$LOGS/decode_${index}_$round.err"; }
   done
@@ -69,9 +72,14 @@ done
 # PROFILE=1: the batch-1 CUPTI attribution per variant (GEMM rows print).
 if [ -n "${PROFILE:-}" ]; then
   for index in "${!variants[@]}"; do
-    env $(variant_env "${variants[$index]}") "$(variant_cmd "${variants[$index]}")" profile decode --synthetic qwen3.5-27b --batch 1 --steps 20 >"$LOGS/profile_$index.txt" \
+    env VT_CACHE_DIR="$LOGS/plan_$index" $(variant_env "${variants[$index]}") "$(variant_cmd "${variants[$index]}")" profile decode \
+      --synthetic qwen3.5-27b --batch "${PROFILE_BATCH:-1}" --steps 20 >"$LOGS/profile_$index.txt" \
       2>"$LOGS/profile_$index.err" || { status=1; echo "FAILED: profile with ${variants[$index]}"; }
   done
+fi
+if [ -n "${MEMCHECK:-}" ]; then
+  run_memcheck "$MEMCHECK" "$LOGS/memcheck.log" || status=1
+  echo "== memcheck $MEMCHECK: $sanitizer_result"
 fi
 tar -czf "$OUT/wgmma_round.tar.gz" -C "$LOGS" .
 echo "== vt_cuda_tests ${TESTS:-CudaOps.*}"; grep -E "^\[  (FAILED|PASSED) |^wgmma" "$LOGS/ops.log" | head -40
@@ -79,7 +87,7 @@ echo "== vt_cuda_tests ${TESTS:-CudaOps.*}"; grep -E "^\[  (FAILED|PASSED) |^wgm
 [ -f "$LOGS/gemm_27b_base.md" ] && { echo "== bench gemm, base $BASE"; grep -E "\*|bandwidth|FAIL|rror" "$LOGS/gemm_27b_base.md" | head -40; }
 if [ -n "${PROFILE:-}" ]; then
   for index in "${!variants[@]}"; do
-    echo "== profile batch 1, ${variants[$index]}"; grep -E "us/step wall|gemm|^\| group" "$LOGS/profile_$index.txt" | head -24
+    echo "== profile batch ${PROFILE_BATCH:-1}, ${variants[$index]}"; grep -E "us/step wall|gemm|^\| group" "$LOGS/profile_$index.txt" | head -24
   done
 fi
 python3 - "$LOGS" "${variants[@]}" <<'PY'
