@@ -114,8 +114,7 @@ TEST_F(CudaOps, FusedQuantisationEqualsSeparateQuantisation) {
 // activations (inputs rounded to bf16 on the CPU side too), f32 output.
 TEST_F(CudaOps, DenseGemvMatchesCpu) {
   for (DType act : {DType::kF32, DType::kBF16}) {
-    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 96, 5120}, {3, 1, 2048}, {8, 257, 72}, {5, 40, 4104},
-                                {16, 96, 5120}, {13, 40, 4104}, {9, 257, 72}}) {
+    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 96, 5120}, {3, 1, 2048}, {8, 257, 72}, {5, 40, 4104}}) {
       auto x = random_vector(m * k, 31 + k), w = random_vector(n * k, 32 + n);
       if (act == DType::kBF16)
         for (auto* v : {&x, &w})
@@ -132,7 +131,7 @@ TEST_F(CudaOps, DenseGemvMatchesCpu) {
       EXPECT_LE(relative_l2(d_y.to_host(), expected), 1e-5) << dtype_name(act) << " " << m << "x" << n << "x" << k;
     }
   }
-  EXPECT_FALSE(cuda::dense_gemv_supports(17, 96, 5120));
+  EXPECT_FALSE(cuda::dense_gemv_supports(9, 96, 5120));
   EXPECT_FALSE(cuda::dense_gemv_supports(1, 96, 5121));
 }
 

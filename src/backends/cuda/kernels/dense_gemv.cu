@@ -1,8 +1,6 @@
 // Small dense linears at decode (the GDN in_proj_b/a pair, 96 x 5,120 in the 27B): one block per
 // output row, its eight warps splitting K, a fixed-order shared-memory sum (deterministic). One
-// kernel where cuBLASLt runs a split-K GEMM and a reduction (6.4 us per call at M = 16 on the
-// H200, docs/perf/2026-12-02-wgmma-receivers.md); weights read before the PDL wait; M <= 16 in
-// passes of 8 rows.
+// kernel where cuBLASLt runs a split-K GEMM and a reduction; weights read before the PDL wait.
 #include <algorithm>
 
 #include "backends/cuda/check.h"
@@ -14,8 +12,7 @@ namespace vt::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kPassRows = 8;   // activation rows per pass over the block's weight row
-constexpr int kMaxRows = 16;   // two passes (the second reads the weights from L1)
+constexpr int kMaxRows = 8;
 
 template <typename T, typename Out>
 __global__ void __launch_bounds__(kThreads) sm90_dense_gemv(Out* __restrict__ g_y, const T* __restrict__ g_x,
@@ -29,28 +26,24 @@ __global__ void __launch_bounds__(kThreads) sm90_dense_gemv(Out* __restrict__ g_
   const int64_t first = threadIdx.x;
   if (first < chunks) device::load8(weights + first * 8, r_w);  // weights are constant: before the wait
   device::pdl_enter();
-  for (int m0 = 0; m0 < m; m0 += kPassRows) {
-    float acc[kPassRows];
+  float acc[kMaxRows];
 #pragma unroll
-    for (int r = 0; r < kPassRows; ++r) acc[r] = 0.0f;
-    for (int64_t chunk = first; chunk < chunks; chunk += kThreads) {
-      if (chunk != first || m0 != 0) device::load8(weights + chunk * 8, r_w);
-      // Every row's activations requested before any is used (rows past m read row m - 1 and are
-      // not stored): one load latency per chunk, not one per row (20 us per call at M = 16 when
-      // each row's load waited for the previous row's sums).
-      float r_x[kPassRows][8];
+  for (int r = 0; r < kMaxRows; ++r) acc[r] = 0.0f;
+  for (int64_t chunk = first; chunk < chunks; chunk += kThreads) {
+    if (chunk != first) device::load8(weights + chunk * 8, r_w);
 #pragma unroll
-      for (int r = 0; r < kPassRows; ++r) device::load8(g_x + min(int64_t(m0 + r), m - 1) * k + chunk * 8, r_x[r]);
+    for (int r = 0; r < kMaxRows; ++r) {
+      if (r >= m) break;
+      float r_x[8];
+      device::load8(g_x + r * k + chunk * 8, r_x);
 #pragma unroll
-      for (int r = 0; r < kPassRows; ++r)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[r] += r_x[r][e] * r_w[e];
+      for (int e = 0; e < 8; ++e) acc[r] += r_x[e] * r_w[e];
     }
+  }
 #pragma unroll
-    for (int r = 0; r < kPassRows; ++r) {
-      const float total = device::warp_sum(acc[r]);
-      if (lane == 0 && m0 + r < kMaxRows) s_partial[warp][m0 + r] = total;
-    }
+  for (int r = 0; r < kMaxRows; ++r) {
+    const float total = device::warp_sum(acc[r]);
+    if (lane == 0) s_partial[warp][r] = total;
   }
   __syncthreads();
   if (threadIdx.x < m) {
