@@ -4,7 +4,8 @@
 // (docs/perf/2026-12-01-wgmma-gemm.md): the smallest of 8 / 16 / 32 / 64 tokens per instruction
 // that holds M (larger M in chunks of 64 rows, each re-reading the weights), 4 stages of 128 x 128
 // weight blocks, shared memory padded so that one such CTA holds an SM, one CTA per SM, or one per
-// 128-row tile where the tiles nearly fill the SMs (no shared tiles then).
+// 128-row tile where the tiles nearly fill the SMs (no shared tiles then); the receivers split
+// (docs/perf/2026-12-02-wgmma-receivers.md) where the tiles fill at most half the SMs.
 #include <cuda.h>
 #include <cuda_runtime.h>
 

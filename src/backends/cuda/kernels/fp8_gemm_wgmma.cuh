@@ -3,22 +3,29 @@
 // the activation rows, weights as the A operand ("swap AB": 64 weight rows per instruction, the
 // M <= 64 tokens as the instruction's N, so nothing is padded to 64 tokens).
 //
-// The work is a stream-K split over a persistent grid: the weight matrix is a sequence of
-// U = tiles x k_blocks units (a tile is 64 or 128 output columns; a unit is one tile's 128-byte
-// slice of K, 16 KB at 128 rows), and CTA c of C takes units [c U / C, (c + 1) U / C), so every
-// CTA streams the same number of bytes whatever the shape. A tile wholly inside one CTA is
-// written directly. A tile shared by several CTAs is summed by its first owner, whose share ends
-// its range (so it finishes last): it adds the later owners' fp32 partials in CTA order (the
-// result is bit-identical run to run). Each partial word carries a flag in its upper half, so the
-// reader needs no fence or counter: it reloads until every word is flagged, then clears them for
-// the next call (which cannot start before this grid ends: its consumers wait on PDL). The first
-// owner waits on CTAs that never wait on it, and all C CTAs are resident (C <= SMs), so this ends.
+// The work is split over a persistent grid (at most one CTA per SM, all resident): the weight
+// matrix is tiles x k_blocks units (a tile is 64 or 128 output columns; a unit is one tile's
+// 128-byte slice of K, 16 KB at 128 rows), walked in one of two ways (walk_of):
+//  - stream-K: the U units in order, CTA c of C taking [c U / C, (c + 1) U / C), so every CTA
+//    streams the same bytes whatever the shape. A tile shared by several CTAs is summed by its
+//    first owner, whose share ends its range: it adds the later owners' fp32 partials.
+//  - receivers (fewer tiles than CTAs): CTA t streams tile t's last R blocks and sums the tile; the
+//    other CTAs split the tiles' first blocks evenly, R a couple of units more than their share,
+//    so their partials are written before the receiver finishes its own (no wait at the end).
+// A tile wholly inside one CTA is written directly. Partials are added in CTA order (the result
+// is bit-identical run to run). Each partial word carries a flag in its upper half, so the reader
+// needs no fence or counter: it reloads until every word is flagged (several owners' words per
+// request), then clears them for the next call (which cannot start before this grid ends: its
+// consumers wait on PDL). A summer waits on CTAs that never wait on it, so this ends.
 //
 // Per unit the consumer warpgroup runs wgmma m64nNk32 (each 64-row half x four k32 steps)
 // into a block accumulator, then adds block x w_scale x a_scale[token] into the fp32 total
 // (the block scales of the 1 x 128 / 128 x 128 format, applied per 128-K block as the CPU
-// reference does). One producer warp issues the copies; weights, being constant, are requested
-// for the first stages before the programmatic-launch wait, activations after it.
+// reference does). One producer warp issues the copies: the blocks by the copy engine (lane 0),
+// the unit's scales by every lane (cp.async into the stage, completing on the same barrier, so a
+// consumer never waits on a global load); weights, being constant, are requested for the first
+// stages before the programmatic-launch wait, activations and scales after it. Units are walked
+// with (tile, block) cursors: a 64-bit division per unit in the producer warp limited the stream.
 //
 // Device code and the host launch of one configuration; the tensor maps (cuTensorMapEncodeTiled)
 // are the caller's: weights [n, k] and activations [m, k] e4m3, both with 128 x 128-byte boxes
