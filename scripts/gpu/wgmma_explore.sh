@@ -13,9 +13,9 @@ OUT=${OUT:-/tmp/vt-out}
 mkdir -p "$OUT"
 TMP=$(mktemp -d)
 BIN=$TMP/wgmma_explore
-# The base kernel for the A/B rows: from git where the tree has its history, else a copy beside this script.
-git show "${WGMMA_BASE:-efe0435}:src/backends/cuda/kernels/fp8_gemm_wgmma.cuh" >"$TMP/wgmma_base.cuh" 2>/dev/null ||
-  cp scripts/gpu/wgmma_base.cuh "$TMP/wgmma_base.cuh" || exit 1
+# The base kernel for the A/B rows (every mode builds them), from git: the tree must carry its history.
+git show "${WGMMA_BASE:-efe0435}:src/backends/cuda/kernels/fp8_gemm_wgmma.cuh" >"$TMP/wgmma_base.cuh" || {
+  echo "wgmma_explore.sh: cannot read the base kernel at ${WGMMA_BASE:-efe0435} (no git history here?)" >&2; exit 1; }
 nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -O3 -Xptxas -warn-spills -I src -I "$TMP" -o "$BIN" \
   scripts/gpu/wgmma_explore.cu || exit 1
 cuobjdump --dump-sass "$BIN" | grep -c QGMMA | sed 's/^/QGMMA instructions in SASS: /'
