@@ -291,7 +291,7 @@ void Qwen35CudaModel::linear(const CudaLinear& linear, void* y, const void* x, i
   VT_CHECK(linear.parts.size() == 1, "dense linear parts are always merged");
   // Narrow projections at decode (GDN b/a, the shared-expert gate): one kernel where cuBLASLt
   // runs split-K + a reduction; wide ones stay with cuBLASLt (>= 90% of bandwidth at M = 1).
-  if (linear.n <= kNarrowDense && cuda::dense_gemv_supports(m, linear.n, linear.k)) {
+  if (linear.n <= kNarrowDense && cuda::dense_gemv_supports(m, linear.n, linear.k, act)) {
     cuda::dense_gemv(y, act, x, linear.parts[0].weight.data(), m, linear.n, linear.k, act, stream_);
     return;
   }
@@ -496,7 +496,7 @@ void Qwen35CudaModel::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed_c
   // experts, which moved bf16 logits by 15-23% on the golden MoE cases.
   VT_CHECK(moe.router.format == WeightFormat::kDense && moe.router.parts.size() == 1, "MoE router must be dense");
   profile::OpScope router_op("moe.router", OpGroup::kGemmRouter);
-  if (cuda::dense_gemv_supports(T, c.num_experts, H))
+  if (cuda::dense_gemv_supports(T, c.num_experts, H, act))
     cuda::dense_gemv(w.router_logits.data(), DType::kF32, w.normed.data(), moe.router.parts[0].weight.data(), T,
                      c.num_experts, H, act, stream_);
   else

@@ -114,7 +114,8 @@ TEST_F(CudaOps, FusedQuantisationEqualsSeparateQuantisation) {
 // activations (inputs rounded to bf16 on the CPU side too), f32 output.
 TEST_F(CudaOps, DenseGemvMatchesCpu) {
   for (DType act : {DType::kF32, DType::kBF16}) {
-    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 96, 5120}, {3, 1, 2048}, {8, 257, 72}, {5, 40, 4104}}) {
+    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 96, 5120}, {3, 1, 2048}, {8, 257, 72}, {5, 40, 4104},
+                                {16, 96, 5120}, {9, 257, 72}, {13, 40, 1032}}) {
       auto x = random_vector(m * k, 31 + k), w = random_vector(n * k, 32 + n);
       if (act == DType::kBF16)
         for (auto* v : {&x, &w})
@@ -125,14 +126,15 @@ TEST_F(CudaOps, DenseGemvMatchesCpu) {
       DeviceVector f_x(x), f_w(w), d_y(m * n);
       cuda::convert(d_x.data(), act, f_x.data, DType::kF32, m * k, nullptr);
       cuda::convert(d_w.data(), act, f_w.data, DType::kF32, n * k, nullptr);
-      ASSERT_TRUE(cuda::dense_gemv_supports(m, n, k));
+      ASSERT_TRUE(cuda::dense_gemv_supports(m, n, k, act)) << m << "x" << n << "x" << k;
       cuda::dense_gemv(d_y.data, DType::kF32, d_x.data(), d_w.data(), m, n, k, act, nullptr);
       cuda::synchronize();
       EXPECT_LE(relative_l2(d_y.to_host(), expected), 1e-5) << dtype_name(act) << " " << m << "x" << n << "x" << k;
     }
   }
-  EXPECT_FALSE(cuda::dense_gemv_supports(9, 96, 5120));
-  EXPECT_FALSE(cuda::dense_gemv_supports(1, 96, 5121));
+  EXPECT_FALSE(cuda::dense_gemv_supports(17, 96, 5120, DType::kBF16));
+  EXPECT_FALSE(cuda::dense_gemv_supports(16, 96, 5120, DType::kF32));  // 320 KB of activations
+  EXPECT_FALSE(cuda::dense_gemv_supports(1, 96, 5121, DType::kBF16));
 }
 
 // A BF16/F32 weight quantised to FP8 128x128 blocks at load (the FP8 lm_head) gives the codes and

@@ -204,9 +204,10 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
                     Fp8GemmBackend backend = Fp8GemmBackend::kAuto);
 
 // ---- small dense linears ----
-// y [m, n] (act or f32) = x [m, k] act @ w [n, k]^T act, for m <= 8 and k % 8 == 0: one block per
-// output row (the GDN b/a projections, MoE routers), deterministic.
-bool dense_gemv_supports(int64_t m, int64_t n, int64_t k);
+// y [m, n] (act or f32) = x [m, k] act @ w [n, k]^T act, for m <= 8, or m <= 16 where the m x k
+// activations fit in 200 KB of shared memory, and k % 8 == 0: one block per output row (the GDN
+// b/a projections, MoE routers), deterministic.
+bool dense_gemv_supports(int64_t m, int64_t n, int64_t k, DType act);
 void dense_gemv(void* y, DType out_dtype, const void* x, const void* w, int64_t m, int64_t n, int64_t k, DType act,
                 cudaStream_t stream);
 

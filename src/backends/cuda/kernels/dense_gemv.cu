@@ -1,12 +1,19 @@
 // Small dense linears at decode (the GDN in_proj_b/a pair, 96 x 5,120 in the 27B): one block per
-// output row, its eight warps splitting K, a fixed-order shared-memory sum (deterministic). One
-// kernel where cuBLASLt runs a split-K GEMM and a reduction; weights read before the PDL wait.
+// output row, its warps splitting K, a fixed-order shared-memory sum (deterministic). One kernel
+// where cuBLASLt runs a split-K GEMM and a reduction; weights read before the PDL wait.
+//  - M <= 8: the activations read from global memory (L2) with the weights, per 16-byte chunk.
+//  - M = 9..16 (sm90_dense_gemv_staged): the whole [m, k] activation block copied into shared
+//    memory by one bulk copy, then every row's products from there. At M = 16 reading each row
+//    from L2 per chunk measured 8.3-20.2 us per call against cuBLASLt's 6.4
+//    (docs/perf/2026-12-02-wgmma-receivers.md).
 #include <algorithm>
+#include <atomic>
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/launch.cuh"
+#include "backends/cuda/kernels/mbarrier.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -53,16 +60,102 @@ __global__ void __launch_bounds__(kThreads) sm90_dense_gemv(Out* __restrict__ g_
   }
 }
 
+
+constexpr int kStagedThreads = 512;
+constexpr int kStagedMaxRows = 16;
+constexpr int kStagedAhead = 2;                        // chunks per thread read before the wait
+constexpr int64_t kStagedMaxBytes = 200 * 1024;        // the activations in shared memory
+constexpr int kMaxDevices = 64;
+
+template <typename T, typename Out>
+__global__ void __launch_bounds__(kStagedThreads) sm90_dense_gemv_staged(Out* __restrict__ g_y,
+                                                                         const T* __restrict__ g_x,
+                                                                         const T* __restrict__ g_w, int64_t m,
+                                                                         int64_t n, int64_t k) {
+  extern __shared__ __align__(128) uint8_t s_raw[];
+  const T* s_x = reinterpret_cast<const T*>(s_raw);
+  __shared__ uint64_t s_loaded;
+  __shared__ float s_partial[kStagedThreads / 32][kStagedMaxRows];
+  const int64_t row = blockIdx.x, chunks = k / 8;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T* weights = g_w + row * k;
+  // Weights are constant: this thread's first chunks before the wait.
+  float r_w[kStagedAhead][8];
+#pragma unroll
+  for (int c = 0; c < kStagedAhead; ++c) {
+    const int64_t chunk = threadIdx.x + int64_t(c) * kStagedThreads;
+    if (chunk < chunks) device::load8(weights + chunk * 8, r_w[c]);
+  }
+  if (threadIdx.x == 0) {
+    device::barrier_init(&s_loaded, 1);
+    device::barrier_init_fence();
+  }
+  __syncthreads();
+  device::pdl_enter();
+  if (threadIdx.x == 0) {
+    const uint32_t bytes = uint32_t(m * k * int64_t(sizeof(T)));
+    device::barrier_expect_bytes(&s_loaded, bytes);
+    device::bulk_copy(s_raw, g_x, bytes, &s_loaded);
+  }
+  device::barrier_wait(&s_loaded, 0);
+  float acc[kStagedMaxRows];
+#pragma unroll
+  for (int r = 0; r < kStagedMaxRows; ++r) acc[r] = 0.0f;
+  const auto dot = [&](int64_t chunk, const float* w8) {
+#pragma unroll
+    for (int r = 0; r < kStagedMaxRows; ++r) {
+      if (r >= m) break;
+      float r_x[8];
+      device::load8(s_x + r * k + chunk * 8, r_x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[r] += r_x[e] * w8[e];
+    }
+  };
+#pragma unroll
+  for (int c = 0; c < kStagedAhead; ++c) {
+    const int64_t chunk = threadIdx.x + int64_t(c) * kStagedThreads;
+    if (chunk < chunks) dot(chunk, r_w[c]);
+  }
+  for (int64_t chunk = threadIdx.x + int64_t(kStagedAhead) * kStagedThreads; chunk < chunks; chunk += kStagedThreads) {
+    float w8[8];
+    device::load8(weights + chunk * 8, w8);
+    dot(chunk, w8);
+  }
+#pragma unroll
+  for (int r = 0; r < kStagedMaxRows; ++r) {
+    const float total = device::warp_sum(acc[r]);
+    if (lane == 0) s_partial[warp][r] = total;
+  }
+  __syncthreads();
+  if (threadIdx.x < m) {
+    float total = s_partial[0][threadIdx.x];
+    for (int w = 1; w < kStagedThreads / 32; ++w) total += s_partial[w][threadIdx.x];
+    g_y[int64_t(threadIdx.x) * n + row] = device::from_float<Out>(total);
+  }
+}
+
+// > 48 KB of dynamic shared memory: a per-device function attribute, set once per device.
+template <typename Kernel>
+void allow_shared_bytes(Kernel kernel, std::atomic<uint64_t>& set_on) {
+  int device = 0;
+  VT_CUDA_CHECK(cudaGetDevice(&device));
+  VT_CHECK(device < kMaxDevices, "sm90_dense_gemv_staged: device index ", device, " beyond ", kMaxDevices - 1);
+  if (set_on.load() & (uint64_t(1) << device)) return;
+  VT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStagedMaxBytes)));
+  set_on.fetch_or(uint64_t(1) << device);
+}
+
 }  // namespace
 
-bool dense_gemv_supports(int64_t m, int64_t n, int64_t k) {
-  return m >= 1 && m <= kMaxRows && n >= 1 && n <= 65535 && k % 8 == 0;
+bool dense_gemv_supports(int64_t m, int64_t n, int64_t k, DType act) {
+  const bool staged = m <= kStagedMaxRows && m * k * int64_t(dtype_size(act)) <= kStagedMaxBytes;
+  return m >= 1 && (m <= kMaxRows || staged) && n >= 1 && n <= 65535 && k % 8 == 0;
 }
 
 void dense_gemv(void* y, DType out_dtype, const void* x, const void* w, int64_t m, int64_t n, int64_t k, DType act,
                 cudaStream_t stream) {
-  VT_CHECK(dense_gemv_supports(m, n, k), "dense_gemv: m ", m, " n ", n, " k ", k, " (m <= ", kMaxRows,
-           ", k % 8 == 0)");
+  VT_CHECK(dense_gemv_supports(m, n, k, act), "dense_gemv: m ", m, " n ", n, " k ", k, " (m <= ", kMaxRows,
+           ", or m <= ", kStagedMaxRows, " with m x k activations in ", kStagedMaxBytes, " bytes; k % 8 == 0)");
   VT_CHECK(out_dtype == act || out_dtype == DType::kF32, "dense_gemv: output ", dtype_name(out_dtype));
   const double element = double(dtype_size(act));
   const ::vt::profile::LaunchCost cost{"dense_gemv",
@@ -71,14 +164,28 @@ void dense_gemv(void* y, DType out_dtype, const void* x, const void* w, int64_t 
                                            double(m) * double(n) * double(dtype_size(out_dtype)),
                                        2.0 * double(m) * double(n) * double(k),
                                        ::vt::profile::OpGroup::kGemmOther};
-  VT_DISPATCH_ACT(act, T, {
-    if (out_dtype == DType::kF32)
-      launch("sm90_dense_gemv", cost, sm90_dense_gemv<T, float>, dim3(unsigned(n)), dim3(kThreads), 0, stream,
-             static_cast<float*>(y), static_cast<const T*>(x), static_cast<const T*>(w), m, n, k);
-    else
-      launch("sm90_dense_gemv", cost, sm90_dense_gemv<T, T>, dim3(unsigned(n)), dim3(kThreads), 0, stream,
-             static_cast<T*>(y), static_cast<const T*>(x), static_cast<const T*>(w), m, n, k);
-  });
+  const auto run = [&](auto out_tag) {
+    using Out = decltype(out_tag);
+    VT_DISPATCH_ACT(act, T, {
+      if (m <= kMaxRows) {
+        launch("sm90_dense_gemv", cost, sm90_dense_gemv<T, Out>, dim3(unsigned(n)), dim3(kThreads), 0, stream,
+               static_cast<Out*>(y), static_cast<const T*>(x), static_cast<const T*>(w), m, n, k);
+      } else {
+        VT_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "dense_gemv: activations at ", x,
+                 " are not 16-byte aligned (the staged kernel copies them in bulk)");
+        static std::atomic<uint64_t> set_on{0};
+        allow_shared_bytes(sm90_dense_gemv_staged<T, Out>, set_on);
+        launch("sm90_dense_gemv_staged", cost, sm90_dense_gemv_staged<T, Out>, dim3(unsigned(n)),
+               dim3(kStagedThreads), size_t(m * k) * sizeof(T), stream, static_cast<Out*>(y),
+               static_cast<const T*>(x), static_cast<const T*>(w), m, n, k);
+      }
+    });
+  };
+  if (out_dtype == DType::kF32) {
+    run(float{});
+  } else {
+    VT_DISPATCH_ACT(act, T, run(T{}));
+  }
 }
 
 }  // namespace vt::cuda
