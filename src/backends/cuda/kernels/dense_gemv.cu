@@ -60,7 +60,6 @@ __global__ void __launch_bounds__(kThreads) sm90_dense_gemv(Out* __restrict__ g_
   }
 }
 
-
 constexpr int kStagedThreads = 512;
 constexpr int kStagedMaxRows = 16;
 constexpr int kStagedAhead = 2;                        // chunks per thread read before the wait
