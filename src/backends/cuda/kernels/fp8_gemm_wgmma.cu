@@ -159,16 +159,8 @@ void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
   VT_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, "fp8 wgmma GEMM: ", m, " x ", n, " x ", k);
   const Workspace& space = workspace(stream);
   const int64_t k_blocks = (k + wg::kBlockK - 1) / wg::kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
-  const int64_t units = tiles * k_blocks;
-  // One CTA per tile where the tiles nearly fill the SMs (no shared tile to sum); the receivers
-  // split where they fill at most half (each tile summed by its own CTA, which streams a little
-  // more than the others, so nobody waits at the end; with more tiles each sender would hand out
-  // many small pieces: gdn in_proj's 128 tiles ran 24.6 us against 21.6 one CTA per tile); else
-  // stream-K over every SM. docs/perf/2026-12-02-wgmma-receivers.md.
-  const bool tile_grid = tiles <= space.sms && 10 * tiles >= 9 * space.sms;
-  const int64_t receive_units =
-      2 * tiles <= space.sms ? wg::receive_units_for(tiles, k_blocks, space.sms, receiver_slack()) : 0;
-  const int64_t ctas = tile_grid ? tiles : receive_units ? space.sms : std::min<int64_t>(units, space.sms);
+  const wg::Split split = wg::plan_split(tiles, k_blocks, space.sms, receiver_slack());
+  const int64_t ctas = split.ctas, receive_units = split.receive_units;
   const size_t element = dtype_size(act);
   for (int64_t m0 = 0; m0 < m; m0 += kMaxTokens) {
     const int64_t rows = std::min<int64_t>(kMaxTokens, m - m0);

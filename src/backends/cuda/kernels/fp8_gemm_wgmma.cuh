@@ -41,6 +41,7 @@
 #include <cstdint>
 
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/fp8_gemm_split.h"
 #include "backends/cuda/kernels/mbarrier.cuh"
 
 namespace vt::cuda::wgmma_gemm {
@@ -68,69 +69,6 @@ constexpr size_t shared_bytes() {
   return size_t(kStages) * stage_bytes<kTokens, kHalves>() + 2 * kStages * sizeof(uint64_t) +
          size_t(kStages) * scale_slots<kTokens>() * sizeof(float) + 16 + 1024;
 }
-
-__host__ __device__ __forceinline__ int64_t unit_begin(int64_t cta, int64_t units, int64_t ctas) {
-  return cta * units / ctas;
-}
-__host__ __device__ __forceinline__ int64_t unit_owner(int64_t unit, int64_t units, int64_t ctas) {
-  return ((unit + 1) * ctas - 1) / units;
-}
-
-// Which units a CTA streams, as a walk over a sequence: position p in [begin, end) is tile
-// p / width, K block offset + p % width.
-//  - stream-K (receive_units == 0): the whole matrix, width = k_blocks, split evenly over the CTAs.
-//  - receivers (receive_units = R > 0, tiles < CTAs): CTA t < tiles owns tile t's last R K blocks
-//    and sums the tile; the other CTAs ("senders") split the tiles' first k_blocks - R blocks
-//    evenly. R exceeds a sender's share by a few units, so the senders' partials are written
-//    before their receiver needs them, and nobody waits at the end.
-// The R of the receivers split for `tiles` x `k_blocks` units over `ctas` CTAs, each receiver
-// `slack` units longer than a sender's share; 0 (stream-K) where tiles >= ctas or R would be the
-// whole tile or a sender would have no unit.
-__host__ __device__ __forceinline__ int64_t receive_units_for(int64_t tiles, int64_t k_blocks, int64_t ctas,
-                                                              int64_t slack) {
-  if (slack < 0 || tiles >= ctas) return 0;
-  const int64_t r = (tiles * k_blocks + (ctas - tiles) * slack + ctas - 1) / ctas;
-  // Every sender must have a unit (a receiver reads a partial from each CTA in its range).
-  return r < k_blocks && tiles * (k_blocks - r) >= ctas - tiles ? r : 0;
-}
-struct Walk {
-  int64_t begin, end, width, offset;
-  int64_t senders, sender_units;  // receivers: the sender CTAs and the units they split
-};
-__host__ __device__ __forceinline__ Walk walk_of(int64_t cta, int64_t ctas, int64_t tiles, int64_t k_blocks,
-                                                 int64_t receive_units) {
-  Walk w{};
-  if (receive_units == 0) {
-    const int64_t units = tiles * k_blocks;
-    w.begin = unit_begin(cta, units, ctas), w.end = unit_begin(cta + 1, units, ctas);
-    w.width = k_blocks;
-    return w;
-  }
-  w.senders = ctas - tiles, w.sender_units = tiles * (k_blocks - receive_units);
-  if (cta < tiles) {
-    w.begin = cta * receive_units, w.end = w.begin + receive_units;
-    w.width = receive_units, w.offset = k_blocks - receive_units;
-  } else {
-    w.begin = unit_begin(cta - tiles, w.sender_units, w.senders);
-    w.end = unit_begin(cta - tiles + 1, w.sender_units, w.senders);
-    w.width = k_blocks - receive_units;
-  }
-  return w;
-}
-// The (tile, K block) of consecutive walk positions without a division per unit (a 64-bit
-// division per unit in the producer warp measured ~25% slower on the large shapes).
-struct Cursor {
-  int tile, block, first_block, end_block;
-  __device__ __forceinline__ Cursor(const Walk& w, int64_t position)
-      : tile(int(position / w.width)),
-        block(int(w.offset + position % w.width)),
-        first_block(int(w.offset)),
-        end_block(int(w.offset + w.width)) {}
-  __device__ __forceinline__ bool last_of_tile() const { return block + 1 == end_block; }
-  __device__ __forceinline__ void advance() {
-    if (++block == end_block) block = first_block, ++tile;
-  }
-};
 
 using device::barrier_arrive;
 using device::barrier_expect_bytes;
@@ -239,7 +177,7 @@ enum Mode { kFull = 0, kNoFixup = 1, kStreamOnly = 2, kNoMultiplies = 4 };
 // The accumulator fragment of m64nN (per thread, N / 2 floats): register 4c + 2h + e holds row
 // 16 warp + lane / 4 + 8 h of the 64, column (token) 8c + 2 (lane % 4) + e.
 //
-// receive_units: 0 for the stream-K split, else R of the receivers split (walk_of above).
+// receive_units: 0 for the stream-K split, else R of the receivers split (fp8_gemm_split.h).
 template <typename T, int kTokens, int kStages, int kHalves, int kMode = kFull>
 __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
     const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap activation_map,
@@ -259,7 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t k_blocks = (k + kBlockK - 1) / kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
-  const int64_t units = tiles * k_blocks, ctas = gridDim.x, cta = blockIdx.x;
+  const int64_t ctas = gridDim.x, cta = blockIdx.x;
   const Walk walk = walk_of(cta, ctas, tiles, k_blocks, receive_units);
   const int64_t begin = walk.begin, end = walk.end;
 
@@ -367,20 +305,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
       for (int r = 0; r < kRegs; ++r) r_total[h][r] += r_block[h][r] * r_scale[(r / 4) * 2 + (r % 2)];
     if (!at.last_of_tile() && u + 1 != end) continue;
 
-    // The CTA's share of this tile is done. Who else holds a share, and where their partials are:
-    // stream-K: CTAs owner_first..owner_last, the first sums, the others write slot `cta`;
-    // receivers: the tile's receiver (CTA `tile`) sums, senders owner_first..owner_last write slot
-    // `tile` (the one whose share starts the tile) or tiles + sender.
-    const bool receivers = receive_units != 0;
-    const int64_t piece_units = receivers ? walk.sender_units : units, piece_ctas = receivers ? walk.senders : ctas;
-    const int64_t width = receivers ? k_blocks - receive_units : k_blocks;
-    const int64_t owner_first = width == 0 ? 1 : unit_owner(tile * width, piece_units, piece_ctas);
-    const int64_t owner_last = width == 0 ? 0 : unit_owner(tile * width + width - 1, piece_units, piece_ctas);
-    const bool sums = receivers ? cta < tiles : cta == owner_first;
-    const auto slot = [&](int64_t owner) {
-      if (!receivers) return owner;
-      return owner == owner_first ? tile : tiles + owner;
-    };
+    // The CTA's share of this tile is done: who else holds a share, and where their partials go
+    // (fp8_gemm_split.h).
+    const TileShares shares = tile_shares(tile, tiles, k_blocks, ctas, receive_units, walk);
     const auto store = [&](float (*values)[kRegs]) {
 #pragma unroll
       for (int h = 0; h < kHalves; ++h)
@@ -391,13 +318,13 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
           if (column < n && token < m) g_y[token * ldy + column] = device::from_float<T>(values[h][r]);
         }
     };
-    if ((!receivers && owner_first == owner_last) || kMode != kFull) {
+    if (shares.alone() || kMode != kFull) {
       store(r_total);
-    } else if (!sums) {
+    } else if (!shares.sums(cta)) {
       // Hand the partial to the tile's summer (stream-K: the first owner, which finishes its share
       // at the end of its range; receivers: the tile's receiver).
-      const int64_t me = receivers ? cta - tiles : cta;
-      uint64_t* mine = g_partials + slot(me) * (kHalves * kRegs * kConsumerThreads) + threadIdx.x;
+      uint64_t* mine =
+          g_partials + shares.slot(shares.owner_of(cta)) * (kHalves * kRegs * kConsumerThreads) + threadIdx.x;
 #pragma unroll
       for (int h = 0; h < kHalves; ++h)
 #pragma unroll
@@ -408,15 +335,15 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
       // each), each word re-read until its flag says it is this call's, and cleared for the next.
       constexpr int kWords = kHalves * kRegs, kBatch = kWords >= 64 ? 1 : 64 / kWords;
 #pragma unroll 1
-      for (int64_t first = receivers ? owner_first : owner_first + 1; first <= owner_last; first += kBatch) {
-        const int count = int(owner_last - first + 1 < kBatch ? owner_last - first + 1 : kBatch);
+      for (int64_t first = shares.summed_from(); first <= shares.last; first += kBatch) {
+        const int count = int(shares.last - first + 1 < kBatch ? shares.last - first + 1 : kBatch);
         uint64_t r_words[kBatch][kWords];
         bool ready;
         do {
 #pragma unroll
           for (int b = 0; b < kBatch; ++b) {
             if (b >= count) break;
-            const uint64_t* theirs = g_partials + slot(first + b) * (kWords * kConsumerThreads) + threadIdx.x;
+            const uint64_t* theirs = g_partials + shares.slot(first + b) * (kWords * kConsumerThreads) + threadIdx.x;
 #pragma unroll
             for (int w = 0; w < kWords; ++w) r_words[b][w] = load_relaxed(theirs + w * kConsumerThreads);
           }
@@ -431,7 +358,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
           if (b >= count) break;
-          uint64_t* theirs = g_partials + slot(first + b) * (kWords * kConsumerThreads) + threadIdx.x;
+          uint64_t* theirs = g_partials + shares.slot(first + b) * (kWords * kConsumerThreads) + threadIdx.x;
 #pragma unroll
           for (int h = 0; h < kHalves; ++h)
 #pragma unroll

@@ -1,0 +1,118 @@
+// The wgmma FP8 GEMM's split of a weight matrix over its CTAs (fp8_gemm_split.h, the arithmetic
+// the kernel and its launcher run), checked on the CPU by walking every CTA as the kernel does:
+// every unit streamed once, every tile written once (alone or by its summer), every partial slot
+// written once, within the workspace, and read by the summer of the same tile, and no CTA writing
+// a partial after it has waited on another's (so the summers' waits cannot form a cycle).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <vector>
+
+#include "backends/cuda/kernels/fp8_gemm_split.h"
+
+namespace vt {
+namespace {
+
+namespace wg = cuda::wgmma_gemm;
+
+void check_split(int64_t tiles, int64_t k_blocks, int64_t ctas, int64_t receive_units) {
+  SCOPED_TRACE(testing::Message() << tiles << " tiles x " << k_blocks << " K blocks over " << ctas
+                                  << " CTAs, receive_units " << receive_units);
+  std::vector<int> streamed(size_t(tiles * k_blocks), 0), written(size_t(tiles), 0);
+  std::map<int64_t, int64_t> slot_tile;                // partial slot -> the tile written there
+  std::vector<std::pair<int64_t, int64_t>> reads;      // (slot, tile of the summer)
+  for (int64_t cta = 0; cta < ctas; ++cta) {
+    const wg::Walk walk = wg::walk_of(cta, ctas, tiles, k_blocks, receive_units);
+    ASSERT_LE(walk.begin, walk.end);
+    bool waited = false;
+    wg::Cursor at(walk, walk.begin);
+    for (int64_t u = walk.begin; u < walk.end; ++u, at.advance()) {
+      ASSERT_GE(at.tile, 0);
+      ASSERT_LT(at.tile, tiles);
+      ASSERT_GE(at.block, 0);
+      ASSERT_LT(at.block, k_blocks);
+      ++streamed[size_t(at.tile * k_blocks + at.block)];
+      if (!at.last_of_tile() && u + 1 != walk.end) continue;
+      const wg::TileShares shares = wg::tile_shares(at.tile, tiles, k_blocks, ctas, receive_units, walk);
+      if (shares.alone()) {
+        ++written[size_t(at.tile)];
+      } else if (!shares.sums(cta)) {
+        EXPECT_FALSE(waited) << "CTA " << cta << " writes a partial after waiting on others";
+        const int64_t slot = shares.slot(shares.owner_of(cta));
+        ASSERT_GE(slot, 0);
+        ASSERT_LT(slot, ctas) << "beyond the workspace";
+        EXPECT_EQ(slot_tile.count(slot), 0u) << "slot " << slot << " written twice";
+        slot_tile[slot] = at.tile;
+      } else {
+        waited = true;
+        ++written[size_t(at.tile)];
+        for (int64_t owner = shares.summed_from(); owner <= shares.last; ++owner)
+          reads.push_back({shares.slot(owner), at.tile});
+      }
+    }
+  }
+  for (size_t i = 0; i < streamed.size(); ++i) ASSERT_EQ(streamed[i], 1) << "unit " << i;
+  for (size_t t = 0; t < written.size(); ++t) ASSERT_EQ(written[t], 1) << "tile " << t;
+  std::map<int64_t, int> read_count;
+  for (const auto& [slot, tile] : reads) {
+    ASSERT_EQ(slot_tile.count(slot), 1u) << "tile " << tile << " waits on slot " << slot << ", which nobody writes";
+    EXPECT_EQ(slot_tile.at(slot), tile) << "slot " << slot;
+    ++read_count[slot];
+  }
+  for (const auto& [slot, tile] : slot_tile) EXPECT_EQ(read_count[slot], 1) << "slot " << slot << " (tile " << tile << ")";
+}
+
+// A receiver streams at least `slack` units more than any sender (so their partials are written
+// before it finishes its own share).
+void check_slack(int64_t tiles, int64_t k_blocks, int64_t ctas, int64_t slack) {
+  const int64_t receive = wg::receive_units_for(tiles, k_blocks, ctas, slack);
+  if (!receive) return;
+  for (int64_t cta = tiles; cta < ctas; ++cta) {
+    const wg::Walk walk = wg::walk_of(cta, ctas, tiles, k_blocks, receive);
+    EXPECT_GE(walk.end - walk.begin, 1) << "an idle sender, CTA " << cta;
+    EXPECT_LE(walk.end - walk.begin + slack, receive) << "CTA " << cta;
+  }
+}
+
+TEST(GemmSplit, The27bDecodeShapesOnAnH200) {
+  struct Case {
+    int64_t n, k, ctas, receive_units;
+  };
+  // 132 SMs, slack 2: the choices docs/perf/2026-12-02-wgmma-receivers.md measured.
+  for (const Case& c : {Case{5120, 6144, 132, 16}, Case{5120, 17408, 132, 43}, Case{16384, 5120, 128, 0},
+                        Case{14336, 5120, 132, 0}, Case{34816, 5120, 132, 0}, Case{248320, 5120, 132, 0}}) {
+    const int64_t tiles = (c.n + 127) / 128, k_blocks = (c.k + 127) / 128;
+    const wg::Split split = wg::plan_split(tiles, k_blocks, 132, 2);
+    EXPECT_EQ(split.ctas, c.ctas) << c.n << " x " << c.k;
+    EXPECT_EQ(split.receive_units, c.receive_units) << c.n << " x " << c.k;
+    check_split(tiles, k_blocks, split.ctas, split.receive_units);
+    check_slack(tiles, k_blocks, split.ctas, 2);
+    const wg::Split stream_k = wg::plan_split(tiles, k_blocks, 132, -1);
+    EXPECT_EQ(stream_k.receive_units, 0);
+    check_split(tiles, k_blocks, stream_k.ctas, 0);
+  }
+}
+
+TEST(GemmSplit, AwkwardSizesAndCtaCounts) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int64_t tiles = 1 + int64_t(rng() % 300), k_blocks = 1 + int64_t(rng() % 140);
+    const int64_t sms = 1 + int64_t(rng() % 160), slack = int64_t(rng() % 6) - 1;
+    const wg::Split split = wg::plan_split(tiles, k_blocks, sms, slack);
+    ASSERT_GE(split.ctas, 1);
+    ASSERT_LE(split.ctas, sms);
+    ASSERT_LE(split.ctas, tiles * k_blocks);
+    check_split(tiles, k_blocks, split.ctas, split.receive_units);
+    // The receivers split wherever it applies, not only where the launcher picks it.
+    const int64_t receive = wg::receive_units_for(tiles, k_blocks, sms, slack);
+    if (receive) {
+      check_split(tiles, k_blocks, sms, receive);
+      check_slack(tiles, k_blocks, sms, slack);
+    }
+    if (testing::Test::HasFatalFailure()) return;
+  }
+}
+
+}  // namespace
+}  // namespace vt
