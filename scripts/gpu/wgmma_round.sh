@@ -55,7 +55,7 @@ timeout 300 build-gpu/tests/vt_cuda_tests --gtest_filter="${TESTS:-CudaOps.*}" >
 if [ "${GEMM_M:-}" != none ]; then
   "$VT" bench gemm --synthetic qwen3.5-27b --m "${GEMM_M:-1,8,16,32,64}" >"$LOGS/gemm_27b.md" 2>&1 || {
     status=1; echo "FAILED: bench gemm"; }
-  if [ -x build-base/apps/vt ]; then
+  if [ -n "${BASE:-}" ] && [ -x build-base/apps/vt ]; then
     build-base/apps/vt bench gemm --synthetic qwen3.5-27b --m "${GEMM_M:-1,8,16,32,64}" >"$LOGS/gemm_27b_base.md" 2>&1 || {
       status=1; echo "FAILED: bench gemm (base)"; }
   fi
@@ -69,7 +69,7 @@ for round in 1 2; do
       status=1; echo "FAILED: decode with ${variants[$index]}"; tail -3 "$LOGS/decode_${index}_$round.err"; }
   done
 done
-# PROFILE=1: the batch-1 CUPTI attribution per variant (GEMM rows print).
+# PROFILE=1: the CUPTI attribution per variant at batch PROFILE_BATCH (GEMM rows print).
 if [ -n "${PROFILE:-}" ]; then
   for index in "${!variants[@]}"; do
     env VT_CACHE_DIR="$LOGS/plan_$index" $(variant_env "${variants[$index]}") "$(variant_cmd "${variants[$index]}")" profile decode \
@@ -84,7 +84,7 @@ fi
 tar -czf "$OUT/wgmma_round.tar.gz" -C "$LOGS" .
 echo "== vt_cuda_tests ${TESTS:-CudaOps.*}"; grep -E "^\[  (FAILED|PASSED) |^wgmma" "$LOGS/ops.log" | head -40
 [ -f "$LOGS/gemm_27b.md" ] && { echo "== bench gemm (chosen rows marked *)"; grep -E "\*|bandwidth|FAIL|rror" "$LOGS/gemm_27b.md" | head -40; }
-[ -f "$LOGS/gemm_27b_base.md" ] && { echo "== bench gemm, base $BASE"; grep -E "\*|bandwidth|FAIL|rror" "$LOGS/gemm_27b_base.md" | head -40; }
+[ -f "$LOGS/gemm_27b_base.md" ] && { echo "== bench gemm, base ${BASE:-}"; grep -E "\*|bandwidth|FAIL|rror" "$LOGS/gemm_27b_base.md" | head -40; }
 if [ -n "${PROFILE:-}" ]; then
   for index in "${!variants[@]}"; do
     echo "== profile batch ${PROFILE_BATCH:-1}, ${variants[$index]}"; grep -E "us/step wall|gemm|^\| group" "$LOGS/profile_$index.txt" | head -24
