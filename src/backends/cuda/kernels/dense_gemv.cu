@@ -64,7 +64,6 @@ constexpr int kStagedThreads = 512;
 constexpr int kStagedMaxRows = 16;
 constexpr int kStagedAhead = 2;                        // chunks per thread read before the wait
 constexpr int64_t kStagedMaxBytes = 200 * 1024;        // the activations in shared memory
-constexpr int kMaxDevices = 64;
 
 template <typename T, typename Out>
 __global__ void __launch_bounds__(kStagedThreads) sm90_dense_gemv_staged(Out* __restrict__ g_y,
@@ -133,15 +132,21 @@ __global__ void __launch_bounds__(kStagedThreads) sm90_dense_gemv_staged(Out* __
   }
 }
 
-// > 48 KB of dynamic shared memory: a per-device function attribute, set once per device.
-template <typename Kernel>
-void allow_shared_bytes(Kernel kernel, std::atomic<uint64_t>& set_on) {
-  int device = 0;
-  VT_CUDA_CHECK(cudaGetDevice(&device));
-  VT_CHECK(device < kMaxDevices, "sm90_dense_gemv_staged: device index ", device, " beyond ", kMaxDevices - 1);
-  if (set_on.load() & (uint64_t(1) << device)) return;
-  VT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStagedMaxBytes)));
-  set_on.fetch_or(uint64_t(1) << device);
+// One launch: the per-chunk kernel up to kMaxRows rows, else the staged one.
+template <typename T, typename Out>
+void launch_dense(Out* y, const T* x, const T* w, int64_t m, int64_t n, int64_t k,
+                  const ::vt::profile::LaunchCost& cost, cudaStream_t stream) {
+  if (m <= kMaxRows) {
+    launch("sm90_dense_gemv", cost, sm90_dense_gemv<T, Out>, dim3(unsigned(n)), dim3(kThreads), 0, stream, y, x, w,
+           m, n, k);
+    return;
+  }
+  VT_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "dense_gemv: activations at ", static_cast<const void*>(x),
+           " are not 16-byte aligned (the staged kernel copies them in bulk)");
+  static std::atomic<uint64_t> devices{0};
+  allow_dynamic_shared(sm90_dense_gemv_staged<T, Out>, size_t(kStagedMaxBytes), devices, "sm90_dense_gemv_staged");
+  launch("sm90_dense_gemv_staged", cost, sm90_dense_gemv_staged<T, Out>, dim3(unsigned(n)), dim3(kStagedThreads),
+         size_t(m * k) * sizeof(T), stream, y, x, w, m, n, k);
 }
 
 }  // namespace
@@ -163,28 +168,12 @@ void dense_gemv(void* y, DType out_dtype, const void* x, const void* w, int64_t 
                                            double(m) * double(n) * double(dtype_size(out_dtype)),
                                        2.0 * double(m) * double(n) * double(k),
                                        ::vt::profile::OpGroup::kGemmOther};
-  const auto run = [&](auto out_tag) {
-    using Out = decltype(out_tag);
-    VT_DISPATCH_ACT(act, T, {
-      if (m <= kMaxRows) {
-        launch("sm90_dense_gemv", cost, sm90_dense_gemv<T, Out>, dim3(unsigned(n)), dim3(kThreads), 0, stream,
-               static_cast<Out*>(y), static_cast<const T*>(x), static_cast<const T*>(w), m, n, k);
-      } else {
-        VT_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "dense_gemv: activations at ", x,
-                 " are not 16-byte aligned (the staged kernel copies them in bulk)");
-        static std::atomic<uint64_t> set_on{0};
-        allow_shared_bytes(sm90_dense_gemv_staged<T, Out>, set_on);
-        launch("sm90_dense_gemv_staged", cost, sm90_dense_gemv_staged<T, Out>, dim3(unsigned(n)),
-               dim3(kStagedThreads), size_t(m * k) * sizeof(T), stream, static_cast<Out*>(y),
-               static_cast<const T*>(x), static_cast<const T*>(w), m, n, k);
-      }
-    });
-  };
-  if (out_dtype == DType::kF32) {
-    run(float{});
-  } else {
-    VT_DISPATCH_ACT(act, T, run(T{}));
-  }
+  VT_DISPATCH_ACT(act, T, {
+    if (out_dtype == DType::kF32)
+      launch_dense(static_cast<float*>(y), static_cast<const T*>(x), static_cast<const T*>(w), m, n, k, cost, stream);
+    else
+      launch_dense(static_cast<T*>(y), static_cast<const T*>(x), static_cast<const T*>(w), m, n, k, cost, stream);
+  });
 }
 
 }  // namespace vt::cuda

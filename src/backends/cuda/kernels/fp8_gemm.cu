@@ -516,17 +516,8 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
     static_assert(kTmaRows == 2 * kWarpsPerBlock, "two rows per warp");
     const dim3 blocks(unsigned((n + kTmaRows - 1) / kTmaRows)), threads(kWarpsPerBlock * 32);
     VT_DISPATCH_ACT(act, T, {
-      // > 48 KB of dynamic shared memory: a per-device function attribute, set once per device
-      // and instantiation (tensor-parallel ranks launch it on several GPUs of one process).
-      static std::atomic<uint64_t> attribute_set{0};
-      int device = 0;
-      VT_CUDA_CHECK(cudaGetDevice(&device));
-      VT_CHECK(device < 64, "sm90_fp8_gemv_tma: device index ", device, " beyond 63");
-      if (!(attribute_set.load() & (uint64_t(1) << device))) {
-        VT_CUDA_CHECK(cudaFuncSetAttribute(sm90_fp8_gemv_tma<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(kTmaSharedBytes)));
-        attribute_set.fetch_or(uint64_t(1) << device);
-      }
+      static std::atomic<uint64_t> devices{0};
+      allow_dynamic_shared(sm90_fp8_gemv_tma<T>, kTmaSharedBytes, devices, "sm90_fp8_gemv_tma");
       launch("sm90_fp8_gemv_tma", cost("gemv_tma"), sm90_fp8_gemv_tma<T>, blocks, threads, kTmaSharedBytes, stream,
              static_cast<T*>(y), q, a_scales, w, w_scales, n, k);
     });

@@ -34,7 +34,6 @@ constexpr int kHalves = 2;  // 128-row tiles
 constexpr int kTileRows = 64 * kHalves;
 constexpr int kMaxTokens = 64;
 constexpr size_t kExclusiveSharedBytes = 120 * 1024;  // two such CTAs never share an SM
-constexpr int kMaxDevices = 64;
 constexpr int64_t kReceiverSlack = 2;
 
 template <int kTokens>
@@ -118,15 +117,8 @@ void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales
                    const float* w_scales, int64_t m, int64_t n, int64_t k, int ctas, int64_t receive_units,
                    const Workspace& space, cudaStream_t stream, const ::vt::profile::LaunchCost& cost) {
   auto kernel = wg::sm90_fp8_gemm_wgmma<T, kTokens, kStages, kHalves>;
-  // > 48 KB of dynamic shared memory: a per-device function attribute, set once per device.
-  static std::atomic<uint64_t> attribute_set{0};
-  int device = 0;
-  VT_CUDA_CHECK(cudaGetDevice(&device));
-  VT_CHECK(device < kMaxDevices, "sm90_fp8_gemm_wgmma: device index ", device, " beyond ", kMaxDevices - 1);
-  if (!(attribute_set.load() & (uint64_t(1) << device))) {
-    VT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes<kTokens>())));
-    attribute_set.fetch_or(uint64_t(1) << device);
-  }
+  static std::atomic<uint64_t> devices{0};
+  allow_dynamic_shared(kernel, shared_bytes<kTokens>(), devices, "sm90_fp8_gemm_wgmma");
   const CUtensorMap& weights = tensor_map(w, n, k, kTileRows);
   const CUtensorMap& activations = tensor_map(q, m, k, kTokens);
   launch("sm90_fp8_gemm_wgmma", cost, kernel, dim3(unsigned(ctas)), dim3(wg::kThreads), shared_bytes<kTokens>(), stream,

@@ -7,6 +7,8 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
 #include <utility>
 
 #include "backends/cuda/check.h"
@@ -14,6 +16,19 @@
 namespace vt::cuda {
 
 bool pdl_enabled();  // VT_PDL, default on; read once
+
+// Kernels with more than 48 KB of dynamic shared memory must say so on each device, once per
+// instantiation (tensor-parallel ranks launch them on several GPUs of one process): `devices`
+// (one static per instantiation) remembers where, a bit per device index.
+template <typename Kernel>
+void allow_dynamic_shared(Kernel kernel, size_t bytes, std::atomic<uint64_t>& devices, const char* name) {
+  int device = 0;
+  VT_CUDA_CHECK(cudaGetDevice(&device));
+  VT_CHECK(device < 64, name, ": device index ", device, " beyond 63");
+  if (devices.load() & (uint64_t(1) << device)) return;
+  VT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  devices.fetch_or(uint64_t(1) << device);
+}
 
 template <typename... Params, typename... Args>
 void launch_only(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
