@@ -83,7 +83,7 @@ if [ -n "${MEMCHECK:-}" ]; then
 fi
 tar -czf "$OUT/wgmma_round.tar.gz" -C "$LOGS" .
 echo "== vt_cuda_tests ${TESTS:-CudaOps.*}"; grep -E "^\[  (FAILED|PASSED) |^wgmma" "$LOGS/ops.log" | head -40
-[ -f "$LOGS/gemm_27b.md" ] && { echo "== bench gemm (chosen rows marked *)"; grep -E "\*|bandwidth|FAIL|rror" "$LOGS/gemm_27b.md" | head -40; }
+[ -f "$LOGS/gemm_27b.md" ] && { echo "== bench gemm (chosen rows marked *)"; grep -E "\*|read_floor|bandwidth|FAIL|rror" "$LOGS/gemm_27b.md" | head -80; }
 [ -f "$LOGS/gemm_27b_base.md" ] && { echo "== bench gemm, base ${BASE:-}"; grep -E "\*|bandwidth|FAIL|rror" "$LOGS/gemm_27b_base.md" | head -40; }
 if [ -n "${PROFILE:-}" ]; then
   for index in "${!variants[@]}"; do

@@ -239,5 +239,9 @@ void convert(void* out, DType out_dtype, const void* in, DType in_dtype, int64_t
 
 // Reads `bytes` of device memory once; returns GB/s (read-only bandwidth for the floor).
 double measure_read_bandwidth(size_t bytes);
+// Reads `bytes` (16-byte aligned) once with `blocks` x `threads` threads, launched as the model's
+// kernels are (after the previous kernel, PDL): a pure read of a GEMM's weight bytes, the floor
+// `vt bench gemm` puts beside each GEMM. `sink` (one float) is written only to keep the loads.
+void read_bytes(const void* data, size_t bytes, int64_t blocks, int threads, float* sink, cudaStream_t stream);
 
 }  // namespace vt::cuda

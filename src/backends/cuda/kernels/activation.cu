@@ -152,6 +152,17 @@ __global__ void sm90_read_sum(const uint4* __restrict__ g_data, int64_t count, f
   if (accumulator == 0x12345678u) g_sink[0] = 1.0f;  // keeps the loads alive
 }
 
+// The same read launched like a model kernel (PDL: it starts reading once the previous kernel is done).
+__global__ void sm90_read_bytes(const uint4* __restrict__ g_data, int64_t count, float* g_sink) {
+  device::pdl_enter();
+  uint32_t accumulator = 0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint4 value = __ldcs(g_data + i);
+    accumulator ^= value.x ^ value.y ^ value.z ^ value.w;
+  }
+  if (accumulator == 0x12345678u) g_sink[0] = 1.0f;
+}
+
 unsigned grid_stride_blocks(int64_t count) {
   return unsigned(std::min<int64_t>((count + kThreads - 1) / kThreads, 132 * 16));
 }
@@ -239,6 +250,15 @@ void convert(void* out, DType out_dtype, const void* in, DType in_dtype, int64_t
                   sm90_convert<T><<<grid_stride_blocks(count), kThreads, 0, stream>>>(static_cast<T*>(out), in,
                                                                                       code, count));
   VT_CUDA_CHECK_LAUNCH("sm90_convert");
+}
+
+void read_bytes(const void* data, size_t bytes, int64_t blocks, int threads, float* sink, cudaStream_t stream) {
+  VT_CHECK(bytes % 16 == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0 && blocks > 0 && blocks <= INT32_MAX,
+           "read_bytes: 16-byte aligned, whole 16-byte vectors (", bytes, " bytes), blocks ", blocks);
+  launch("sm90_read_bytes",
+         ::vt::profile::LaunchCost{"cuda", {int64_t(bytes), 0, 0, 0}, double(bytes), 0, ::vt::profile::OpGroup::kOther},
+         sm90_read_bytes, dim3(unsigned(blocks)), dim3(unsigned(threads)), 0, stream,
+         static_cast<const uint4*>(data), int64_t(bytes / 16), sink);
 }
 
 double measure_read_bandwidth(size_t bytes) {
