@@ -207,14 +207,15 @@ TEST_F(CudaOps, Fp8BlockGemmMatchesCpu) {
         cuda::synchronize();
         runs.push_back(d_y.to_host());
       }
+      const bool wgmma = backend == cuda::GemmBackend::kWgmma || backend == cuda::GemmBackend::kWgmmaCluster;
       // wgmma and cuBLASLt sum blocks of e4m3 products in the tensor core's narrower accumulator
       // (tests/numerics.h says why each bound).
       const double bound = backend == cuda::GemmBackend::kCublasLt ? numerics::kFp8GemmCublasLtRelL2
-                           : backend == cuda::GemmBackend::kWgmma  ? numerics::kFp8GemmWgmmaRelL2
+                           : wgmma                                  ? numerics::kFp8GemmWgmmaRelL2
                                                                    : numerics::kFp8GemmFp32RelL2;
-      if (backend == cuda::GemmBackend::kWgmma)
-        std::printf("wgmma %lldx%lldx%lld: rel L2 %.3g\n", (long long)m, (long long)n, (long long)k,
-                    relative_l2(runs[0], expected));
+      if (wgmma)
+        std::printf("%s %lldx%lldx%lld: rel L2 %.3g\n", cuda::gemm_backend_name(backend), (long long)m, (long long)n,
+                    (long long)k, relative_l2(runs[0], expected));
       EXPECT_LE(relative_l2(runs[0], expected), bound)
           << m << "x" << n << "x" << k << " " << cuda::gemm_backend_name(backend);
       if (backend != cuda::GemmBackend::kCublasLt) {

@@ -114,5 +114,46 @@ TEST(GemmSplit, AwkwardSizesAndCtaCounts) {
   }
 }
 
+// The cluster split: every unit streamed once, each CTA inside its own tile with at least one unit,
+// the clusters resident at once, and the 27B shapes' cluster sizes on 132 SMs.
+void check_clusters(int64_t tiles, int64_t k_blocks, int64_t sms, int64_t most) {
+  const int64_t c = wg::cluster_size_for(tiles, k_blocks, sms, most);
+  SCOPED_TRACE(testing::Message() << tiles << " tiles x " << k_blocks << " K blocks, " << sms << " SMs: cluster " << c);
+  if (!c) {
+    EXPECT_TRUE(2 * tiles > sms || k_blocks < 2 || most < 2);
+    return;
+  }
+  ASSERT_GE(c, 2);
+  ASSERT_LE(c, most);
+  ASSERT_LE(tiles * c, sms);
+  std::vector<int> streamed(size_t(tiles * k_blocks), 0);
+  for (int64_t cta = 0; cta < tiles * c; ++cta) {
+    const wg::Walk walk = wg::cluster_walk(cta, c, k_blocks);
+    ASSERT_LT(walk.begin, walk.end) << "CTA " << cta << " streams nothing";
+    wg::Cursor at(walk, walk.begin);
+    for (int64_t u = walk.begin; u < walk.end; ++u, at.advance()) {
+      ASSERT_EQ(at.tile, cta / c) << "CTA " << cta << " left its tile";
+      ASSERT_LT(at.block, k_blocks);
+      ++streamed[size_t(at.tile * k_blocks + at.block)];
+      ASSERT_EQ(at.last_of_tile() && u + 1 != walk.end, false) << "CTA " << cta << " ends its tile early";
+    }
+  }
+  for (size_t i = 0; i < streamed.size(); ++i) ASSERT_EQ(streamed[i], 1) << "unit " << i;
+}
+
+TEST(GemmSplit, Clusters) {
+  EXPECT_EQ(wg::cluster_size_for(40, 48, 132, 8), 3);      // o_proj / gdn out_proj
+  EXPECT_EQ(wg::cluster_size_for(40, 136, 132, 8), 3);     // mlp down
+  EXPECT_EQ(wg::cluster_size_for(128, 40, 132, 8), 0);     // gdn in_proj: one CTA per tile
+  EXPECT_EQ(wg::cluster_size_for(8, 33, 132, 8), 8);       // 1000 x 4112
+  EXPECT_EQ(wg::cluster_size_for(2, 2, 132, 8), 2);        // 200 x 192: one K block each
+  EXPECT_EQ(wg::cluster_size_for(8, 33, 132, 4), 4);       // limited by the launcher (shared memory)
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 3000; ++trial) {
+    check_clusters(1 + int64_t(rng() % 100), 1 + int64_t(rng() % 140), 1 + int64_t(rng() % 160), int64_t(rng() % 9));
+    if (testing::Test::HasFatalFailure()) return;
+  }
+}
+
 }  // namespace
 }  // namespace vt

@@ -48,6 +48,7 @@ Fp8GemmBackend kernel_backend(GemmBackend backend) {
     case GemmBackend::kWarpRows: return Fp8GemmBackend::kWarpRows;
     case GemmBackend::kMma: return Fp8GemmBackend::kMma;
     case GemmBackend::kWgmma: return Fp8GemmBackend::kWgmma;
+    case GemmBackend::kWgmmaCluster: return Fp8GemmBackend::kWgmmaCluster;
     default: VT_FAIL("not a vt kernel backend");
   }
 }
@@ -60,6 +61,7 @@ const char* gemm_backend_name(GemmBackend backend) {
     case GemmBackend::kWarpRows: return "warp_rows";
     case GemmBackend::kMma: return "mma";
     case GemmBackend::kWgmma: return "wgmma";
+    case GemmBackend::kWgmmaCluster: return "wgmma_cluster";
     case GemmBackend::kCublasLt: return "cublaslt";
   }
   return "?";
@@ -158,6 +160,7 @@ bool Fp8GemmRegistry::supports(GemmBackend backend, int64_t m, int64_t n, int64_
     case GemmBackend::kWarpRows: return m <= 16;  // beyond, it re-reads the weights per 16 rows
     case GemmBackend::kMma:
     case GemmBackend::kWgmma: return true;
+    case GemmBackend::kWgmmaCluster: return fp8_gemm_wgmma_cluster_serves(m, n, k, act);
     case GemmBackend::kCublasLt:
       return m <= max_m_ && k <= max_k_ && cublas_.supports_fp8_block(m, n, k, ldy, act);
   }

@@ -14,6 +14,9 @@
 //    are written before their receiver needs them. A sender's piece that starts its tile writes
 //    slot `tile`, any other (it starts the sender's range) slot tiles + sender.
 // Slots number at most C.
+// A third split runs as its own kernel (sm90_fp8_gemm_wgmma_cluster): clusters of c CTAs, one per
+// tile, CTA t c + r streaming tile t's K blocks [r kb / c, (r + 1) kb / c) (cluster_walk); the
+// cluster's first CTA sums the others' partials through distributed shared memory.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +82,26 @@ VT_SPLIT_FN Walk walk_of(int64_t cta, int64_t ctas, int64_t tiles, int64_t k_blo
     w.width = k_blocks - receive_units;
   }
   return w;
+}
+
+// The cluster split: CTA `cta` of clusters of `cluster` CTAs (one cluster per tile) streams its
+// tile's K blocks [r kb / c, (r + 1) kb / c), r = cta % c. Every rank has a unit where c <= kb.
+VT_SPLIT_FN Walk cluster_walk(int64_t cta, int64_t cluster, int64_t k_blocks) {
+  const int64_t tile = cta / cluster, rank = cta % cluster;
+  Walk w{};
+  w.begin = tile * k_blocks + unit_begin(rank, k_blocks, cluster);
+  w.end = tile * k_blocks + unit_begin(rank + 1, k_blocks, cluster);
+  w.width = k_blocks;
+  return w;
+}
+// The largest cluster size for `tiles` tiles on `sms` SMs: at most `most` CTAs per cluster, one
+// cluster per tile all resident (tiles * c <= sms), every CTA with at least one K block; 0 where
+// that is under 2 (the split does not apply).
+VT_SPLIT_FN int64_t cluster_size_for(int64_t tiles, int64_t k_blocks, int64_t sms, int64_t most) {
+  int64_t c = tiles > 0 ? sms / tiles : 0;
+  if (c > most) c = most;
+  if (c > k_blocks) c = k_blocks;
+  return c >= 2 ? c : 0;
 }
 
 // The (tile, K block) of consecutive walk positions without a division per unit (a 64-bit

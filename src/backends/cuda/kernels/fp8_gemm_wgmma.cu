@@ -126,6 +126,96 @@ void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales
          int(receive_units));
 }
 
+// The cluster split (sm90_fp8_gemm_wgmma_cluster): at most 8 CTAs per cluster (the portable
+// size), within the shared memory a CTA may have, all of a matrix's clusters resident at once.
+constexpr int64_t kMostCluster = 8;
+
+template <int kTokens>
+size_t cluster_shared_bytes(int64_t cluster) {
+  return std::max(wg::shared_bytes<kTokens, kStages, kHalves>() +
+                      size_t(cluster - 1) * wg::cluster_partial_bytes<kTokens, kHalves>(),
+                  kExclusiveSharedBytes);
+}
+
+int current_device() {
+  int device = 0;
+  VT_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+// Per device: the SM count and the shared memory a CTA may opt into.
+struct DeviceLimits {
+  int sms = 0, shared = 0;
+};
+const DeviceLimits& device_limits(int device) {
+  static std::mutex mutex;
+  static std::map<int, DeviceLimits> limits;
+  std::lock_guard<std::mutex> lock(mutex);
+  DeviceLimits& slot = limits[device];
+  if (!slot.sms) {
+    VT_CUDA_CHECK(cudaDeviceGetAttribute(&slot.sms, cudaDevAttrMultiProcessorCount, device));
+    VT_CUDA_CHECK(cudaDeviceGetAttribute(&slot.shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  }
+  return slot;
+}
+
+// The cluster size for `tiles` x `k_blocks` units of kTokens-row launches on this device (0: the
+// split does not apply): the largest that fits the shared memory, with every cluster resident at
+// once (the driver's occupancy answer, per device and size).
+template <typename T, int kTokens>
+int64_t cluster_for(int64_t tiles, int64_t k_blocks) {
+  const int device = current_device();
+  const DeviceLimits& limits = device_limits(device);
+  int64_t most = kMostCluster;
+  while (most >= 2 && cluster_shared_bytes<kTokens>(most) > size_t(limits.shared)) --most;
+  int64_t cluster = wg::cluster_size_for(tiles, k_blocks, limits.sms, most);
+  if (cluster < 2) return 0;
+  static std::mutex mutex;
+  static std::map<std::pair<int, int64_t>, int> resident;  // (device, cluster) -> clusters at once
+  auto kernel = wg::sm90_fp8_gemm_wgmma_cluster<T, kTokens, kStages, kHalves>;
+  static std::atomic<uint64_t> devices{0};
+  allow_dynamic_shared(kernel, cluster_shared_bytes<kTokens>(most), devices, "sm90_fp8_gemm_wgmma_cluster");
+  while (cluster >= 2) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = resident.find({device, cluster});
+    if (it == resident.end()) {
+      LaunchConfig launch(dim3(unsigned(cluster)), dim3(wg::kThreads), cluster_shared_bytes<kTokens>(cluster), nullptr,
+                          unsigned(cluster));
+      int count = 0;
+      VT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&count, kernel, &launch.config));
+      it = resident.emplace(std::pair{device, cluster}, count).first;
+    }
+    if (it->second >= tiles) return cluster;
+    cluster = wg::cluster_size_for(tiles, k_blocks, limits.sms, cluster - 1);
+  }
+  return 0;
+}
+
+template <typename T, int kTokens>
+void launch_cluster_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
+                           const float* w_scales, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
+                           const ::vt::profile::LaunchCost& cost) {
+  const int64_t k_blocks = (k + wg::kBlockK - 1) / wg::kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
+  const int64_t cluster = cluster_for<T, kTokens>(tiles, k_blocks);
+  VT_CHECK(cluster >= 2, "fp8 wgmma cluster GEMM: the cluster split does not serve ", m, " x ", n, " x ", k,
+           " here (see fp8_gemm_wgmma_cluster_serves)");
+  const CUtensorMap& weights = tensor_map(w, n, k, kTileRows);
+  const CUtensorMap& activations = tensor_map(q, m, k, kTokens);
+  launch_clusters("sm90_fp8_gemm_wgmma_cluster", cost, wg::sm90_fp8_gemm_wgmma_cluster<T, kTokens, kStages, kHalves>,
+                  dim3(unsigned(tiles * cluster)), unsigned(cluster), dim3(wg::kThreads),
+                  cluster_shared_bytes<kTokens>(cluster), stream, weights, activations, static_cast<T*>(y), ldy,
+                  a_scales, w_scales, int(m), int(n), int(k));
+}
+
+// Calls run(integral_constant<kTokens>) for the smallest instruction width holding `rows`.
+template <typename Run>
+void by_tokens(int64_t rows, Run&& run) {
+  if (rows <= 8) run(std::integral_constant<int, 8>{});
+  else if (rows <= 16) run(std::integral_constant<int, 16>{});
+  else if (rows <= 32) run(std::integral_constant<int, 32>{});
+  else run(std::integral_constant<int, 64>{});
+}
+
 }  // namespace
 
 void fp8_gemm_wgmma_prepare(cudaStream_t stream) { workspace(stream); }
@@ -165,10 +255,39 @@ void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
                       launch_tokens<T, kTokens>(y_rows, ldy, q_rows, scale_rows, w, w_scales, rows, n, k, int(ctas),
                                                 receive_units, space, stream, cost(rows)));
     };
-    if (rows <= 8) run(std::integral_constant<int, 8>{});
-    else if (rows <= 16) run(std::integral_constant<int, 16>{});
-    else if (rows <= 32) run(std::integral_constant<int, 32>{});
-    else run(std::integral_constant<int, 64>{});
+    by_tokens(rows, run);
+  }
+}
+
+bool fp8_gemm_wgmma_cluster_serves(int64_t m, int64_t n, int64_t k, DType act) {
+  if (m < 1 || n < 1 || k < 1 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return false;
+  const int64_t k_blocks = (k + wg::kBlockK - 1) / wg::kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
+  bool serves = true;
+  // Every 64-row launch of the call must have a cluster size.
+  for (int64_t m0 = 0; m0 < m && serves; m0 += kMaxTokens) {
+    by_tokens(std::min<int64_t>(kMaxTokens, m - m0), [&](auto tokens) {
+      constexpr int kTokens = decltype(tokens)::value;
+      VT_DISPATCH_ACT(act, T, serves = cluster_for<T, kTokens>(tiles, k_blocks) >= 2);
+    });
+  }
+  return serves;
+}
+
+void fp8_gemm_wgmma_cluster(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
+                            const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
+                            const std::function<::vt::profile::LaunchCost(int64_t rows)>& cost) {
+  VT_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, "fp8 wgmma cluster GEMM: ", m, " x ", n, " x ", k);
+  const int64_t k_blocks = (k + wg::kBlockK - 1) / wg::kBlockK;
+  const size_t element = dtype_size(act);
+  for (int64_t m0 = 0; m0 < m; m0 += kMaxTokens) {
+    const int64_t rows = std::min<int64_t>(kMaxTokens, m - m0);
+    void* y_rows = static_cast<char*>(y) + size_t(m0 * ldy) * element;
+    by_tokens(rows, [&](auto tokens) {
+      constexpr int kTokens = decltype(tokens)::value;
+      VT_DISPATCH_ACT(act, T,
+                      launch_cluster_tokens<T, kTokens>(y_rows, ldy, q + m0 * k, a_scales + m0 * k_blocks, w, w_scales,
+                                                        rows, n, k, stream, cost(rows)));
+    });
   }
 }
 

@@ -69,6 +69,12 @@ constexpr size_t shared_bytes() {
   return size_t(kStages) * stage_bytes<kTokens, kHalves>() + 2 * kStages * sizeof(uint64_t) +
          size_t(kStages) * scale_slots<kTokens>() * sizeof(float) + 16 + 1024;
 }
+// The cluster split's first CTA also holds the other CTAs' partials: per CTA, kHalves x kTokens / 2
+// floats per consumer thread.
+template <int kTokens, int kHalves>
+constexpr size_t cluster_partial_bytes() {
+  return size_t(kHalves) * (kTokens / 2) * 128 * sizeof(float);
+}
 
 using device::barrier_arrive;
 using device::barrier_expect_bytes;
@@ -110,6 +116,33 @@ __device__ __forceinline__ uint64_t load_relaxed(const uint64_t* address) {
 }
 __device__ __forceinline__ void store_flagged(uint64_t* address, float value) {
   store_relaxed(address, (uint64_t(kPartialFlag) << 32) | __float_as_uint(value));
+}
+
+// Thread block clusters (sm90): the cluster-wide barrier (every thread of every CTA of the cluster
+// arrives, then waits; release / acquire order the distributed shared memory stores before it),
+// the CTA's rank, and 16-byte stores into another CTA's shared memory.
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+__device__ __forceinline__ uint32_t cluster_size() {
+  uint32_t size;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(size));
+  return size;
+}
+// The address of `pointer` (this CTA's shared memory) in CTA `rank`'s shared memory.
+__device__ __forceinline__ uint32_t cluster_address(const void* pointer, uint32_t rank) {
+  uint32_t address;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(address) : "r"(smem_address(pointer)), "r"(rank));
+  return address;
+}
+__device__ __forceinline__ void store_cluster(uint32_t address, float a, float b, float c, float d) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(address), "f"(a), "f"(b), "f"(c), "f"(d)
+               : "memory");
 }
 
 // wgmma shared-memory descriptor of a K-major operand in the 128-byte swizzle: rows of 128 bytes,
@@ -178,11 +211,13 @@ enum Mode { kFull = 0, kNoFixup = 1, kStreamOnly = 2, kNoMultiplies = 4 };
 // 16 warp + lane / 4 + 8 h of the 64, column (token) 8c + 2 (lane % 4) + e.
 //
 // receive_units: 0 for the stream-K split, else R of the receivers split (fp8_gemm_split.h).
-template <typename T, int kTokens, int kStages, int kHalves, int kMode = kFull>
-__global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
-    const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap activation_map,
-    T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales, const float* __restrict__ g_w_scales,
-    uint64_t* __restrict__ g_partials, int m, int n, int k, int receive_units) {
+// kClustered: the cluster split instead (launched in clusters of c CTAs, one per tile; partials
+// through distributed shared memory, no g_partials).
+template <typename T, int kTokens, int kStages, int kHalves, int kMode, bool kClustered>
+__device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const CUtensorMap& activation_map,
+                                          T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales,
+                                          const float* __restrict__ g_w_scales, uint64_t* __restrict__ g_partials,
+                                          int m, int n, int k, int receive_units) {
   static_assert(kTokens == 8 || kTokens == 16 || kTokens == 32 || kTokens == 64, "wgmma N of 8..64 tokens");
   static_assert(kHalves == 1 || kHalves == 2, "tiles of 64 or 128 weight rows");
   constexpr int kTileRows = 64 * kHalves;
@@ -194,11 +229,13 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
   uint64_t* s_full = reinterpret_cast<uint64_t*>(s_stages + size_t(kStages) * kStageBytes);
   uint64_t* s_empty = s_full + kStages;
   float* s_scales = reinterpret_cast<float*>(s_empty + kStages);  // [kStages][kSlots]
+  float* s_cluster = s_scales + kStages * kSlots;  // kClustered: [rank - 1][kWords / 4][thread][4]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t k_blocks = (k + kBlockK - 1) / kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
   const int64_t ctas = gridDim.x, cta = blockIdx.x;
-  const Walk walk = walk_of(cta, ctas, tiles, k_blocks, receive_units);
+  const Walk walk =
+      kClustered ? cluster_walk(cta, cluster_size(), k_blocks) : walk_of(cta, ctas, tiles, k_blocks, receive_units);
   const int64_t begin = walk.begin, end = walk.end;
 
   if (threadIdx.x == 0) {
@@ -209,6 +246,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
     device::barrier_init_fence();
   }
   __syncthreads();
+  // Cluster phase 0 (every CTA of the cluster has started, so its shared memory may be written):
+  // arrived here, waited on before the first store into another CTA.
+  if constexpr (kClustered) cluster_arrive_relaxed();
 
   if (warp == kConsumerThreads / 32) {  // the producer warp: lane 0 the blocks, every lane scales
     const auto weights = [&](const Cursor& at, int s) {
@@ -248,6 +288,10 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
       barrier_wait(&s_empty[s], uint32_t((i / kStages - 1) & 1));
       if (lane == 0) weights(next_weights, s);
       activations(next_weights, s);
+    }
+    if constexpr (kClustered) {  // every thread takes part in both cluster phases
+      cluster_wait();
+      cluster_arrive();
     }
     return;
   }
@@ -305,9 +349,6 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
       for (int r = 0; r < kRegs; ++r) r_total[h][r] += r_block[h][r] * r_scale[(r / 4) * 2 + (r % 2)];
     if (!at.last_of_tile() && u + 1 != end) continue;
 
-    // The CTA's share of this tile is done: who else holds a share, and where their partials go
-    // (fp8_gemm_split.h).
-    const TileShares shares = tile_shares(tile, tiles, k_blocks, ctas, receive_units, walk);
     const auto store = [&](float (*values)[kRegs]) {
 #pragma unroll
       for (int h = 0; h < kHalves; ++h)
@@ -318,6 +359,39 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
           if (column < n && token < m) g_y[token * ldy + column] = device::from_float<T>(values[h][r]);
         }
     };
+    constexpr int kWords = kHalves * kRegs;
+    static_assert(kWords % 4 == 0, "16-byte pieces of the partials");
+    if constexpr (kClustered) {
+      // The cluster's CTAs stream one tile each: ranks > 0 store their partials into rank 0's
+      // shared memory, rank 0 adds them in rank order (deterministic) and writes the tile.
+      const uint32_t rank = cluster_rank(), size = cluster_size();
+      cluster_wait();  // phase 0
+      if (rank != 0) {
+        const uint32_t base = cluster_address(s_cluster, 0) + (rank - 1) * uint32_t(kWords * kConsumerThreads * 4);
+        const float* words = &r_total[0][0];
+#pragma unroll
+        for (int q = 0; q < kWords / 4; ++q)
+          store_cluster(base + uint32_t((q * kConsumerThreads + threadIdx.x) * 16), words[4 * q], words[4 * q + 1],
+                        words[4 * q + 2], words[4 * q + 3]);
+      }
+      cluster_arrive();  // phase 1: the partials are in rank 0's shared memory
+      if (rank != 0) return;
+      cluster_wait();
+      float* words = &r_total[0][0];
+      for (uint32_t from = 1; from < size; ++from) {
+        const float4* theirs = reinterpret_cast<const float4*>(s_cluster) + (from - 1) * (kWords / 4) * kConsumerThreads;
+#pragma unroll
+        for (int q = 0; q < kWords / 4; ++q) {
+          const float4 v = theirs[q * kConsumerThreads + threadIdx.x];
+          words[4 * q] += v.x, words[4 * q + 1] += v.y, words[4 * q + 2] += v.z, words[4 * q + 3] += v.w;
+        }
+      }
+      store(r_total);
+      return;
+    }
+    // The CTA's share of this tile is done: who else holds a share, and where their partials go
+    // (fp8_gemm_split.h).
+    const TileShares shares = tile_shares(tile, tiles, k_blocks, ctas, receive_units, walk);
     if (shares.alone() || kMode != kFull) {
       store(r_total);
     } else if (!shares.sums(cta)) {
@@ -333,7 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
       // The summer: its own share, then the other owners' in CTA order (deterministic).
       // Up to kBatch owners' partials are requested at once (one round trip for all, not one
       // each), each word re-read until its flag says it is this call's, and cleared for the next.
-      constexpr int kWords = kHalves * kRegs, kBatch = kWords >= 64 ? 1 : 64 / kWords;
+      constexpr int kBatch = kWords >= 64 ? 1 : 64 / kWords;
 #pragma unroll 1
       for (int64_t first = shares.summed_from(); first <= shares.last; first += kBatch) {
         const int count = int(shares.last - first + 1 < kBatch ? shares.last - first + 1 : kBatch);
@@ -375,6 +449,26 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
 #pragma unroll
       for (int r = 0; r < kRegs; ++r) r_total[h][r] = 0.0f;
   }
+}
+
+template <typename T, int kTokens, int kStages, int kHalves, int kMode = kFull>
+__global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
+    const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap activation_map,
+    T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales, const float* __restrict__ g_w_scales,
+    uint64_t* __restrict__ g_partials, int m, int n, int k, int receive_units) {
+  gemm_body<T, kTokens, kStages, kHalves, kMode, false>(weight_map, activation_map, g_y, ldy, g_a_scales, g_w_scales,
+                                                        g_partials, m, n, k, receive_units);
+}
+
+// The cluster split (fp8_gemm_split.h's cluster_walk): launched in clusters of 2..8 CTAs, one
+// cluster per tile; dynamic shared memory adds (c - 1) x cluster_partial_bytes.
+template <typename T, int kTokens, int kStages, int kHalves>
+__global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma_cluster(
+    const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap activation_map,
+    T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales, const float* __restrict__ g_w_scales,
+    int m, int n, int k) {
+  gemm_body<T, kTokens, kStages, kHalves, kFull, true>(weight_map, activation_map, g_y, ldy, g_a_scales, g_w_scales,
+                                                       nullptr, m, n, k, 0);
 }
 
 // A tensor map of a row-major e4m3 matrix [rows, cols] (cols % 16 == 0, 16-byte aligned base) in

@@ -24,4 +24,11 @@ void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
                     const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
                     const std::function<::vt::profile::LaunchCost(int64_t rows)>& cost);
 
+// The cluster split of the same kernel (Fp8GemmBackend::kWgmmaCluster): clusters of 2..8 CTAs,
+// one per 128-row tile, where the tiles fill at most half the SMs (fp8_gemm_wgmma_cluster_serves,
+// cuda_ops.h, says where on the current device).
+void fp8_gemm_wgmma_cluster(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
+                            const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
+                            const std::function<::vt::profile::LaunchCost(int64_t rows)>& cost);
+
 }  // namespace vt::cuda

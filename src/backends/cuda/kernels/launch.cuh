@@ -30,20 +30,35 @@ void allow_dynamic_shared(Kernel kernel, size_t bytes, std::atomic<uint64_t>& de
   devices.fetch_or(uint64_t(1) << device);
 }
 
+// A launch's configuration: PDL where enabled, and thread block clusters of `cluster` CTAs along x
+// where cluster > 1 (the grid's x a multiple of it).
+struct LaunchConfig {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attributes[2] = {};
+  LaunchConfig(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, unsigned cluster = 1) {
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    config.attrs = attributes;
+    if (pdl_enabled()) {
+      attributes[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attributes[config.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster > 1) {
+      attributes[config.numAttrs].id = cudaLaunchAttributeClusterDimension;
+      attributes[config.numAttrs++].val.clusterDim = {cluster, 1, 1};
+    }
+  }
+  LaunchConfig(const LaunchConfig&) = delete;  // config.attrs points into this object
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
+};
+
 template <typename... Params, typename... Args>
 void launch_only(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                  Args&&... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = pdl_enabled() ? 1 : 0;
-  VT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+  LaunchConfig launch(grid, block, shared_bytes, stream);
+  VT_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, static_cast<Params>(args)...));
 }
 
 // Launches and records the intent to run `name`.
@@ -52,6 +67,15 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
             cudaStream_t stream, Args&&... args) {
   launch_only(kernel, grid, block, shared_bytes, stream, std::forward<Args>(args)...);
   ::vt::profile::intend(name);
+}
+
+// The same in thread block clusters of `cluster` CTAs along x.
+template <typename... Params, typename... Args>
+void launch_clusters(const char* name, const ::vt::profile::LaunchCost& cost, void (*kernel)(Params...), dim3 grid,
+                     unsigned cluster, dim3 block, size_t shared_bytes, cudaStream_t stream, Args&&... args) {
+  LaunchConfig launch(grid, block, shared_bytes, stream, cluster);
+  VT_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, static_cast<Params>(args)...));
+  ::vt::profile::intend(name, cost);
 }
 
 // The same, with what the launch costs (bytes it must move, FLOPs, backend, shape): the op and
