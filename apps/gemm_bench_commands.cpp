@@ -3,9 +3,9 @@
 // peer), in one run: µs per GEMM, GB/s of weight bytes, % of the read bandwidth measured at
 // start-up, and the fastest FP8 backend per (shape, M). Each timing is a CUDA graph of GEMMs
 // cycling through enough weight copies that nothing is served from L2, each after the kernel that
-// makes its FP8 activations, as the decode step runs them and the GEMM registry tunes them (that
-// kernel's own time, measured alone, is taken off); CUPTI then checks that each backend's kernel
-// ran as often as launched. Beside them, the floor at each size: a pure read of the same weight
+// makes its FP8 activations and a stand-in of the op before it, as the GEMM registry tunes them
+// (cuda::step_producer; their own time, measured alone, is taken off); CUPTI then checks that each
+// backend's kernel ran as often as launched. Beside them, the floor at each size: a pure read of the same weight
 // bytes, launched and timed the same way ("of read": that time over the GEMM's).
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -111,11 +111,12 @@ void run_bench_gemm(const GemmArgs& args) {
   int failures = 0;
   if (!args.json)
     std::printf("%s, read bandwidth %.0f GB/s; us per GEMM in a graph of %lld, weights cold (L2 cycled), each after "
-                "the kernel that makes its activations (its time alone taken off); 'of read': the time of a pure "
+                "the kernel that makes its activations and a %.0f us stand-in of the op before it (their time alone "
+                "taken off); 'of read': the time of a pure "
                 "read of the same weight codes launched the same way (read_floor) over the GEMM's\n\n"
                 "| shape | N x K | M | backend | us | GB/s | of bw | of read | x cuBLASLt bf16 | kernel ran |\n"
                 "|---|---|---|---|---|---|---|---|---|---|\n",
-                args.synthetic.c_str(), bandwidth, (long long)args.iters);
+                args.synthetic.c_str(), bandwidth, (long long)args.iters, cuda::kStandInMicroseconds);
   for (const GemmShape& shape : decode_shapes(config)) {
     const int64_t n = shape.n, k = shape.k, kb = (k + 127) / 128, nb = (n + 127) / 128;
     const size_t fp8_bytes = size_t(n * k) + size_t(nb * kb) * sizeof(float), bf16_bytes = size_t(n * k) * 2;
@@ -141,9 +142,11 @@ void run_bench_gemm(const GemmArgs& args) {
         size_t bytes;
       };
       std::vector<Result> results;
-      // The producer of the activations, before every GEMM (as in the model), and its time alone.
+      // The producer of the activations and a stand-in of the op before it, before every GEMM (as
+      // the registry times them, cuda::step_producer), and their time alone.
       const auto produce = [&] {
-        cuda::fp8_quantize_rows(codes.as<uint8_t>(), x_scales.as<float>(), x.data(), m, k, DType::kBF16, stream);
+        cuda::step_producer(codes.as<uint8_t>(), x_scales.as<float>(), x.data(), m, k, DType::kBF16, sink.as<float>(),
+                            stream);
       };
       const double producer_us = time_graph(stream, args.iters, copies, nullptr, 0, [&](int64_t) { produce(); }).us;
       cuda::Fp8GemmRegistry registry(max_m, k);

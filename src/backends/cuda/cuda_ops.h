@@ -244,6 +244,10 @@ void convert(void* out, DType out_dtype, const void* in, DType in_dtype, int64_t
 
 // Reads `bytes` of device memory once; returns GB/s (read-only bandwidth for the floor).
 double measure_read_bandwidth(size_t bytes);
+// A kernel of one CTA per SM that runs about `microseconds` after the previous kernel (it may
+// overlap the next one's start, PDL): the stand-in for the op before a GEMM when the GEMM registry
+// and `vt bench gemm` time GEMMs as a decode step runs them. `sink`: one float, never written.
+void stand_in_kernel(double microseconds, float* sink, cudaStream_t stream);
 // Reads `bytes` (16-byte aligned) once with `blocks` x `threads` threads, launched as the model's
 // kernels are (after the previous kernel, PDL): a pure read of a GEMM's weight bytes, the floor
 // `vt bench gemm` puts beside each GEMM. `sink` (one float) is written only to keep the loads.

@@ -50,6 +50,18 @@ struct GemmTuneShape {
   std::vector<std::pair<const uint8_t*, const float*>> weights;
 };
 
+// How the registry (and `vt bench gemm`) time a GEMM as a decode step runs it: after the kernel
+// that makes its FP8 activations and a stand-in of the op before it (cuda::stand_in_kernel, this
+// long), both launched as the model's kernels are; their own time, measured alone, is taken off.
+// Without the stand-in, a GEMM that cannot start while its predecessor runs (a cluster launch
+// under PDL) measured 0.3 us faster per call than the persistent split and ran 1 us slower in the
+// step (docs/perf/2026-12-02-wgmma-cluster.md).
+constexpr double kStandInMicroseconds = 3.0;
+// The producer of a timed GEMM's activations, as above: quantise `m` x `k` rows of `input`, then
+// the stand-in kernel.
+void step_producer(uint8_t* codes, float* scales, const void* input, int64_t m, int64_t k, DType act, float* sink,
+                   cudaStream_t stream);
+
 class Fp8GemmRegistry {
  public:
   // max_m rows and max_k columns bound every call (the scratch for cuBLASLt's scale layout).

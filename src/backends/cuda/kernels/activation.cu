@@ -163,6 +163,16 @@ __global__ void sm90_read_bytes(const uint4* __restrict__ g_data, int64_t count,
   if (accumulator == 0x12345678u) g_sink[0] = 1.0f;
 }
 
+// Runs `cycles` SM clock cycles on every SM after the previous kernel (PDL: the next kernel may
+// be scheduled while it runs, as behind a decode step's attention or GDN kernels).
+__global__ void sm90_stand_in(int64_t cycles, float* g_sink) {
+  device::pdl_enter();
+  const int64_t start = clock64();
+  while (clock64() - start < cycles) {
+  }
+  if (cycles < 0) g_sink[0] = 1.0f;
+}
+
 unsigned grid_stride_blocks(int64_t count) {
   return unsigned(std::min<int64_t>((count + kThreads - 1) / kThreads, 132 * 16));
 }
@@ -259,6 +269,15 @@ void read_bytes(const void* data, size_t bytes, int64_t blocks, int threads, flo
          ::vt::profile::LaunchCost{"cuda", {int64_t(bytes), 0, 0, 0}, double(bytes), 0, ::vt::profile::OpGroup::kOther},
          sm90_read_bytes, dim3(unsigned(blocks)), dim3(unsigned(threads)), 0, stream,
          static_cast<const uint4*>(data), int64_t(bytes / 16), sink);
+}
+
+void stand_in_kernel(double microseconds, float* sink, cudaStream_t stream) {
+  int device = 0, sms = 0, khz = 0;
+  VT_CUDA_CHECK(cudaGetDevice(&device));
+  VT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  VT_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
+  const int64_t cycles = int64_t(microseconds * 1e-3 * double(khz));
+  launch("sm90_stand_in", sm90_stand_in, dim3(unsigned(sms)), dim3(128), 0, stream, cycles, sink);
 }
 
 double measure_read_bandwidth(size_t bytes) {
