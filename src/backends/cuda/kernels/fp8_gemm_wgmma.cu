@@ -41,8 +41,8 @@ constexpr size_t shared_bytes() {
   return std::max(wg::shared_bytes<kTokens, kStages, kHalves>(), kExclusiveSharedBytes);
 }
 
-// Per (device, stream): the SM count and the partials (one slot per CTA of wg::kSlotFloats: the
-// values and a flag, zeroed once; the summer clears each flag it waited on). Per stream, because GEMMs of two
+// Per (device, stream): the SM count and the partials (one slot per CTA, zeroed once: each word
+// carries its own flag and is cleared by the CTA that reads it). Per stream, because GEMMs of two
 // streams (two models on one GPU) may run at once and must not share slots.
 struct Workspace {
   int sms = 0;
@@ -62,7 +62,7 @@ const Workspace& workspace(cudaStream_t stream) {
     VT_CHECK(capturing == cudaStreamCaptureStatusNone,
              "fp8 wgmma GEMM: first call on a stream inside a graph capture; call fp8_gemm_prepare(stream) before");
     VT_CUDA_CHECK(cudaDeviceGetAttribute(&slot.sms, cudaDevAttrMultiProcessorCount, device));
-    const size_t bytes = size_t(slot.sms) * wg::kSlotFloats * sizeof(float);
+    const size_t bytes = size_t(slot.sms) * kHalves * (kMaxTokens / 2) * wg::kConsumerThreads * sizeof(uint64_t);
     void* memory = nullptr;
     VT_CUDA_CHECK(cudaMalloc(&memory, bytes));
     VT_CUDA_CHECK(cudaMemset(memory, 0, bytes));

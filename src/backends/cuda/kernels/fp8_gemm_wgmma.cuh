@@ -13,12 +13,12 @@
 //    other CTAs split the tiles' first blocks evenly, R a couple of units more than their share,
 //    so their partials are written before the receiver finishes its own (no wait at the end).
 // A tile wholly inside one CTA is written directly. Partials are added in CTA order (the result
-// is bit-identical run to run). A partial is fp32 values and a flag the writer releases after
-// them; the summer's producer warp, its copies all issued, waits for the first few flags and
-// fetches those partials into shared memory while the consumers finish (the rest, if any, the
-// consumers read at the end), and clears the flags for the next call (which cannot start before
-// this grid ends: its consumers wait on PDL). A summer waits on CTAs that never wait on it, so
-// this ends. The cluster split (sm90_fp8_gemm_wgmma_cluster, fp8_gemm_split.h) sums through
+// is bit-identical run to run). Each partial word carries a flag in its upper half, so the reader
+// needs no fence or counter: it reloads until every word is flagged, then clears them for the
+// next call (which cannot start before this grid ends: its consumers wait on PDL). The summer's
+// producer warp, its copies all issued, reads the first few partials into shared memory while
+// the consumers finish their units; the consumers read any others at the end. A summer waits on
+// CTAs that never wait on it, so this ends. The cluster split (sm90_fp8_gemm_wgmma_cluster, fp8_gemm_split.h) sums through
 // distributed shared memory instead.
 //
 // Per unit the consumer warpgroup runs wgmma m64nNk32 (each 64-row half x four k32 steps)
@@ -116,25 +116,20 @@ __device__ __forceinline__ void copy_async_4(float* destination, const float* so
 __device__ __forceinline__ void copy_async_arrive(uint64_t* barrier) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_address(barrier)) : "memory");
 }
-// A shared tile's partials: slot s of the workspace holds an owner's fp32 values at float offset
-// s * kSlotFloats (word w of consumer thread t at w * 128 + t) and its flag at s * kSlotFloats +
-// kSlotFloats / 2: the writer sets it (release, after all 128 threads' stores), the summer waits
-// for it (acquire) and clears it (the next call's writers start after this grid ends: PDL).
-constexpr int64_t kSlotFloats = 2 * 64 * 128;  // the workspace's 64-bit words of 64 x 128 values per slot
-__device__ __forceinline__ uint32_t load_acquire(const uint32_t* address) {
-  uint32_t value;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
+// A shared tile's partials: one 64-bit word per value, (flag << 32) | float bits, so that each word
+// says by itself whether it holds this call's value: no fence, no counter. The reader clears it.
+constexpr uint32_t kPartialFlag = 0x600dcafe;
+__device__ __forceinline__ void store_relaxed(uint64_t* address, uint64_t value) {
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(address), "l"(value) : "memory");
+}
+__device__ __forceinline__ uint64_t load_relaxed(const uint64_t* address) {
+  uint64_t value;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(value) : "l"(address) : "memory");
   return value;
 }
-__device__ __forceinline__ void store_release(uint32_t* address, uint32_t value) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(address), "r"(value) : "memory");
+__device__ __forceinline__ void store_flagged(uint64_t* address, float value) {
+  store_relaxed(address, (uint64_t(kPartialFlag) << 32) | __float_as_uint(value));
 }
-__device__ __forceinline__ void wait_flag(const uint32_t* flag) {
-  while (load_acquire(flag) == 0) {
-  }
-}
-// The 128 consumer threads only (named barrier 1; the producer warp does not take part).
-__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
 
 // Thread block clusters (sm90): the cluster-wide barrier (every thread of every CTA of the cluster
 // arrives, then waits; release / acquire order the distributed shared memory stores before it),
@@ -253,7 +248,6 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
   float* s_partials = s_scales + kStages * kSlots;
   constexpr int kWords = kHalves * kRegs;
   constexpr int kPrefetch = prefetched_partials<kTokens>();
-  float* g_floats = reinterpret_cast<float*>(g_partials);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t k_blocks = (k + kBlockK - 1) / kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
@@ -319,22 +313,34 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
       cluster_arrive();
     } else if (kMode == kFull && end > begin) {
       // Every copy is issued: fetch the partials of the tile this CTA sums (its last, if any) into
-      // shared memory while the consumers finish their units, each once its writer has flagged it.
+      // shared memory while the consumers finish their units, each word re-read until flagged,
+      // then cleared for the next call.
       const Cursor last(walk, end - 1);
       const TileShares shares = tile_shares(last.tile, tiles, k_blocks, ctas, receive_units, walk);
       if (!shares.alone() && shares.sums(cta)) {
         const int64_t first = shares.summed_from();
         const int count = int(shares.last - first + 1 < kPrefetch ? shares.last - first + 1 : kPrefetch);
+        constexpr int kPerLane = kWords * kConsumerThreads / 32, kChunk = kPerLane < 16 ? kPerLane : 16;
         for (int b = 0; b < count; ++b) {
-          const float* theirs = g_floats + shares.slot(first + b) * kSlotFloats;
-          uint32_t* flag = reinterpret_cast<uint32_t*>(const_cast<float*>(theirs) + kSlotFloats / 2);
-          wait_flag(flag);  // every lane: its loads below are ordered after its own acquire
-          const float4* from = reinterpret_cast<const float4*>(theirs);
-          float4* to = reinterpret_cast<float4*>(s_partials) + b * (kWords * kConsumerThreads / 4);
+          uint64_t* theirs = g_partials + shares.slot(first + b) * (kWords * kConsumerThreads);
+          float* mine = s_partials + b * (kWords * kConsumerThreads);
+#pragma unroll 1
+          for (int c = 0; c < kPerLane; c += kChunk) {
+            uint64_t r_words[kChunk];
+            bool ready;
+            do {
 #pragma unroll
-          for (int i = lane; i < kWords * kConsumerThreads / 4; i += 32) to[i] = __ldcg(from + i);
-          __syncwarp();
-          if (lane == 0) *flag = 0;
+              for (int j = 0; j < kChunk; ++j) r_words[j] = load_relaxed(theirs + (c + j) * 32 + lane);
+              ready = true;
+#pragma unroll
+              for (int j = 0; j < kChunk; ++j) ready = ready && (r_words[j] >> 32) == kPartialFlag;
+            } while (!ready);
+#pragma unroll
+            for (int j = 0; j < kChunk; ++j) {
+              mine[(c + j) * 32 + lane] = __uint_as_float(uint32_t(r_words[j]));
+              store_relaxed(theirs + (c + j) * 32 + lane, 0);
+            }
+          }
         }
         barrier_arrive(s_ready);  // every lane, after its shared-memory stores
       }
@@ -442,19 +448,17 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
       store(r_total);
     } else if (!shares.sums(cta)) {
       // Hand the partial to the tile's summer (stream-K: the first owner, which finishes its share
-      // at the end of its range; receivers: the tile's receiver): the values, then (after every
-      // consumer thread's stores) the slot's flag, released.
-      float* mine = g_floats + shares.slot(shares.owner_of(cta)) * kSlotFloats;
+      // at the end of its range; receivers: the tile's receiver).
+      uint64_t* mine = g_partials + shares.slot(shares.owner_of(cta)) * (kWords * kConsumerThreads) + threadIdx.x;
 #pragma unroll
       for (int h = 0; h < kHalves; ++h)
 #pragma unroll
-        for (int r = 0; r < kRegs; ++r) mine[(h * kRegs + r) * kConsumerThreads + threadIdx.x] = r_total[h][r];
-      consumer_sync();
-      if (threadIdx.x == 0) store_release(reinterpret_cast<uint32_t*>(mine + kSlotFloats / 2), 1);
+        for (int r = 0; r < kRegs; ++r) store_flagged(mine + (h * kRegs + r) * kConsumerThreads, r_total[h][r]);
     } else {
       // The summer: its own share, then the other owners' in order (deterministic): the first
       // kPrefetch from shared memory (the producer warp fetched them), any others from global
-      // memory once flagged.
+      // memory, up to kBatch owners' words requested at once (one round trip for all), each word
+      // re-read until its flag says it is this call's, and cleared for the next.
       float* words = &r_total[0][0];
       const int64_t first = shares.summed_from();
       const int64_t prefetched = shares.last - first + 1 < kPrefetch ? shares.last - first + 1 : kPrefetch;
@@ -464,18 +468,38 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
 #pragma unroll
         for (int w = 0; w < kWords; ++w) words[w] += theirs[w * kConsumerThreads + threadIdx.x];
       }
+      constexpr int kBatch = kWords >= 64 ? 1 : 64 / kWords;
 #pragma unroll 1
-      for (int64_t owner = first + prefetched; owner <= shares.last; ++owner) {
-        const float* theirs = g_floats + shares.slot(owner) * kSlotFloats;
-        uint32_t* flag = reinterpret_cast<uint32_t*>(const_cast<float*>(theirs) + kSlotFloats / 2);
-        wait_flag(flag);
-        float r_words[kWords];
+      for (int64_t from = first + prefetched; from <= shares.last; from += kBatch) {
+        const int count = int(shares.last - from + 1 < kBatch ? shares.last - from + 1 : kBatch);
+        uint64_t r_words[kBatch][kWords];
+        bool ready;
+        do {
 #pragma unroll
-        for (int w = 0; w < kWords; ++w) r_words[w] = __ldcg(theirs + w * kConsumerThreads + threadIdx.x);
+          for (int b = 0; b < kBatch; ++b) {
+            if (b >= count) break;
+            const uint64_t* theirs = g_partials + shares.slot(from + b) * (kWords * kConsumerThreads) + threadIdx.x;
 #pragma unroll
-        for (int w = 0; w < kWords; ++w) words[w] += r_words[w];
-        consumer_sync();  // every thread has read its flag before it is cleared
-        if (threadIdx.x == 0) *flag = 0;
+            for (int w = 0; w < kWords; ++w) r_words[b][w] = load_relaxed(theirs + w * kConsumerThreads);
+          }
+          ready = true;
+#pragma unroll
+          for (int b = 0; b < kBatch; ++b) {
+            if (b >= count) break;
+#pragma unroll
+            for (int w = 0; w < kWords; ++w) ready = ready && (r_words[b][w] >> 32) == kPartialFlag;
+          }
+        } while (!ready);
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          if (b >= count) break;
+          uint64_t* theirs = g_partials + shares.slot(from + b) * (kWords * kConsumerThreads) + threadIdx.x;
+#pragma unroll
+          for (int w = 0; w < kWords; ++w) {
+            words[w] += __uint_as_float(uint32_t(r_words[b][w]));
+            store_relaxed(theirs + w * kConsumerThreads, 0);
+          }
+        }
       }
       store(r_total);
     }
