@@ -130,12 +130,10 @@ void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales
 // size), within the shared memory a CTA may have, all of a matrix's clusters resident at once.
 constexpr int64_t kMostCluster = 8;
 
-// The cluster's first CTA holds c - 1 partials where the other split prefetches its own.
 template <int kTokens>
 size_t cluster_shared_bytes(int64_t cluster) {
-  const int64_t beyond = std::max<int64_t>(0, cluster - 1 - wg::prefetched_partials<kTokens>());
   return std::max(wg::shared_bytes<kTokens, kStages, kHalves>() +
-                      size_t(beyond) * wg::cluster_partial_bytes<kTokens, kHalves>(),
+                      size_t(cluster - 1) * wg::cluster_partial_bytes<kTokens, kHalves>(),
                   kExclusiveSharedBytes);
 }
 

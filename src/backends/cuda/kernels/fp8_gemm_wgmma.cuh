@@ -14,12 +14,9 @@
 //    so their partials are written before the receiver finishes its own (no wait at the end).
 // A tile wholly inside one CTA is written directly. Partials are added in CTA order (the result
 // is bit-identical run to run). Each partial word carries a flag in its upper half, so the reader
-// needs no fence or counter: it reloads until every word is flagged, then clears them for the
-// next call (which cannot start before this grid ends: its consumers wait on PDL). The summer's
-// producer warp, its copies all issued, reads the first few partials into shared memory while
-// the consumers finish their units; the consumers read any others at the end. A summer waits on
-// CTAs that never wait on it, so this ends. The cluster split (sm90_fp8_gemm_wgmma_cluster, fp8_gemm_split.h) sums through
-// distributed shared memory instead.
+// needs no fence or counter: it reloads until every word is flagged (several owners' words per
+// request), then clears them for the next call (which cannot start before this grid ends: its
+// consumers wait on PDL). A summer waits on CTAs that never wait on it, so this ends.
 //
 // Per unit the consumer warpgroup runs wgmma m64nNk32 (each 64-row half x four k32 steps)
 // into a block accumulator, then adds block x w_scale x a_scale[token] into the fp32 total
@@ -67,26 +64,16 @@ __host__ __device__ constexpr int scale_slots() {
 }
 // Dynamic shared memory: the stages (1024-byte aligned for the swizzle), the barriers, the scales,
 // alignment slack.
-// The summer's partials the producer warp fetches into shared memory while the consumers finish
-// (the others, if more, are read from global memory at the end).
-template <int kTokens>
-__host__ __device__ constexpr int prefetched_partials() {
-  return kTokens <= 32 ? 4 : 3;
-}
-template <int kTokens, int kHalves>
-__host__ __device__ constexpr size_t partial_bytes() {
-  return size_t(kHalves) * (kTokens / 2) * 128 * sizeof(float);
-}
 template <int kTokens, int kStages, int kHalves>
 constexpr size_t shared_bytes() {
-  return size_t(kStages) * stage_bytes<kTokens, kHalves>() + 2 * kStages * sizeof(uint64_t) + 16 +
-         size_t(kStages) * scale_slots<kTokens>() * sizeof(float) +
-         prefetched_partials<kTokens>() * partial_bytes<kTokens, kHalves>() + 16 + 1024;
+  return size_t(kStages) * stage_bytes<kTokens, kHalves>() + 2 * kStages * sizeof(uint64_t) +
+         size_t(kStages) * scale_slots<kTokens>() * sizeof(float) + 16 + 1024;
 }
-// The cluster split's first CTA holds the other CTAs' partials in the same place (c - 1 of them).
+// The cluster split's first CTA also holds the other CTAs' partials: per CTA, kHalves x kTokens / 2
+// floats per consumer thread.
 template <int kTokens, int kHalves>
 constexpr size_t cluster_partial_bytes() {
-  return partial_bytes<kTokens, kHalves>();
+  return size_t(kHalves) * (kTokens / 2) * 128 * sizeof(float);
 }
 
 using device::barrier_arrive;
@@ -241,13 +228,8 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
   uint8_t* s_stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(s_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* s_full = reinterpret_cast<uint64_t*>(s_stages + size_t(kStages) * kStageBytes);
   uint64_t* s_empty = s_full + kStages;
-  uint64_t* s_ready = s_empty + kStages;  // the prefetched partials have landed (one use per call)
-  float* s_scales = reinterpret_cast<float*>(s_ready + 2);  // [kStages][kSlots]
-  // Other CTAs' partials of the tile this CTA sums: [owner][kWords / 4][thread][4] for the
-  // cluster split, [owner][kWords][thread] prefetched by the producer warp otherwise.
-  float* s_partials = s_scales + kStages * kSlots;
-  constexpr int kWords = kHalves * kRegs;
-  constexpr int kPrefetch = prefetched_partials<kTokens>();
+  float* s_scales = reinterpret_cast<float*>(s_empty + kStages);  // [kStages][kSlots]
+  float* s_cluster = s_scales + kStages * kSlots;  // kClustered: [rank - 1][kWords / 4][thread][4]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t k_blocks = (k + kBlockK - 1) / kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
@@ -261,7 +243,6 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
       barrier_init(&s_full[s], 1 + 32);  // the copy engine's bytes + every producer lane's scale copies
       barrier_init(&s_empty[s], kConsumerThreads / 32);
     }
-    barrier_init(s_ready, 32);
     device::barrier_init_fence();
   }
   __syncthreads();
@@ -311,39 +292,6 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
     if constexpr (kClustered) {  // every thread takes part in both cluster phases
       cluster_wait();
       cluster_arrive();
-    } else if (kMode == kFull && end > begin) {
-      // Every copy is issued: fetch the partials of the tile this CTA sums (its last, if any) into
-      // shared memory while the consumers finish their units, each word re-read until flagged,
-      // then cleared for the next call.
-      const Cursor last(walk, end - 1);
-      const TileShares shares = tile_shares(last.tile, tiles, k_blocks, ctas, receive_units, walk);
-      if (!shares.alone() && shares.sums(cta)) {
-        const int64_t first = shares.summed_from();
-        const int count = int(shares.last - first + 1 < kPrefetch ? shares.last - first + 1 : kPrefetch);
-        constexpr int kPerLane = kWords * kConsumerThreads / 32, kChunk = kPerLane < 16 ? kPerLane : 16;
-        for (int b = 0; b < count; ++b) {
-          uint64_t* theirs = g_partials + shares.slot(first + b) * (kWords * kConsumerThreads);
-          float* mine = s_partials + b * (kWords * kConsumerThreads);
-#pragma unroll 1
-          for (int c = 0; c < kPerLane; c += kChunk) {
-            uint64_t r_words[kChunk];
-            bool ready;
-            do {
-#pragma unroll
-              for (int j = 0; j < kChunk; ++j) r_words[j] = load_relaxed(theirs + (c + j) * 32 + lane);
-              ready = true;
-#pragma unroll
-              for (int j = 0; j < kChunk; ++j) ready = ready && (r_words[j] >> 32) == kPartialFlag;
-            } while (!ready);
-#pragma unroll
-            for (int j = 0; j < kChunk; ++j) {
-              mine[(c + j) * 32 + lane] = __uint_as_float(uint32_t(r_words[j]));
-              store_relaxed(theirs + (c + j) * 32 + lane, 0);
-            }
-          }
-        }
-        barrier_arrive(s_ready);  // every lane, after its shared-memory stores
-      }
     }
     return;
   }
@@ -411,6 +359,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
           if (column < n && token < m) g_y[token * ldy + column] = device::from_float<T>(values[h][r]);
         }
     };
+    constexpr int kWords = kHalves * kRegs;
     static_assert(kWords % 4 == 0, "16-byte pieces of the partials");
     if constexpr (kClustered) {
       // The cluster's CTAs stream one tile each: ranks > 0 store their partials into rank 0's
@@ -418,7 +367,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
       const uint32_t rank = cluster_rank(), size = cluster_size();
       cluster_wait();  // phase 0
       if (rank != 0) {
-        const uint32_t base = cluster_address(s_partials, 0) + (rank - 1) * uint32_t(kWords * kConsumerThreads * 4);
+        const uint32_t base = cluster_address(s_cluster, 0) + (rank - 1) * uint32_t(kWords * kConsumerThreads * 4);
         const float* words = &r_total[0][0];
 #pragma unroll
         for (int q = 0; q < kWords / 4; ++q)
@@ -430,8 +379,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
       cluster_wait();
       float* words = &r_total[0][0];
       for (uint32_t from = 1; from < size; ++from) {
-        const float4* theirs =
-            reinterpret_cast<const float4*>(s_partials) + (from - 1) * (kWords / 4) * kConsumerThreads;
+        const float4* theirs = reinterpret_cast<const float4*>(s_cluster) + (from - 1) * (kWords / 4) * kConsumerThreads;
 #pragma unroll
         for (int q = 0; q < kWords / 4; ++q) {
           const float4 v = theirs[q * kConsumerThreads + threadIdx.x];
@@ -449,36 +397,27 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
     } else if (!shares.sums(cta)) {
       // Hand the partial to the tile's summer (stream-K: the first owner, which finishes its share
       // at the end of its range; receivers: the tile's receiver).
-      uint64_t* mine = g_partials + shares.slot(shares.owner_of(cta)) * (kWords * kConsumerThreads) + threadIdx.x;
+      uint64_t* mine =
+          g_partials + shares.slot(shares.owner_of(cta)) * (kHalves * kRegs * kConsumerThreads) + threadIdx.x;
 #pragma unroll
       for (int h = 0; h < kHalves; ++h)
 #pragma unroll
         for (int r = 0; r < kRegs; ++r) store_flagged(mine + (h * kRegs + r) * kConsumerThreads, r_total[h][r]);
     } else {
-      // The summer: its own share, then the other owners' in order (deterministic): the first
-      // kPrefetch from shared memory (the producer warp fetched them), any others from global
-      // memory, up to kBatch owners' words requested at once (one round trip for all), each word
-      // re-read until its flag says it is this call's, and cleared for the next.
-      float* words = &r_total[0][0];
-      const int64_t first = shares.summed_from();
-      const int64_t prefetched = shares.last - first + 1 < kPrefetch ? shares.last - first + 1 : kPrefetch;
-      if (prefetched > 0) barrier_wait(s_ready, 0);
-      for (int64_t b = 0; b < prefetched; ++b) {
-        const float* theirs = s_partials + b * (kWords * kConsumerThreads);
-#pragma unroll
-        for (int w = 0; w < kWords; ++w) words[w] += theirs[w * kConsumerThreads + threadIdx.x];
-      }
+      // The summer: its own share, then the other owners' in CTA order (deterministic).
+      // Up to kBatch owners' partials are requested at once (one round trip for all, not one
+      // each), each word re-read until its flag says it is this call's, and cleared for the next.
       constexpr int kBatch = kWords >= 64 ? 1 : 64 / kWords;
 #pragma unroll 1
-      for (int64_t from = first + prefetched; from <= shares.last; from += kBatch) {
-        const int count = int(shares.last - from + 1 < kBatch ? shares.last - from + 1 : kBatch);
+      for (int64_t first = shares.summed_from(); first <= shares.last; first += kBatch) {
+        const int count = int(shares.last - first + 1 < kBatch ? shares.last - first + 1 : kBatch);
         uint64_t r_words[kBatch][kWords];
         bool ready;
         do {
 #pragma unroll
           for (int b = 0; b < kBatch; ++b) {
             if (b >= count) break;
-            const uint64_t* theirs = g_partials + shares.slot(from + b) * (kWords * kConsumerThreads) + threadIdx.x;
+            const uint64_t* theirs = g_partials + shares.slot(first + b) * (kWords * kConsumerThreads) + threadIdx.x;
 #pragma unroll
             for (int w = 0; w < kWords; ++w) r_words[b][w] = load_relaxed(theirs + w * kConsumerThreads);
           }
@@ -493,12 +432,14 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
           if (b >= count) break;
-          uint64_t* theirs = g_partials + shares.slot(from + b) * (kWords * kConsumerThreads) + threadIdx.x;
+          uint64_t* theirs = g_partials + shares.slot(first + b) * (kWords * kConsumerThreads) + threadIdx.x;
 #pragma unroll
-          for (int w = 0; w < kWords; ++w) {
-            words[w] += __uint_as_float(uint32_t(r_words[b][w]));
-            store_relaxed(theirs + w * kConsumerThreads, 0);
-          }
+          for (int h = 0; h < kHalves; ++h)
+#pragma unroll
+            for (int r = 0; r < kRegs; ++r) {
+              r_total[h][r] += __uint_as_float(uint32_t(r_words[b][h * kRegs + r]));
+              store_relaxed(theirs + (h * kRegs + r) * kConsumerThreads, 0);
+            }
         }
       }
       store(r_total);
