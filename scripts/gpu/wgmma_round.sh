@@ -4,7 +4,7 @@
 # awkward grid (CudaOps.*), `vt bench gemm` on the 27B decode shapes, and the end-to-end A/B of the
 # synthetic 27B FP8 decode with the registry's plan without wgmma (VT_GEMM_EXCLUDE=wgmma) and with
 # it, alternating (VARIANTS: other environments to compare). Logs in $OUT/wgmma_round.tar.gz; the
-# tables print last. GEMM_M (default 1,8,16,32,64; "none" skips), BATCH (1,4,16), STEPS (32),
+# tables print last. GEMM_M (default 1,8,16,32,64; "none" skips), BATCH (1,4,16), STEPS (32), ROUNDS (2),
 # PROFILE=1 (the attribution per variant at batch PROFILE_BATCH, default 1), TESTS (gtest filter,
 # default CudaOps.*), MEMCHECK (a gtest filter run under compute-sanitizer) adjust it. Each variant
 # tunes its own GEMM plan (VT_CACHE_DIR per variant: two builds of one vt version would otherwise
@@ -60,9 +60,9 @@ if [ "${GEMM_M:-}" != none ]; then
       status=1; echo "FAILED: bench gemm (base)"; }
   fi
 fi
-# Decode variants: environment assignments, separated by '|'; two alternating rounds.
+# Decode variants: environment assignments, separated by '|'; ROUNDS (default 2) alternating rounds.
 IFS='|' read -r -a variants <<<"${VARIANTS:-VT_GEMM_EXCLUDE=wgmma|VT_GEMM_EXCLUDE=none}"
-for round in 1 2; do
+for round in $(seq 1 "${ROUNDS:-2}"); do
   for index in "${!variants[@]}"; do
     env VT_CACHE_DIR="$LOGS/plan_$index" $(variant_env "${variants[$index]}") "$(variant_cmd "${variants[$index]}")" bench decode --synthetic qwen3.5-27b --weights fp8 --batch "${BATCH:-1,4,16}" \
       --context 1024 --steps "${STEPS:-32}" --json >"$LOGS/decode_${index}_$round.json" 2>"$LOGS/decode_${index}_$round.err" || {
@@ -90,11 +90,11 @@ if [ -n "${PROFILE:-}" ]; then
     echo "== profile batch ${PROFILE_BATCH:-1}, ${variants[$index]}"; grep -E "us/step wall|gemm|^\| group" "$LOGS/profile_$index.txt" | head -24
   done
 fi
-python3 - "$LOGS" "${variants[@]}" <<'PY'
+python3 - "$LOGS" "${ROUNDS:-2}" "${variants[@]}" <<'PY'
 import json, sys, pathlib
-logs, variants = pathlib.Path(sys.argv[1]), sys.argv[2:]
+logs, rounds, variants = pathlib.Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
 print("\n== decode, synthetic 27B FP8, context 1024\n| variant | round | batch | ms/step | tok/s |\n|---|---|---|---|---|")
-for round_ in (1, 2):
+for round_ in range(1, rounds + 1):
     for index, variant in enumerate(variants):
         path = logs / f"decode_{index}_{round_}.json"
         if not path.exists() or path.stat().st_size == 0:
