@@ -5,7 +5,9 @@
 // that holds M (larger M in chunks of 64 rows, each re-reading the weights), 4 stages of 128 x 128
 // weight blocks, shared memory padded so that one such CTA holds an SM, one CTA per SM, or one per
 // 128-row tile where the tiles nearly fill the SMs (no shared tiles then); the receivers split
-// (docs/perf/2026-12-02-wgmma-receivers.md) where the tiles fill at most half the SMs.
+// (docs/perf/2026-12-02-wgmma-receivers.md) where the tiles fill at most half the SMs. The cluster
+// split (Fp8GemmBackend::kWgmmaCluster, docs/perf/2026-12-02-wgmma-cluster.md) is its own entry:
+// its cluster size per device and width, its launch in clusters.
 #include <cuda.h>
 #include <cuda_runtime.h>
 

@@ -69,21 +69,21 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
   ::vt::profile::intend(name);
 }
 
-// The same in thread block clusters of `cluster` CTAs along x.
-template <typename... Params, typename... Args>
-void launch_clusters(const char* name, const ::vt::profile::LaunchCost& cost, void (*kernel)(Params...), dim3 grid,
-                     unsigned cluster, dim3 block, size_t shared_bytes, cudaStream_t stream, Args&&... args) {
-  LaunchConfig launch(grid, block, shared_bytes, stream, cluster);
-  VT_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, static_cast<Params>(args)...));
-  ::vt::profile::intend(name, cost);
-}
-
 // The same, with what the launch costs (bytes it must move, FLOPs, backend, shape): the op and
 // group come from the model's profile::OpScope.
 template <typename... Params, typename... Args>
 void launch(const char* name, const ::vt::profile::LaunchCost& cost, void (*kernel)(Params...), dim3 grid, dim3 block,
             size_t shared_bytes, cudaStream_t stream, Args&&... args) {
   launch_only(kernel, grid, block, shared_bytes, stream, std::forward<Args>(args)...);
+  ::vt::profile::intend(name, cost);
+}
+
+// The same, in thread block clusters of `cluster` CTAs along x.
+template <typename... Params, typename... Args>
+void launch_clusters(const char* name, const ::vt::profile::LaunchCost& cost, void (*kernel)(Params...), dim3 grid,
+                     unsigned cluster, dim3 block, size_t shared_bytes, cudaStream_t stream, Args&&... args) {
+  LaunchConfig launch(grid, block, shared_bytes, stream, cluster);
+  VT_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, static_cast<Params>(args)...));
   ::vt::profile::intend(name, cost);
 }
 
