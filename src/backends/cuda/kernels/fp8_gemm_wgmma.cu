@@ -132,9 +132,9 @@ void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales
 // size), within the shared memory a CTA may have, all of a matrix's clusters resident at once.
 constexpr int64_t kMostCluster = 8;
 
-template <int kTokens>
+template <int kTokens, int kStagesC>
 size_t cluster_shared_bytes(int64_t cluster) {
-  return std::max(wg::shared_bytes<kTokens, kStages, kHalves>() +
+  return std::max(wg::shared_bytes<kTokens, kStagesC, kHalves>() +
                       size_t(cluster - 1) * wg::cluster_partial_bytes<kTokens, kHalves>(),
                   kExclusiveSharedBytes);
 }
@@ -164,25 +164,25 @@ const DeviceLimits& device_limits(int device) {
 // The cluster size for `tiles` x `k_blocks` units of kTokens-row launches on this device (0: the
 // split does not apply): the largest that fits the shared memory, with every cluster resident at
 // once (the driver's occupancy answer, per device and size).
-template <typename T, int kTokens>
+template <typename T, int kTokens, int kStagesC>
 int64_t cluster_for(int64_t tiles, int64_t k_blocks) {
   const int device = current_device();
   const DeviceLimits& limits = device_limits(device);
   int64_t most = kMostCluster;
-  while (most >= 2 && cluster_shared_bytes<kTokens>(most) > size_t(limits.shared)) --most;
+  while (most >= 2 && cluster_shared_bytes<kTokens, kStagesC>(most) > size_t(limits.shared)) --most;
   int64_t cluster = wg::cluster_size_for(tiles, k_blocks, limits.sms, most);
   if (cluster < 2) return 0;
   static std::mutex mutex;
   static std::map<std::pair<int, int64_t>, int> resident;  // (device, cluster) -> clusters at once
-  auto kernel = wg::sm90_fp8_gemm_wgmma_cluster<T, kTokens, kStages, kHalves>;
+  auto kernel = wg::sm90_fp8_gemm_wgmma_cluster<T, kTokens, kStagesC, kHalves>;
   static std::atomic<uint64_t> devices{0};
-  allow_dynamic_shared(kernel, cluster_shared_bytes<kTokens>(most), devices, "sm90_fp8_gemm_wgmma_cluster");
+  allow_dynamic_shared(kernel, cluster_shared_bytes<kTokens, kStagesC>(most), devices, "sm90_fp8_gemm_wgmma_cluster");
   while (cluster >= 2) {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = resident.find({device, cluster});
     if (it == resident.end()) {
-      LaunchConfig launch(dim3(unsigned(cluster)), dim3(wg::kThreads), cluster_shared_bytes<kTokens>(cluster), nullptr,
-                          unsigned(cluster));
+      LaunchConfig launch(dim3(unsigned(cluster)), dim3(wg::kThreads), cluster_shared_bytes<kTokens, kStagesC>(cluster),
+                          nullptr, unsigned(cluster));
       int count = 0;
       VT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&count, kernel, &launch.config));
       it = resident.emplace(std::pair{device, cluster}, count).first;
@@ -193,20 +193,46 @@ int64_t cluster_for(int64_t tiles, int64_t k_blocks) {
   return 0;
 }
 
-template <typename T, int kTokens>
+template <typename T, int kTokens, int kStagesC>
 void launch_cluster_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
                            const float* w_scales, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
                            const ::vt::profile::LaunchCost& cost) {
   const int64_t k_blocks = (k + wg::kBlockK - 1) / wg::kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
-  const int64_t cluster = cluster_for<T, kTokens>(tiles, k_blocks);
+  const int64_t cluster = cluster_for<T, kTokens, kStagesC>(tiles, k_blocks);
   VT_CHECK(cluster >= 2, "fp8 wgmma cluster GEMM: the cluster split does not serve ", m, " x ", n, " x ", k,
            " here (see fp8_gemm_wgmma_cluster_serves)");
   const CUtensorMap& weights = tensor_map(w, n, k, kTileRows);
   const CUtensorMap& activations = tensor_map(q, m, k, kTokens);
-  launch_clusters("sm90_fp8_gemm_wgmma_cluster", cost, wg::sm90_fp8_gemm_wgmma_cluster<T, kTokens, kStages, kHalves>,
+  launch_clusters("sm90_fp8_gemm_wgmma_cluster", cost, wg::sm90_fp8_gemm_wgmma_cluster<T, kTokens, kStagesC, kHalves>,
                   dim3(unsigned(tiles * cluster)), unsigned(cluster), dim3(wg::kThreads),
-                  cluster_shared_bytes<kTokens>(cluster), stream, weights, activations, static_cast<T*>(y), ldy,
+                  cluster_shared_bytes<kTokens, kStagesC>(cluster), stream, weights, activations, static_cast<T*>(y), ldy,
                   a_scales, w_scales, int(m), int(n), int(k));
+}
+
+// The cluster kernel's stages at M <= 16 (VT_WGMMA_CLUSTER_STAGES: 4, 6 or 8, read once; 4 above):
+// 120 CTAs streaming a 40-tile matrix each need more bytes in flight than 132.
+int cluster_stages() {
+  static const int stages = [] {
+    const char* value = std::getenv("VT_WGMMA_CLUSTER_STAGES");
+    const int parsed = value && *value ? std::atoi(value) : 4;
+    VT_CHECK(parsed == 4 || parsed == 6 || parsed == 8, "VT_WGMMA_CLUSTER_STAGES=", value, ": 4, 6 or 8");
+    return parsed;
+  }();
+  return stages;
+}
+// Calls run(kTokens, kStagesC) (integral constants) for the cluster kernel of `rows` rows.
+template <typename Run>
+void by_cluster_config(int64_t rows, Run&& run) {
+  const int stages = cluster_stages();
+  const auto small = [&](auto tokens) {
+    if (stages == 6) run(tokens, std::integral_constant<int, 6>{});
+    else if (stages == 8) run(tokens, std::integral_constant<int, 8>{});
+    else run(tokens, std::integral_constant<int, 4>{});
+  };
+  if (rows <= 8) small(std::integral_constant<int, 8>{});
+  else if (rows <= 16) small(std::integral_constant<int, 16>{});
+  else if (rows <= 32) run(std::integral_constant<int, 32>{}, std::integral_constant<int, 4>{});
+  else run(std::integral_constant<int, 64>{}, std::integral_constant<int, 4>{});
 }
 
 // Calls run(integral_constant<kTokens>) for the smallest instruction width holding `rows`.
@@ -267,9 +293,9 @@ bool fp8_gemm_wgmma_cluster_serves(int64_t m, int64_t n, int64_t k, DType act) {
   bool serves = true;
   // Every 64-row launch of the call must have a cluster size.
   for (int64_t m0 = 0; m0 < m && serves; m0 += kMaxTokens) {
-    by_tokens(std::min<int64_t>(kMaxTokens, m - m0), [&](auto tokens) {
-      constexpr int kTokens = decltype(tokens)::value;
-      VT_DISPATCH_ACT(act, T, serves = cluster_for<T, kTokens>(tiles, k_blocks) >= 2);
+    by_cluster_config(std::min<int64_t>(kMaxTokens, m - m0), [&](auto tokens, auto stages) {
+      constexpr int kTokens = decltype(tokens)::value, kStagesC = decltype(stages)::value;
+      VT_DISPATCH_ACT(act, T, serves = cluster_for<T, kTokens, kStagesC>(tiles, k_blocks) >= 2);
     });
   }
   return serves;
@@ -284,11 +310,11 @@ void fp8_gemm_wgmma_cluster(void* y, int64_t ldy, const uint8_t* q, const float*
   for (int64_t m0 = 0; m0 < m; m0 += kMaxTokens) {
     const int64_t rows = std::min<int64_t>(kMaxTokens, m - m0);
     void* y_rows = static_cast<char*>(y) + size_t(m0 * ldy) * element;
-    by_tokens(rows, [&](auto tokens) {
-      constexpr int kTokens = decltype(tokens)::value;
+    by_cluster_config(rows, [&](auto tokens, auto stages) {
+      constexpr int kTokens = decltype(tokens)::value, kStagesC = decltype(stages)::value;
       VT_DISPATCH_ACT(act, T,
-                      launch_cluster_tokens<T, kTokens>(y_rows, ldy, q + m0 * k, a_scales + m0 * k_blocks, w, w_scales,
-                                                        rows, n, k, stream, cost(rows)));
+                      (launch_cluster_tokens<T, kTokens, kStagesC>(y_rows, ldy, q + m0 * k, a_scales + m0 * k_blocks, w,
+                                                                   w_scales, rows, n, k, stream, cost(rows))));
     });
   }
 }
