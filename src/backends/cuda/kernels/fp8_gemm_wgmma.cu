@@ -209,13 +209,15 @@ void launch_cluster_tokens(void* y, int64_t ldy, const uint8_t* q, const float* 
                   a_scales, w_scales, int(m), int(n), int(k));
 }
 
-// The cluster kernel's stages at M <= 16 (VT_WGMMA_CLUSTER_STAGES: 4, 6 or 8, read once; 4 above):
-// 120 CTAs streaming a 40-tile matrix each need more bytes in flight than 132.
+// The cluster kernel's stages at M <= 16: 8 (VT_WGMMA_CLUSTER_STAGES=4 for A/B runs, read once; 4
+// above 16 rows, where the stages are larger): its 120 CTAs on a 40-tile matrix each need more
+// bytes in flight than the persistent split's 132. Measured in step, o_proj M = 8 11.2 -> 10.5 us,
+// M = 16 12.1 -> 11.9; 6 stages 12.1 / 12.4 (docs/perf/2026-12-02-wgmma-cluster.md).
 int cluster_stages() {
   static const int stages = [] {
     const char* value = std::getenv("VT_WGMMA_CLUSTER_STAGES");
-    const int parsed = value && *value ? std::atoi(value) : 4;
-    VT_CHECK(parsed == 4 || parsed == 6 || parsed == 8, "VT_WGMMA_CLUSTER_STAGES=", value, ": 4, 6 or 8");
+    const int parsed = value && *value ? std::atoi(value) : 8;
+    VT_CHECK(parsed == 4 || parsed == 8, "VT_WGMMA_CLUSTER_STAGES=", value, ": 4 or 8");
     return parsed;
   }();
   return stages;
@@ -223,10 +225,9 @@ int cluster_stages() {
 // Calls run(kTokens, kStagesC) (integral constants) for the cluster kernel of `rows` rows.
 template <typename Run>
 void by_cluster_config(int64_t rows, Run&& run) {
-  const int stages = cluster_stages();
+  const bool deep = cluster_stages() == 8;
   const auto small = [&](auto tokens) {
-    if (stages == 6) run(tokens, std::integral_constant<int, 6>{});
-    else if (stages == 8) run(tokens, std::integral_constant<int, 8>{});
+    if (deep) run(tokens, std::integral_constant<int, 8>{});
     else run(tokens, std::integral_constant<int, 4>{});
   };
   if (rows <= 8) small(std::integral_constant<int, 8>{});
