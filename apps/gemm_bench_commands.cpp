@@ -5,8 +5,8 @@
 // cycling through enough weight copies that nothing is served from L2, each after the kernel that
 // makes its FP8 activations and a stand-in of the op before it, as the GEMM registry tunes them
 // (cuda::step_producer; their own time, measured alone, is taken off); CUPTI then checks that each
-// backend's kernel ran as often as launched. Beside them, the floor at each size: a pure read of the same weight
-// bytes, launched and timed the same way ("of read": that time over the GEMM's).
+// backend's kernel ran as often as launched. Beside them, the floor at each size: a pure read of
+// the same weight bytes, launched and timed the same way ("of read": that time over the GEMM's).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
