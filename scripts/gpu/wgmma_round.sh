@@ -8,7 +8,8 @@
 # PROFILE=1 (the attribution per variant at batch PROFILE_BATCH, default 1), TESTS (gtest filter,
 # default CudaOps.*), MEMCHECK (a gtest filter run under compute-sanitizer) adjust it. Each variant
 # tunes its own GEMM plan (VT_CACHE_DIR per variant: two builds of one vt version would otherwise
-# share ~/.cache/vt/gemm_plan.json, the second running the first one's choices).
+# share ~/.cache/vt/gemm_plan.json, the second running the first one's choices). GEMM_VARIANTS=1
+# runs `vt bench gemm` in each variant's environment too.
 # BASE=<commit> also builds that commit's vt (build-base/, from a git worktree) beside this one: a
 # variant that starts with "base" runs it (VARIANTS='base|none' is the same-call A/B of the two
 # commits; the variant's other words are environment assignments), and `vt bench gemm` runs on both.
@@ -62,6 +63,14 @@ if [ "${GEMM_M:-}" != none ]; then
 fi
 # Decode variants: environment assignments, separated by '|'; ROUNDS (default 2) alternating rounds.
 IFS='|' read -r -a variants <<<"${VARIANTS:-VT_GEMM_EXCLUDE=wgmma|VT_GEMM_EXCLUDE=none}"
+# GEMM_VARIANTS=1: `vt bench gemm` once more per variant, in its environment (gemm_27b_v<index>.md).
+if [ -n "${GEMM_VARIANTS:-}" ] && [ "${GEMM_M:-}" != none ]; then
+  for index in "${!variants[@]}"; do
+    env VT_CACHE_DIR="$LOGS/plan_$index" $(variant_env "${variants[$index]}") "$(variant_cmd "${variants[$index]}")" bench gemm \
+      --synthetic qwen3.5-27b --m "${GEMM_M:-1,8,16,32,64}" >"$LOGS/gemm_27b_v$index.md" 2>&1 || {
+      status=1; echo "FAILED: bench gemm with ${variants[$index]}"; }
+  done
+fi
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for index in "${!variants[@]}"; do
     env VT_CACHE_DIR="$LOGS/plan_$index" $(variant_env "${variants[$index]}") "$(variant_cmd "${variants[$index]}")" bench decode --synthetic qwen3.5-27b --weights fp8 --batch "${BATCH:-1,4,16}" \
@@ -84,6 +93,12 @@ fi
 tar -czf "$OUT/wgmma_round.tar.gz" -C "$LOGS" .
 echo "== vt_cuda_tests ${TESTS:-CudaOps.*}"; grep -E "^\[  (FAILED|PASSED) |^wgmma" "$LOGS/ops.log" | head -40
 [ -f "$LOGS/gemm_27b.md" ] && { echo "== bench gemm (chosen rows marked *)"; grep -E "\*|read_floor|bandwidth|FAIL|rror" "$LOGS/gemm_27b.md" | head -80; }
+if [ -n "${GEMM_VARIANTS:-}" ]; then
+  for index in "${!variants[@]}"; do
+    echo "== bench gemm, ${variants[$index]} (wgmma rows and the chosen)"
+    grep -E "\*|fp8_wgmma |read_floor" "$LOGS/gemm_27b_v$index.md" | awk -F'|' '$4+0 <= 16' | head -40
+  done
+fi
 [ -f "$LOGS/gemm_27b_base.md" ] && { echo "== bench gemm, base ${BASE:-}"; grep -E "\*|bandwidth|FAIL|rror" "$LOGS/gemm_27b_base.md" | head -40; }
 if [ -n "${PROFILE:-}" ]; then
   for index in "${!variants[@]}"; do
