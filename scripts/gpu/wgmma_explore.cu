@@ -116,7 +116,7 @@ void launch(const CUtensorMap& wmap, const CUtensorMap& amap, float* y, const fl
   if constexpr (kBase)
     CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, partials, m, n, k));
   else
-    CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, partials, m, n, k, receive_units));
+    CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, partials, m, n, k, receive_units, 0));
 }
 
 using Launcher = void (*)(const CUtensorMap&, const CUtensorMap&, float*, const float*, const float*, uint64_t*, int,
