@@ -217,7 +217,7 @@ template <typename T, int kTokens, int kStages, int kHalves, int kMode, bool kCl
 __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const CUtensorMap& activation_map,
                                           T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales,
                                           const float* __restrict__ g_w_scales, uint64_t* __restrict__ g_partials,
-                                          int m, int n, int k, int receive_units, int poll_lead) {
+                                          int m, int n, int k, int receive_units) {
   static_assert(kTokens == 8 || kTokens == 16 || kTokens == 32 || kTokens == 64, "wgmma N of 8..64 tokens");
   static_assert(kHalves == 1 || kHalves == 2, "tiles of 64 or 128 weight rows");
   constexpr int kTileRows = 64 * kHalves;
@@ -304,33 +304,10 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
   for (int h = 0; h < kHalves; ++h)
 #pragma unroll
     for (int r = 0; r < kRegs; ++r) r_total[h][r] = 0.0f;
-  constexpr int kWords = kHalves * kRegs;
-  // The early request: where this CTA sums its last tile, its first partner's partial is read once
-  // poll_lead units before the end (its latency under the stream hidden behind those units); at
-  // the end its words are used where all are flagged, else read again as any partner's.
-  constexpr bool kEarly = !kClustered && kMode == kFull && kWords <= 16;
-  uint64_t r_early[kEarly ? kWords : 1];
-  int64_t early_at = -1, early_slot = 0;
-  if constexpr (kEarly) {
-    if (poll_lead > 0 && end > begin) {
-      const TileShares last = tile_shares(Cursor(walk, end - 1).tile, tiles, k_blocks, ctas, receive_units, walk);
-      if (!last.alone() && last.sums(cta) && last.summed_from() <= last.last) {
-        early_at = end - poll_lead > begin ? end - poll_lead : begin;
-        early_slot = last.slot(last.summed_from());
-      }
-    }
-  }
   Cursor at(walk, begin);
   for (int64_t u = begin; u < end; ++u, at.advance()) {
     const int64_t i = u - begin, tile = at.tile;
     const int s = int(i % kStages);
-    if constexpr (kEarly) {
-      if (u == early_at) {
-        const uint64_t* theirs = g_partials + early_slot * (kWords * kConsumerThreads) + threadIdx.x;
-#pragma unroll
-        for (int w = 0; w < kWords; ++w) r_early[w] = load_relaxed(theirs + w * kConsumerThreads);
-      }
-    }
     barrier_wait(&s_full[s], uint32_t((i / kStages) & 1));
     const uint8_t* stage = s_stages + size_t(s) * kStageBytes;
     if constexpr (kMode == kStreamOnly) {
@@ -382,6 +359,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
           if (column < n && token < m) g_y[token * ldy + column] = device::from_float<T>(values[h][r]);
         }
     };
+    constexpr int kWords = kHalves * kRegs;
     static_assert(kWords % 4 == 0, "16-byte pieces of the partials");
     if constexpr (kClustered) {
       // The cluster's CTAs stream one tile each: ranks > 0 store their partials into rank 0's
@@ -430,27 +408,8 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
       // Up to kBatch owners' partials are requested at once (one round trip for all, not one
       // each), each word re-read until its flag says it is this call's, and cleared for the next.
       constexpr int kBatch = kWords >= 64 ? 1 : 64 / kWords;
-      int64_t from = shares.summed_from();
-      if constexpr (kEarly) {
-        if (early_at >= 0 && u + 1 == end) {  // the early request's words, if all are this call's
-          bool ready = true;
-#pragma unroll
-          for (int w = 0; w < kWords; ++w) ready = ready && (r_early[w] >> 32) == kPartialFlag;
-          if (__all_sync(0xffffffffu, ready)) {
-            uint64_t* theirs = g_partials + early_slot * (kWords * kConsumerThreads) + threadIdx.x;
-#pragma unroll
-            for (int h = 0; h < kHalves; ++h)
-#pragma unroll
-              for (int r = 0; r < kRegs; ++r) {
-                r_total[h][r] += __uint_as_float(uint32_t(r_early[h * kRegs + r]));
-                store_relaxed(theirs + (h * kRegs + r) * kConsumerThreads, 0);
-              }
-            ++from;
-          }
-        }
-      }
 #pragma unroll 1
-      for (int64_t first = from; first <= shares.last; first += kBatch) {
+      for (int64_t first = shares.summed_from(); first <= shares.last; first += kBatch) {
         const int count = int(shares.last - first + 1 < kBatch ? shares.last - first + 1 : kBatch);
         uint64_t r_words[kBatch][kWords];
         bool ready;
@@ -496,9 +455,9 @@ template <typename T, int kTokens, int kStages, int kHalves, int kMode = kFull>
 __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
     const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap activation_map,
     T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales, const float* __restrict__ g_w_scales,
-    uint64_t* __restrict__ g_partials, int m, int n, int k, int receive_units, int poll_lead) {
+    uint64_t* __restrict__ g_partials, int m, int n, int k, int receive_units) {
   gemm_body<T, kTokens, kStages, kHalves, kMode, false>(weight_map, activation_map, g_y, ldy, g_a_scales, g_w_scales,
-                                                        g_partials, m, n, k, receive_units, poll_lead);
+                                                        g_partials, m, n, k, receive_units);
 }
 
 // The cluster split (fp8_gemm_split.h's cluster_walk): launched in clusters of 2..8 CTAs, one
@@ -509,7 +468,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma_cluster(
     T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales, const float* __restrict__ g_w_scales,
     int m, int n, int k) {
   gemm_body<T, kTokens, kStages, kHalves, kFull, true>(weight_map, activation_map, g_y, ldy, g_a_scales, g_w_scales,
-                                                       nullptr, m, n, k, 0, 0);
+                                                       nullptr, m, n, k, 0);
 }
 
 // A tensor map of a row-major e4m3 matrix [rows, cols] (cols % 16 == 0, 16-byte aligned base) in
