@@ -84,6 +84,7 @@ struct Config {
 };
 constexpr size_t kExclusiveBytes = 120 * 1024;  // no second such CTA fits on an SM
 bool g_pdl = true;
+uint64_t* g_base_partials = nullptr;  // the base kernel's (64-bit flagged words, zeroed); this one's are 0xFF-filled
 
 template <int kTokens, int kStages, int kHalves, int kMode>
 constexpr size_t smem_of() {
@@ -114,9 +115,10 @@ void launch(const CUtensorMap& wmap, const CUtensorMap& amap, float* y, const fl
   config.attrs = attribute;
   config.numAttrs = g_pdl ? 1 : 0;
   if constexpr (kBase)
-    CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, partials, m, n, k));
+    CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, g_base_partials, m, n, k));
   else
-    CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, partials, m, n, k, receive_units));
+    CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, reinterpret_cast<uint32_t*>(partials),
+                             m, n, k, receive_units));
 }
 
 using Launcher = void (*)(const CUtensorMap&, const CUtensorMap&, float*, const float*, const float*, uint64_t*, int,
@@ -211,7 +213,9 @@ int main(int argc, char** argv) {
   uint64_t* partials;  // a slot per CTA: 2 halves x 32 registers x 128 threads
   const size_t partial_bytes = size_t(sms) * 2 * 32 * 128 * sizeof(uint64_t);
   CHECK(cudaMalloc(&partials, partial_bytes));
-  CHECK(cudaMemset(partials, 0, partial_bytes));
+  CHECK(cudaMemset(partials, 0xFF, partial_bytes));
+  CHECK(cudaMalloc(&g_base_partials, partial_bytes));
+  CHECK(cudaMemset(g_base_partials, 0, partial_bytes));
   for (const Shape& shape : shapes) {
     const int n = shape.n, k = shape.k, kb = (k + 127) / 128, nb = (n + 127) / 128;
     const int64_t weight_bytes = int64_t(n) * k;

@@ -43,12 +43,12 @@ constexpr size_t shared_bytes() {
   return std::max(wg::shared_bytes<kTokens, kStagesP, kHalves>(), kExclusiveSharedBytes);
 }
 
-// Per (device, stream): the SM count and the partials (one slot per CTA, zeroed once: each word
-// carries its own flag and is cleared by the CTA that reads it). Per stream, because GEMMs of two
+// Per (device, stream): the SM count and the partials (one slot per CTA, filled with
+// wg::kUnwritten once: the CTA that reads a word puts it back). Per stream, because GEMMs of two
 // streams (two models on one GPU) may run at once and must not share slots.
 struct Workspace {
   int sms = 0;
-  uint64_t* partials = nullptr;
+  uint32_t* partials = nullptr;
 };
 std::mutex g_workspace_mutex;
 std::map<std::pair<int, cudaStream_t>, Workspace> g_workspaces;
@@ -64,12 +64,13 @@ const Workspace& workspace(cudaStream_t stream) {
     VT_CHECK(capturing == cudaStreamCaptureStatusNone,
              "fp8 wgmma GEMM: first call on a stream inside a graph capture; call fp8_gemm_prepare(stream) before");
     VT_CUDA_CHECK(cudaDeviceGetAttribute(&slot.sms, cudaDevAttrMultiProcessorCount, device));
-    const size_t bytes = size_t(slot.sms) * kHalves * (kMaxTokens / 2) * wg::kConsumerThreads * sizeof(uint64_t);
+    const size_t bytes = size_t(slot.sms) * kHalves * (kMaxTokens / 2) * wg::kConsumerThreads * sizeof(uint32_t);
     void* memory = nullptr;
     VT_CUDA_CHECK(cudaMalloc(&memory, bytes));
-    VT_CUDA_CHECK(cudaMemset(memory, 0, bytes));
+    static_assert(wg::kUnwritten == 0xFFFFFFFFu, "the workspace is filled bytewise");
+    VT_CUDA_CHECK(cudaMemset(memory, 0xFF, bytes));
     VT_CUDA_CHECK(cudaDeviceSynchronize());
-    slot.partials = static_cast<uint64_t*>(memory);
+    slot.partials = static_cast<uint32_t*>(memory);
   }
   return slot;
 }

@@ -13,10 +13,13 @@
 //    other CTAs split the tiles' first blocks evenly, R a couple of units more than their share,
 //    so their partials are written before the receiver finishes its own (no wait at the end).
 // A tile wholly inside one CTA is written directly. Partials are added in CTA order (the result
-// is bit-identical run to run). Each partial word carries a flag in its upper half, so the reader
-// needs no fence or counter: it reloads until every word is flagged (several owners' words per
-// request), then clears them for the next call (which cannot start before this grid ends: its
-// consumers wait on PDL). A summer waits on CTAs that never wait on it, so this ends.
+// is bit-identical run to run). Partials are fp32 words that mark themselves: an unwritten word
+// holds kUnwritten (a NaN no writer stores: a partial with those bits is written as the canonical
+// NaN), so the reader needs no fence, counter or flag: it reloads until no word is kUnwritten
+// (several owners' words per request, 16 bytes per load), then sets them back for the next call
+// (which cannot start before this grid ends: its consumers wait on PDL). A summer waits on CTAs
+// that never wait on it, so this ends. (64-bit words with a flag in the upper half, as before,
+// cost twice the bytes: the shared-tile sum was ~2x dearer at 16 tokens than at 8.)
 //
 // Per unit the consumer warpgroup runs wgmma m64nNk32 (each 64-row half x four k32 steps)
 // into a block accumulator, then adds block x w_scale x a_scale[token] into the fp32 total
@@ -103,19 +106,25 @@ __device__ __forceinline__ void copy_async_4(float* destination, const float* so
 __device__ __forceinline__ void copy_async_arrive(uint64_t* barrier) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_address(barrier)) : "memory");
 }
-// A shared tile's partials: one 64-bit word per value, (flag << 32) | float bits, so that each word
-// says by itself whether it holds this call's value: no fence, no counter. The reader clears it.
-constexpr uint32_t kPartialFlag = 0x600dcafe;
-__device__ __forceinline__ void store_relaxed(uint64_t* address, uint64_t value) {
-  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(address), "l"(value) : "memory");
+// A shared tile's partials: fp32 words, each saying by itself whether it holds this call's value
+// (kUnwritten: not yet; the workspace starts filled with it, the reader puts it back). Four words
+// per access; each 4-byte element is single-copy atomic, which is all the reader relies on.
+constexpr uint32_t kUnwritten = 0xFFFFFFFFu;
+__device__ __forceinline__ uint32_t partial_bits(float value) {
+  const uint32_t bits = __float_as_uint(value);
+  return bits == kUnwritten ? 0x7FFFFFFFu : bits;
 }
-__device__ __forceinline__ uint64_t load_relaxed(const uint64_t* address) {
-  uint64_t value;
-  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(value) : "l"(address) : "memory");
-  return value;
+__device__ __forceinline__ void store_relaxed4(uint32_t* address, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.relaxed.gpu.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(address), "r"(a), "r"(b), "r"(c), "r"(d)
+               : "memory");
 }
-__device__ __forceinline__ void store_flagged(uint64_t* address, float value) {
-  store_relaxed(address, (uint64_t(kPartialFlag) << 32) | __float_as_uint(value));
+__device__ __forceinline__ uint4 load_relaxed4(const uint32_t* address) {
+  uint4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(address)
+               : "memory");
+  return v;
 }
 
 // Thread block clusters (sm90): the cluster-wide barrier (every thread of every CTA of the cluster
@@ -216,7 +225,7 @@ enum Mode { kFull = 0, kNoFixup = 1, kStreamOnly = 2, kNoMultiplies = 4 };
 template <typename T, int kTokens, int kStages, int kHalves, int kMode, bool kClustered>
 __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const CUtensorMap& activation_map,
                                           T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales,
-                                          const float* __restrict__ g_w_scales, uint64_t* __restrict__ g_partials,
+                                          const float* __restrict__ g_w_scales, uint32_t* __restrict__ g_partials,
                                           int m, int n, int k, int receive_units) {
   static_assert(kTokens == 8 || kTokens == 16 || kTokens == 32 || kTokens == 64, "wgmma N of 8..64 tokens");
   static_assert(kHalves == 1 || kHalves == 2, "tiles of 64 or 128 weight rows");
@@ -396,50 +405,55 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
       store(r_total);
     } else if (!shares.sums(cta)) {
       // Hand the partial to the tile's summer (stream-K: the first owner, which finishes its share
-      // at the end of its range; receivers: the tile's receiver).
-      uint64_t* mine =
-          g_partials + shares.slot(shares.owner_of(cta)) * (kHalves * kRegs * kConsumerThreads) + threadIdx.x;
+      // at the end of its range; receivers: the tile's receiver). Thread t's words 4q..4q+3 at
+      // (q x 128 + t) x 4: every store is 16 bytes per thread, 512 per warp.
+      uint32_t* mine = g_partials + shares.slot(shares.owner_of(cta)) * (kWords * kConsumerThreads);
+      const float* words = &r_total[0][0];
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h)
-#pragma unroll
-        for (int r = 0; r < kRegs; ++r) store_flagged(mine + (h * kRegs + r) * kConsumerThreads, r_total[h][r]);
+      for (int q = 0; q < kWords / 4; ++q)
+        store_relaxed4(mine + (q * kConsumerThreads + threadIdx.x) * 4, partial_bits(words[4 * q]),
+                       partial_bits(words[4 * q + 1]), partial_bits(words[4 * q + 2]), partial_bits(words[4 * q + 3]));
     } else {
       // The summer: its own share, then the other owners' in CTA order (deterministic).
       // Up to kBatch owners' partials are requested at once (one round trip for all, not one
-      // each), each word re-read until its flag says it is this call's, and cleared for the next.
+      // each), re-read until no word is kUnwritten, and set back to it for the next call.
       constexpr int kBatch = kWords >= 64 ? 1 : 64 / kWords;
+      float* words = &r_total[0][0];
 #pragma unroll 1
       for (int64_t first = shares.summed_from(); first <= shares.last; first += kBatch) {
         const int count = int(shares.last - first + 1 < kBatch ? shares.last - first + 1 : kBatch);
-        uint64_t r_words[kBatch][kWords];
+        uint4 r_words[kBatch][kWords / 4];
         bool ready;
         do {
 #pragma unroll
           for (int b = 0; b < kBatch; ++b) {
             if (b >= count) break;
-            const uint64_t* theirs = g_partials + shares.slot(first + b) * (kWords * kConsumerThreads) + threadIdx.x;
+            const uint32_t* theirs = g_partials + shares.slot(first + b) * (kWords * kConsumerThreads);
 #pragma unroll
-            for (int w = 0; w < kWords; ++w) r_words[b][w] = load_relaxed(theirs + w * kConsumerThreads);
+            for (int q = 0; q < kWords / 4; ++q)
+              r_words[b][q] = load_relaxed4(theirs + (q * kConsumerThreads + threadIdx.x) * 4);
           }
           ready = true;
 #pragma unroll
           for (int b = 0; b < kBatch; ++b) {
             if (b >= count) break;
 #pragma unroll
-            for (int w = 0; w < kWords; ++w) ready = ready && (r_words[b][w] >> 32) == kPartialFlag;
+            for (int q = 0; q < kWords / 4; ++q)
+              ready = ready && r_words[b][q].x != kUnwritten && r_words[b][q].y != kUnwritten &&
+                      r_words[b][q].z != kUnwritten && r_words[b][q].w != kUnwritten;
           }
         } while (!ready);
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
           if (b >= count) break;
-          uint64_t* theirs = g_partials + shares.slot(first + b) * (kWords * kConsumerThreads) + threadIdx.x;
+          uint32_t* theirs = g_partials + shares.slot(first + b) * (kWords * kConsumerThreads);
 #pragma unroll
-          for (int h = 0; h < kHalves; ++h)
-#pragma unroll
-            for (int r = 0; r < kRegs; ++r) {
-              r_total[h][r] += __uint_as_float(uint32_t(r_words[b][h * kRegs + r]));
-              store_relaxed(theirs + (h * kRegs + r) * kConsumerThreads, 0);
-            }
+          for (int q = 0; q < kWords / 4; ++q) {
+            words[4 * q] += __uint_as_float(r_words[b][q].x), words[4 * q + 1] += __uint_as_float(r_words[b][q].y);
+            words[4 * q + 2] += __uint_as_float(r_words[b][q].z), words[4 * q + 3] += __uint_as_float(r_words[b][q].w);
+            store_relaxed4(theirs + (q * kConsumerThreads + threadIdx.x) * 4, kUnwritten, kUnwritten, kUnwritten,
+                           kUnwritten);
+          }
         }
       }
       store(r_total);
@@ -455,7 +469,7 @@ template <typename T, int kTokens, int kStages, int kHalves, int kMode = kFull>
 __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
     const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap activation_map,
     T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales, const float* __restrict__ g_w_scales,
-    uint64_t* __restrict__ g_partials, int m, int n, int k, int receive_units) {
+    uint32_t* __restrict__ g_partials, int m, int n, int k, int receive_units) {
   gemm_body<T, kTokens, kStages, kHalves, kMode, false>(weight_map, activation_map, g_y, ldy, g_a_scales, g_w_scales,
                                                         g_partials, m, n, k, receive_units);
 }
