@@ -213,8 +213,10 @@ __device__ __forceinline__ void fence_registers(float* d) {
 
 // What a launch does: everything (kFull), or, for the sweep's overhead measurements only (wrong
 // results), every tile stored without the shared-tile sum (kNoFixup), the copies alone
-// (kStreamOnly), or kNoFixup without the multiplies.
-enum Mode { kFull = 0, kNoFixup = 1, kStreamOnly = 2, kNoMultiplies = 4 };
+// (kStreamOnly), kNoFixup without the multiplies, or the sum with its partials read once,
+// unchecked (kNoPoll) and / or not set back (kNoReset).
+enum Mode { kFull = 0, kNoFixup = 1, kStreamOnly = 2, kNoMultiplies = 4, kNoPoll = 8, kNoReset = 16 };
+__host__ __device__ constexpr bool sums_tiles(int mode) { return (mode & (kNoFixup | kStreamOnly | kNoMultiplies)) == 0; }
 
 // The accumulator fragment of m64nN (per thread, N / 2 floats): register 4c + 2h + e holds row
 // 16 warp + lane / 4 + 8 h of the 64, column (token) 8c + 2 (lane % 4) + e.
@@ -401,7 +403,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
     // The CTA's share of this tile is done: who else holds a share, and where their partials go
     // (fp8_gemm_split.h).
     const TileShares shares = tile_shares(tile, tiles, k_blocks, ctas, receive_units, walk);
-    if (shares.alone() || kMode != kFull) {
+    if (shares.alone() || !sums_tiles(kMode)) {
       store(r_total);
     } else if (!shares.sums(cta)) {
       // Hand the partial to the tile's summer (stream-K: the first owner, which finishes its share
@@ -442,7 +444,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
               ready = ready && r_words[b][q].x != kUnwritten && r_words[b][q].y != kUnwritten &&
                       r_words[b][q].z != kUnwritten && r_words[b][q].w != kUnwritten;
           }
-        } while (!ready);
+        } while (!ready && !(kMode & kNoPoll));
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
           if (b >= count) break;
@@ -451,8 +453,9 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
           for (int q = 0; q < kWords / 4; ++q) {
             words[4 * q] += __uint_as_float(r_words[b][q].x), words[4 * q + 1] += __uint_as_float(r_words[b][q].y);
             words[4 * q + 2] += __uint_as_float(r_words[b][q].z), words[4 * q + 3] += __uint_as_float(r_words[b][q].w);
-            store_relaxed4(theirs + (q * kConsumerThreads + threadIdx.x) * 4, kUnwritten, kUnwritten, kUnwritten,
-                           kUnwritten);
+            if constexpr (!(kMode & kNoReset))
+              store_relaxed4(theirs + (q * kConsumerThreads + threadIdx.x) * 4, kUnwritten, kUnwritten, kUnwritten,
+                             kUnwritten);
           }
         }
       }
