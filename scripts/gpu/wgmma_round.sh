@@ -34,7 +34,13 @@ cmake --build build-gpu -j "$(nproc)" --target vt vt_cuda_tests >"$LOGS/build.lo
   grep -E "error" -A3 "$LOGS/build.log" | head -40; tar -czf "$OUT/wgmma_round.tar.gz" -C "$LOGS" .; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
 if [ -n "${BASE:-}" ] && [ ! -x build-base/apps/vt ]; then
-  rm -rf /tmp/vt-base && git worktree add -f /tmp/vt-base "$BASE" >"$LOGS/base.log" 2>&1 &&
+  # The base's source: the carried .base-src (scripts/gpu/base_src.sh <commit> makes it here; the
+  # GPU machine's copy has no git history of recent commits), else a git worktree.
+  if [ -f .base-src/COMMIT ] && [ "$(cat .base-src/COMMIT)" = "$BASE" ]; then
+    rm -rf /tmp/vt-base && cp -r .base-src /tmp/vt-base
+  else
+    rm -rf /tmp/vt-base && git worktree add -f /tmp/vt-base "$BASE" >"$LOGS/base.log" 2>&1
+  fi &&
     cmake -S /tmp/vt-base -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DVT_CUDA=ON \
       -DCMAKE_PREFIX_PATH="$PWD/.gpu-deps/usr" >>"$LOGS/base.log" 2>&1 &&
     cmake --build build-base -j "$(nproc)" --target vt >>"$LOGS/base.log" 2>&1 || {
