@@ -269,6 +269,11 @@ int main(int argc, char** argv) {
         if (config.slack >= 0 && receive == 0) continue;  // the receivers split does not apply
         const int ctas = receive ? sms : int(std::min<int64_t>(units, config.tile_grid ? tiles : sms));
         CHECK(cudaMemset(y, 0, h_y.size() * 4));
+        // Every word unwritten again: the diagnostic modes that skip the sum's wait or reset leave
+        // words behind that the next variant would take for its own partners' (wrong results,
+        // no waits: the first sweep of those modes timed later rows that way).
+        CHECK(cudaMemset(partials, 0xFF, partial_bytes));
+        CHECK(cudaMemset(g_base_partials, 0, partial_bytes));
         variant.launcher(wmaps[0], amap, y, as, ws[0], partials, m, n, k, ctas, receive, stream);
         variant.launcher(wmaps[0], amap, y2, as, ws[0], partials, m, n, k, ctas, receive, stream);
         CHECK(cudaStreamSynchronize(stream));
