@@ -38,9 +38,10 @@ constexpr int kMaxTokens = 64;
 constexpr size_t kExclusiveSharedBytes = 120 * 1024;  // two such CTAs never share an SM
 constexpr int64_t kReceiverSlack = 2;
 
-template <int kTokens, int kStagesP>
+template <int kTokens>
 constexpr size_t shared_bytes() {
-  return std::max(wg::shared_bytes<kTokens, kStagesP, kHalves>(), kExclusiveSharedBytes);
+  return std::max(wg::shared_bytes<kTokens, kStages, kHalves>() + wg::early_bytes<kTokens, kHalves>(),
+                  kExclusiveSharedBytes);
 }
 
 // Per (device, stream): the SM count and the partials (one slot per CTA, filled with
@@ -115,19 +116,30 @@ int64_t receiver_slack() {
   return slack;
 }
 
-template <typename T, int kTokens, int kStagesP>
+// How many units before its end a CTA that sums its last tile has its partners' partials fetched
+// (VT_WGMMA_EARLY_LEAD, read once; 0: read at the end only; at most the stage count).
+int early_lead() {
+  static const int lead = [] {
+    const char* value = std::getenv("VT_WGMMA_EARLY_LEAD");
+    const int parsed = value && *value ? std::atoi(value) : 0;
+    VT_CHECK(parsed >= 0 && parsed <= kStages, "VT_WGMMA_EARLY_LEAD=", value, ": 0..", kStages, " units");
+    return parsed;
+  }();
+  return lead;
+}
+
+template <typename T, int kTokens>
 void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
                    const float* w_scales, int64_t m, int64_t n, int64_t k, int ctas, int64_t receive_units,
                    const Workspace& space, cudaStream_t stream, const ::vt::profile::LaunchCost& cost) {
-  auto kernel = wg::sm90_fp8_gemm_wgmma<T, kTokens, kStagesP, kHalves>;
+  auto kernel = wg::sm90_fp8_gemm_wgmma<T, kTokens, kStages, kHalves>;
   static std::atomic<uint64_t> devices{0};
-  allow_dynamic_shared(kernel, shared_bytes<kTokens, kStagesP>(), devices, "sm90_fp8_gemm_wgmma");
+  allow_dynamic_shared(kernel, shared_bytes<kTokens>(), devices, "sm90_fp8_gemm_wgmma");
   const CUtensorMap& weights = tensor_map(w, n, k, kTileRows);
   const CUtensorMap& activations = tensor_map(q, m, k, kTokens);
-  launch("sm90_fp8_gemm_wgmma", cost, kernel, dim3(unsigned(ctas)), dim3(wg::kThreads), shared_bytes<kTokens, kStagesP>(),
-         stream,
+  launch("sm90_fp8_gemm_wgmma", cost, kernel, dim3(unsigned(ctas)), dim3(wg::kThreads), shared_bytes<kTokens>(), stream,
          weights, activations, static_cast<T*>(y), ldy, a_scales, w_scales, space.partials, int(m), int(n), int(k),
-         int(receive_units));
+         int(receive_units), early_lead());
 }
 
 // The cluster split (sm90_fp8_gemm_wgmma_cluster): at most 8 CTAs per cluster (the portable
@@ -238,30 +250,13 @@ void by_cluster_config(int64_t rows, Run&& run) {
   else run(std::integral_constant<int, 64>{}, std::integral_constant<int, 4>{});
 }
 
-// The persistent kernel's stages at M <= 16: VT_WGMMA_STAGES (4, 8 or 12; read once), 4 above.
-int plain_stages() {
-  static const int stages = [] {
-    const char* value = std::getenv("VT_WGMMA_STAGES");
-    const int parsed = value && *value ? std::atoi(value) : kStages;
-    VT_CHECK(parsed == 4 || parsed == 8 || parsed == 12, "VT_WGMMA_STAGES=", value, ": 4, 8 or 12");
-    return parsed;
-  }();
-  return stages;
-}
-// Calls run(kTokens, kStagesP) (integral constants) for the smallest instruction width holding
-// `rows` and its stage count.
+// Calls run(integral_constant<kTokens>) for the smallest instruction width holding `rows`.
 template <typename Run>
-void by_config(int64_t rows, Run&& run) {
-  const int stages = plain_stages();
-  const auto small = [&](auto tokens) {
-    if (stages == 12) run(tokens, std::integral_constant<int, 12>{});
-    else if (stages == 8) run(tokens, std::integral_constant<int, 8>{});
-    else run(tokens, std::integral_constant<int, kStages>{});
-  };
-  if (rows <= 8) small(std::integral_constant<int, 8>{});
-  else if (rows <= 16) small(std::integral_constant<int, 16>{});
-  else if (rows <= 32) run(std::integral_constant<int, 32>{}, std::integral_constant<int, kStages>{});
-  else run(std::integral_constant<int, 64>{}, std::integral_constant<int, kStages>{});
+void by_tokens(int64_t rows, Run&& run) {
+  if (rows <= 8) run(std::integral_constant<int, 8>{});
+  else if (rows <= 16) run(std::integral_constant<int, 16>{});
+  else if (rows <= 32) run(std::integral_constant<int, 32>{});
+  else run(std::integral_constant<int, 64>{});
 }
 
 }  // namespace
@@ -297,12 +292,13 @@ void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
     void* y_rows = static_cast<char*>(y) + size_t(m0 * ldy) * element;
     const uint8_t* q_rows = q + m0 * k;
     const float* scale_rows = a_scales + m0 * k_blocks;
-    by_config(rows, [&](auto tokens, auto stages) {
-      constexpr int kTokens = decltype(tokens)::value, kStagesP = decltype(stages)::value;
+    const auto run = [&](auto tokens) {
+      constexpr int kTokens = decltype(tokens)::value;
       VT_DISPATCH_ACT(act, T,
-                      (launch_tokens<T, kTokens, kStagesP>(y_rows, ldy, q_rows, scale_rows, w, w_scales, rows, n, k,
-                                                           int(ctas), receive_units, space, stream, cost(rows))));
-    });
+                      launch_tokens<T, kTokens>(y_rows, ldy, q_rows, scale_rows, w, w_scales, rows, n, k, int(ctas),
+                                                receive_units, space, stream, cost(rows)));
+    };
+    by_tokens(rows, run);
   }
 }
 
