@@ -84,12 +84,11 @@ struct Config {
 };
 constexpr size_t kExclusiveBytes = 120 * 1024;  // no second such CTA fits on an SM
 bool g_pdl = true;
-int g_early_lead = 0;  // VT_WGMMA_EARLY_LEAD, as vt reads it
 uint64_t* g_base_partials = nullptr;  // the base kernel's (64-bit flagged words, zeroed); this one's are 0xFF-filled
 
 template <int kTokens, int kStages, int kHalves, int kMode>
 constexpr size_t smem_of() {
-  return std::max(wg::shared_bytes<kTokens, kStages, kHalves>() + wg::early_bytes<kTokens, kHalves>(), kExclusiveBytes);
+  return std::max(wg::shared_bytes<kTokens, kStages, kHalves>(), kExclusiveBytes);
 }
 
 template <int kTokens, int kStages, int kHalves, int kMode, bool kBase = false>
@@ -119,7 +118,7 @@ void launch(const CUtensorMap& wmap, const CUtensorMap& amap, float* y, const fl
     CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, g_base_partials, m, n, k));
   else
     CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, reinterpret_cast<uint32_t*>(partials),
-                             m, n, k, receive_units, g_early_lead));
+                             m, n, k, receive_units));
 }
 
 using Launcher = void (*)(const CUtensorMap&, const CUtensorMap&, float*, const float*, const float*, uint64_t*, int,
@@ -136,7 +135,6 @@ struct Variant {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows reach the log as they are measured
-  if (const char* lead = std::getenv("VT_WGMMA_EARLY_LEAD")) g_early_lead = std::atoi(lead);
   int device = 0, sms = 0;
   CHECK(cudaGetDevice(&device));
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));

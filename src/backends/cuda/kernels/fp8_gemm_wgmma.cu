@@ -40,8 +40,7 @@ constexpr int64_t kReceiverSlack = 2;
 
 template <int kTokens>
 constexpr size_t shared_bytes() {
-  return std::max(wg::shared_bytes<kTokens, kStages, kHalves>() + wg::early_bytes<kTokens, kHalves>(),
-                  kExclusiveSharedBytes);
+  return std::max(wg::shared_bytes<kTokens, kStages, kHalves>(), kExclusiveSharedBytes);
 }
 
 // Per (device, stream): the SM count and the partials (one slot per CTA, filled with
@@ -116,18 +115,6 @@ int64_t receiver_slack() {
   return slack;
 }
 
-// How many units before its end a CTA that sums its last tile has its partners' partials fetched
-// (VT_WGMMA_EARLY_LEAD, read once; 0: read at the end only; at most the stage count).
-int early_lead() {
-  static const int lead = [] {
-    const char* value = std::getenv("VT_WGMMA_EARLY_LEAD");
-    const int parsed = value && *value ? std::atoi(value) : 0;
-    VT_CHECK(parsed >= 0 && parsed <= kStages, "VT_WGMMA_EARLY_LEAD=", value, ": 0..", kStages, " units");
-    return parsed;
-  }();
-  return lead;
-}
-
 template <typename T, int kTokens>
 void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
                    const float* w_scales, int64_t m, int64_t n, int64_t k, int ctas, int64_t receive_units,
@@ -139,7 +126,7 @@ void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales
   const CUtensorMap& activations = tensor_map(q, m, k, kTokens);
   launch("sm90_fp8_gemm_wgmma", cost, kernel, dim3(unsigned(ctas)), dim3(wg::kThreads), shared_bytes<kTokens>(), stream,
          weights, activations, static_cast<T*>(y), ldy, a_scales, w_scales, space.partials, int(m), int(n), int(k),
-         int(receive_units), early_lead());
+         int(receive_units));
 }
 
 // The cluster split (sm90_fp8_gemm_wgmma_cluster): at most 8 CTAs per cluster (the portable

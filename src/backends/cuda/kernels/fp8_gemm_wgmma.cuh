@@ -79,19 +79,6 @@ constexpr size_t cluster_partial_bytes() {
   return size_t(kHalves) * (kTokens / 2) * 128 * sizeof(float);
 }
 
-// The partners' partials a summer has the copy engine fetch into shared memory before its end
-// (early_fetch below): at most kEarlyPartners of them, kWords x 128 fp32 words each, where
-// kWords <= 16 (up to 16 tokens); 0 where the split never sums (cluster kernel, diagnostic modes).
-constexpr int kEarlyPartners = 4;
-template <int kTokens, int kHalves>
-__host__ __device__ constexpr bool early_fetches() {
-  return kHalves * kTokens / 2 <= 16;
-}
-template <int kTokens, int kHalves>
-__host__ __device__ constexpr uint32_t early_bytes() {
-  return early_fetches<kTokens, kHalves>() ? 16 + kEarlyPartners * uint32_t(kHalves * kTokens / 2) * 128 * 4 : 0;
-}
-
 using device::barrier_arrive;
 using device::barrier_expect_bytes;
 using device::barrier_init;
@@ -241,7 +228,7 @@ template <typename T, int kTokens, int kStages, int kHalves, int kMode, bool kCl
 __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const CUtensorMap& activation_map,
                                           T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales,
                                           const float* __restrict__ g_w_scales, uint32_t* __restrict__ g_partials,
-                                          int m, int n, int k, int receive_units, int early_lead) {
+                                          int m, int n, int k, int receive_units) {
   static_assert(kTokens == 8 || kTokens == 16 || kTokens == 32 || kTokens == 64, "wgmma N of 8..64 tokens");
   static_assert(kHalves == 1 || kHalves == 2, "tiles of 64 or 128 weight rows");
   constexpr int kTileRows = 64 * kHalves;
@@ -254,11 +241,6 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
   uint64_t* s_empty = s_full + kStages;
   float* s_scales = reinterpret_cast<float*>(s_empty + kStages);  // [kStages][kSlots]
   float* s_cluster = s_scales + kStages * kSlots;  // kClustered: [rank - 1][kWords / 4][thread][4]
-  // Else, where early_fetches: the early fetch's barrier, then its partials [partner][kWords / 4][thread][4].
-  uint64_t* s_early = reinterpret_cast<uint64_t*>(s_cluster);
-  const uint32_t* s_early_words = reinterpret_cast<const uint32_t*>(s_cluster + 4);
-  constexpr int kWords = kHalves * kRegs;
-  constexpr uint32_t kPartialWords = kWords * kConsumerThreads;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t k_blocks = (k + kBlockK - 1) / kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
@@ -266,30 +248,12 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
   const Walk walk =
       kClustered ? cluster_walk(cta, cluster_size(), k_blocks) : walk_of(cta, ctas, tiles, k_blocks, receive_units);
   const int64_t begin = walk.begin, end = walk.end;
-  // The early fetch: where this CTA sums its last tile, the copy engine brings its first partners'
-  // partials into shared memory once the consumer has released unit end - early_lead (the producer
-  // warp's copies are issued by then; early_lead <= kStages), so that their latency under the
-  // stream is not on the kernel's last path. A word fetched before its writer stored it reads
-  // kUnwritten: the consumer then reads that word from global memory as before.
-  constexpr bool kEarly = !kClustered && sums_tiles(kMode) && early_fetches<kTokens, kHalves>();
-  TileShares last_shares{};
-  int early_count = 0;
-  if constexpr (kEarly) {
-    if (early_lead > 0 && end > begin) {
-      last_shares = tile_shares(Cursor(walk, end - 1).tile, tiles, k_blocks, ctas, receive_units, walk);
-      if (!last_shares.alone() && last_shares.sums(cta)) {
-        const int64_t partners = last_shares.last - last_shares.summed_from() + 1;
-        early_count = int(partners < kEarlyPartners ? partners : kEarlyPartners);
-      }
-    }
-  }
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       barrier_init(&s_full[s], 1 + 32);  // the copy engine's bytes + every producer lane's scale copies
       barrier_init(&s_empty[s], kConsumerThreads / 32);
     }
-    if (kEarly) barrier_init(s_early, 1);
     device::barrier_init_fence();
   }
   __syncthreads();
@@ -335,18 +299,6 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
       barrier_wait(&s_empty[s], uint32_t((i / kStages - 1) & 1));
       if (lane == 0) weights(next_weights, s);
       activations(next_weights, s);
-    }
-    if constexpr (kEarly) {
-      if (early_count > 0 && lane == 0) {
-        const int64_t lead = early_lead < kStages ? early_lead : kStages;
-        const int64_t i = (end - lead > begin ? end - lead : begin) - begin;
-        barrier_wait(&s_empty[i % kStages], uint32_t((i / kStages) & 1));  // that unit's release
-        barrier_expect_bytes(s_early, uint32_t(early_count) * kPartialWords * 4);
-        for (int b = 0; b < early_count; ++b)
-          device::bulk_copy(const_cast<uint32_t*>(s_early_words) + b * kPartialWords,
-                            g_partials + last_shares.slot(last_shares.summed_from() + b) * kPartialWords,
-                            kPartialWords * 4, s_early);
-      }
     }
     if constexpr (kClustered) {  // every thread takes part in both cluster phases
       cluster_wait();
@@ -418,6 +370,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
           if (column < n && token < m) g_y[token * ldy + column] = device::from_float<T>(values[h][r]);
         }
     };
+    constexpr int kWords = kHalves * kRegs;
     static_assert(kWords % 4 == 0, "16-byte pieces of the partials");
     if constexpr (kClustered) {
       // The cluster's CTAs stream one tile each: ranks > 0 store their partials into rank 0's
@@ -468,30 +421,8 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
       // each), re-read until no word is kUnwritten, and set back to it for the next call.
       constexpr int kBatch = kWords >= 64 ? 1 : 64 / kWords;
       float* words = &r_total[0][0];
-      int64_t from = shares.summed_from();
-      if constexpr (kEarly) {
-        if (early_count > 0 && u + 1 == end) {  // the fetched partners first (their order), each
-          barrier_wait(s_early, 0);              // word from global memory where it came unwritten
 #pragma unroll 1
-          for (int b = 0; b < early_count; ++b) {
-            uint32_t* theirs = g_partials + shares.slot(from + b) * kPartialWords;
-#pragma unroll
-            for (int q = 0; q < kWords / 4; ++q) {
-              const uint32_t at_word = (q * kConsumerThreads + threadIdx.x) * 4;
-              uint4 v = *reinterpret_cast<const uint4*>(s_early_words + b * kPartialWords + at_word);
-              while (v.x == kUnwritten || v.y == kUnwritten || v.z == kUnwritten || v.w == kUnwritten)
-                v = load_relaxed4(theirs + at_word);
-              words[4 * q] += __uint_as_float(v.x), words[4 * q + 1] += __uint_as_float(v.y);
-              words[4 * q + 2] += __uint_as_float(v.z), words[4 * q + 3] += __uint_as_float(v.w);
-              if constexpr (!(kMode & kNoReset))
-                store_relaxed4(theirs + at_word, kUnwritten, kUnwritten, kUnwritten, kUnwritten);
-            }
-          }
-          from += early_count;
-        }
-      }
-#pragma unroll 1
-      for (int64_t first = from; first <= shares.last; first += kBatch) {
+      for (int64_t first = shares.summed_from(); first <= shares.last; first += kBatch) {
         const int count = int(shares.last - first + 1 < kBatch ? shares.last - first + 1 : kBatch);
         uint4 r_words[kBatch][kWords / 4];
         bool ready;
@@ -541,9 +472,9 @@ template <typename T, int kTokens, int kStages, int kHalves, int kMode = kFull>
 __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
     const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap activation_map,
     T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales, const float* __restrict__ g_w_scales,
-    uint32_t* __restrict__ g_partials, int m, int n, int k, int receive_units, int early_lead) {
+    uint32_t* __restrict__ g_partials, int m, int n, int k, int receive_units) {
   gemm_body<T, kTokens, kStages, kHalves, kMode, false>(weight_map, activation_map, g_y, ldy, g_a_scales, g_w_scales,
-                                                        g_partials, m, n, k, receive_units, early_lead);
+                                                        g_partials, m, n, k, receive_units);
 }
 
 // The cluster split (fp8_gemm_split.h's cluster_walk): launched in clusters of 2..8 CTAs, one
@@ -554,7 +485,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma_cluster(
     T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales, const float* __restrict__ g_w_scales,
     int m, int n, int k) {
   gemm_body<T, kTokens, kStages, kHalves, kFull, true>(weight_map, activation_map, g_y, ldy, g_a_scales, g_w_scales,
-                                                       nullptr, m, n, k, 0, 0);
+                                                       nullptr, m, n, k, 0);
 }
 
 // A tensor map of a row-major e4m3 matrix [rows, cols] (cols % 16 == 0, 16-byte aligned base) in
