@@ -2,9 +2,12 @@
 // the kernel and its launcher run), checked on the CPU by walking every CTA as the kernel does:
 // every unit streamed once, every tile written once (alone or by its summer), every partial slot
 // written once, within the workspace, and read by the summer of the same tile, and no CTA writing
-// a partial after it has waited on another's (so the summers' waits cannot form a cycle).
+// a partial after it has waited on another's (so the summers' waits cannot form a cycle); and the
+// partials' self-marking words (kUnwritten, partial_bits).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 #include <vector>
@@ -152,6 +155,27 @@ TEST(GemmSplit, Clusters) {
   for (int trial = 0; trial < 3000; ++trial) {
     check_clusters(1 + int64_t(rng() % 100), 1 + int64_t(rng() % 140), 1 + int64_t(rng() % 160), int64_t(rng() % 9));
     if (testing::Test::HasFatalFailure()) return;
+  }
+}
+
+// The partials' self-marking words: no written partial reads as unwritten, every other value is
+// stored bit for bit, and the one it replaces stays a NaN.
+TEST(GemmSplit, PartialWords) {
+  const auto as_float = [](uint32_t bits) {
+    float value;
+    std::memcpy(&value, &bits, sizeof value);
+    return value;
+  };
+  EXPECT_TRUE(std::isnan(as_float(wg::kUnwritten)));
+  EXPECT_NE(wg::partial_bits(wg::kUnwritten), wg::kUnwritten);
+  EXPECT_TRUE(std::isnan(as_float(wg::partial_bits(wg::kUnwritten))));
+  for (uint32_t bits : {0x00000000u, 0x80000000u, 0x00000001u, 0x3F800000u, 0xBF800000u, 0x7F800000u, 0xFF800000u,
+                        0x7FC00000u, 0xFFC00000u, 0x7FFFFFFFu, 0xFFFFFFFEu, 0x7F7FFFFFu})
+    EXPECT_EQ(wg::partial_bits(bits), bits) << std::hex << bits;
+  std::mt19937 rng(5);
+  for (int i = 0; i < 100000; ++i) {
+    const uint32_t bits = uint32_t(rng());
+    EXPECT_EQ(wg::partial_bits(bits), bits == wg::kUnwritten ? 0x7FFFFFFFu : bits);
   }
 }
 

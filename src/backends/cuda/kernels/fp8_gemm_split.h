@@ -104,6 +104,13 @@ VT_SPLIT_FN int64_t cluster_size_for(int64_t tiles, int64_t k_blocks, int64_t sm
   return c >= 2 ? c : 0;
 }
 
+// A partial word not yet written this call (the workspace starts filled with it; the summer puts
+// it back after reading): a NaN that no writer stores, since partial_bits turns a partial with
+// these bits into the canonical NaN (still NaN: the sum is the same). So each fp32 word says by
+// itself whether it holds this call's value: no flag, fence or counter.
+constexpr uint32_t kUnwritten = 0xFFFFFFFFu;
+VT_SPLIT_FN uint32_t partial_bits(uint32_t bits) { return bits == kUnwritten ? 0x7FFFFFFFu : bits; }
+
 // The (tile, K block) of consecutive walk positions without a division per unit (a 64-bit
 // division per unit in the producer warp measured ~25% slower on the large shapes).
 struct Cursor {

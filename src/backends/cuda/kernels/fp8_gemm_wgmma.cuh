@@ -107,13 +107,9 @@ __device__ __forceinline__ void copy_async_arrive(uint64_t* barrier) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_address(barrier)) : "memory");
 }
 // A shared tile's partials: fp32 words, each saying by itself whether it holds this call's value
-// (kUnwritten: not yet; the workspace starts filled with it, the reader puts it back). Four words
-// per access; each 4-byte element is single-copy atomic, which is all the reader relies on.
-constexpr uint32_t kUnwritten = 0xFFFFFFFFu;
-__device__ __forceinline__ uint32_t partial_bits(float value) {
-  const uint32_t bits = __float_as_uint(value);
-  return bits == kUnwritten ? 0x7FFFFFFFu : bits;
-}
+// (kUnwritten, fp8_gemm_split.h: not yet; the workspace starts filled with it, the reader puts it
+// back). Four words per access; each 4-byte element is single-copy atomic, which is all the reader
+// relies on.
 __device__ __forceinline__ void store_relaxed4(uint32_t* address, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
   asm volatile("st.relaxed.gpu.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(address), "r"(a), "r"(b), "r"(c), "r"(d)
                : "memory");
@@ -413,8 +409,8 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
       const float* words = &r_total[0][0];
 #pragma unroll
       for (int q = 0; q < kWords / 4; ++q)
-        store_relaxed4(mine + (q * kConsumerThreads + threadIdx.x) * 4, partial_bits(words[4 * q]),
-                       partial_bits(words[4 * q + 1]), partial_bits(words[4 * q + 2]), partial_bits(words[4 * q + 3]));
+        store_relaxed4(mine + (q * kConsumerThreads + threadIdx.x) * 4, partial_bits(__float_as_uint(words[4 * q])),
+                       partial_bits(__float_as_uint(words[4 * q + 1])), partial_bits(__float_as_uint(words[4 * q + 2])), partial_bits(__float_as_uint(words[4 * q + 3])));
     } else {
       // The summer: its own share, then the other owners' in CTA order (deterministic).
       // Up to kBatch owners' partials are requested at once (one round trip for all, not one
