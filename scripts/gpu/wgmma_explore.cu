@@ -255,7 +255,8 @@ int main(int argc, char** argv) {
       for (const Variant& variant : variants) {
         const Config& config = variant.config;
         const std::vector<CUtensorMap>& wmaps = wmaps_by_halves[config.halves - 1];
-        if (config.tokens < m || (!diag && config.tokens > 8 && config.tokens / 2 >= m)) continue;  // the smallest fitting
+        // The smallest fitting width (diag: 16 at M = 8 too).
+        if (config.tokens < m || (!diag && config.tokens > 8 && config.tokens / 2 >= m)) continue;
         for (int pdl = 1; pdl >= 1; --pdl) {  // (no-PDL rows: set the lower bound to 0)
         g_pdl = pdl;
         CUtensorMap amap;

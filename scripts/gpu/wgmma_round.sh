@@ -72,8 +72,8 @@ IFS='|' read -r -a variants <<<"${VARIANTS:-VT_GEMM_EXCLUDE=wgmma|VT_GEMM_EXCLUD
 # GEMM_VARIANTS=1: `vt bench gemm` once more per variant, in its environment (gemm_27b_v<index>.md).
 if [ -n "${GEMM_VARIANTS:-}" ] && [ "${GEMM_M:-}" != none ]; then
   for index in "${!variants[@]}"; do
-    env VT_CACHE_DIR="$LOGS/plan_$index" $(variant_env "${variants[$index]}") "$(variant_cmd "${variants[$index]}")" bench gemm \
-      --synthetic qwen3.5-27b --m "${GEMM_M:-1,8,16,32,64}" >"$LOGS/gemm_27b_v$index.md" 2>&1 || {
+    env VT_CACHE_DIR="$LOGS/plan_$index" $(variant_env "${variants[$index]}") "$(variant_cmd "${variants[$index]}")" \
+      bench gemm --synthetic qwen3.5-27b --m "${GEMM_M:-1,8,16,32,64}" >"$LOGS/gemm_27b_v$index.md" 2>&1 || {
       status=1; echo "FAILED: bench gemm with ${variants[$index]}"; }
   done
 fi

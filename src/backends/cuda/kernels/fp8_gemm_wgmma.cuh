@@ -212,7 +212,9 @@ __device__ __forceinline__ void fence_registers(float* d) {
 // (kStreamOnly), kNoFixup without the multiplies, or the sum with its partials read once,
 // unchecked (kNoPoll) and / or not set back (kNoReset).
 enum Mode { kFull = 0, kNoFixup = 1, kStreamOnly = 2, kNoMultiplies = 4, kNoPoll = 8, kNoReset = 16 };
-__host__ __device__ constexpr bool sums_tiles(int mode) { return (mode & (kNoFixup | kStreamOnly | kNoMultiplies)) == 0; }
+__host__ __device__ constexpr bool sums_tiles(int mode) {
+  return (mode & (kNoFixup | kStreamOnly | kNoMultiplies)) == 0;
+}
 
 // The accumulator fragment of m64nN (per thread, N / 2 floats): register 4c + 2h + e holds row
 // 16 warp + lane / 4 + 8 h of the 64, column (token) 8c + 2 (lane % 4) + e.
@@ -408,9 +410,10 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
       uint32_t* mine = g_partials + shares.slot(shares.owner_of(cta)) * (kWords * kConsumerThreads);
       const float* words = &r_total[0][0];
 #pragma unroll
-      for (int q = 0; q < kWords / 4; ++q)
-        store_relaxed4(mine + (q * kConsumerThreads + threadIdx.x) * 4, partial_bits(__float_as_uint(words[4 * q])),
-                       partial_bits(__float_as_uint(words[4 * q + 1])), partial_bits(__float_as_uint(words[4 * q + 2])), partial_bits(__float_as_uint(words[4 * q + 3])));
+      for (int q = 0; q < kWords / 4; ++q) {
+        const auto bits = [&](int e) { return partial_bits(__float_as_uint(words[4 * q + e])); };
+        store_relaxed4(mine + (q * kConsumerThreads + threadIdx.x) * 4, bits(0), bits(1), bits(2), bits(3));
+      }
     } else {
       // The summer: its own share, then the other owners' in CTA order (deterministic).
       // Up to kBatch owners' partials are requested at once (one round trip for all, not one
