@@ -210,8 +210,9 @@ __device__ __forceinline__ void fence_registers(float* d) {
 // What a launch does: everything (kFull), or, for the sweep's overhead measurements only (wrong
 // results), every tile stored without the shared-tile sum (kNoFixup), the copies alone
 // (kStreamOnly), kNoFixup without the multiplies, or the sum with its partials read once,
-// unchecked (kNoPoll) and / or not set back (kNoReset).
-enum Mode { kFull = 0, kNoFixup = 1, kStreamOnly = 2, kNoMultiplies = 4, kNoPoll = 8, kNoReset = 16 };
+// unchecked (kNoPoll) and / or not set back (kNoReset), or not read at all (kNoRead: the partners
+// still store theirs).
+enum Mode { kFull = 0, kNoFixup = 1, kStreamOnly = 2, kNoMultiplies = 4, kNoPoll = 8, kNoReset = 16, kNoRead = 32 };
 __host__ __device__ constexpr bool sums_tiles(int mode) {
   return (mode & (kNoFixup | kStreamOnly | kNoMultiplies)) == 0;
 }
@@ -421,7 +422,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
       constexpr int kBatch = kWords >= 64 ? 1 : 64 / kWords;
       float* words = &r_total[0][0];
 #pragma unroll 1
-      for (int64_t first = shares.summed_from(); first <= shares.last; first += kBatch) {
+      for (int64_t first = shares.summed_from(); first <= shares.last && !(kMode & kNoRead); first += kBatch) {
         const int count = int(shares.last - first + 1 < kBatch ? shares.last - first + 1 : kBatch);
         uint4 r_words[kBatch][kWords / 4];
         bool ready;
