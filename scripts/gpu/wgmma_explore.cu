@@ -175,6 +175,7 @@ int main(int argc, char** argv) {
                                {"awkward", 1000, 4112}};
   std::vector<int> ms = {1, 7, 8, 16, 32, 64};
   const bool diag = argc > 1 && std::string(argv[1]) == "diag";
+  const bool no_pdl_rows = std::getenv("WGMMA_NO_PDL_ROWS") != nullptr;  // each row once more without PDL
   const bool ab = argc > 1 && std::string(argv[1]) == "ab";
   if (ab) {
     ms = {1, 8, 16, 32, 64};
@@ -256,7 +257,7 @@ int main(int argc, char** argv) {
         const std::vector<CUtensorMap>& wmaps = wmaps_by_halves[config.halves - 1];
         // The smallest fitting width (diag: 16 at M = 8 too).
         if (config.tokens < m || (!diag && config.tokens > 8 && config.tokens / 2 >= m)) continue;
-        for (int pdl = 1; pdl >= 1; --pdl) {  // (no-PDL rows: set the lower bound to 0)
+        for (int pdl = 1; pdl >= (no_pdl_rows ? 0 : 1); --pdl) {
         g_pdl = pdl;
         CUtensorMap amap;
         if (!wg::make_fp8_tensor_map(&amap, a, m, k, config.tokens)) {

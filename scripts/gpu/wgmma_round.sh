@@ -10,7 +10,8 @@
 # tunes its own GEMM plan (VT_CACHE_DIR per variant: two builds of one vt version would otherwise
 # share ~/.cache/vt/gemm_plan.json, the second running the first one's choices). GEMM_VARIANTS=1
 # runs `vt bench gemm` in each variant's environment too.
-# BASE=<commit> also builds that commit's vt (build-base/, from a git worktree) beside this one: a
+# BASE=<commit> also builds that commit's vt (build-base/, from the carried .base-src that
+# scripts/gpu/base_src.sh makes, else a git worktree) beside this one: a
 # variant that starts with "base" runs it (VARIANTS='base|none' is the same-call A/B of the two
 # commits; the variant's other words are environment assignments), and `vt bench gemm` runs on both.
 # SWEEP=<argument> runs scripts/gpu/wgmma_explore.sh <argument> while the builds compile (before
