@@ -177,11 +177,15 @@ int main(int argc, char** argv) {
   const bool diag = argc > 1 && std::string(argv[1]) == "diag";
   const bool no_pdl_rows = std::getenv("WGMMA_NO_PDL_ROWS") != nullptr;  // each row once more without PDL
   const bool ab = argc > 1 && std::string(argv[1]) == "ab";
+  const bool grid = argc > 1 && std::string(argv[1]) == "grid";
   if (ab) {
     ms = {1, 8, 16, 32, 64};
   } else if (diag) {
     shapes = {{"o_proj", 5120, 6144}, {"attn qkv", 14336, 5120}, {"gate_up", 34816, 5120}, {"down", 5120, 17408}};
     ms = {16};
+  } else if (grid) {
+    shapes = {{"o_proj", 5120, 6144}, {"down", 5120, 17408}, {"attn qkv", 14336, 5120}, {"gdn in_proj", 16384, 5120}};
+    ms = {8, 16};
   } else if (argc > 1) {
     ms = {std::atoi(argv[1])};
   }
@@ -205,6 +209,14 @@ int main(int argc, char** argv) {
     variants = {V(16, 4, 2, false),     VM(16, 4, 2, false, 8), VM(16, 4, 2, false, 16), VM(16, 4, 2, false, 24),
                 VM(16, 4, 2, false, 32), VM(16, 4, 2, false, 1), VRM(16, 4, 2, 0),       VRM(16, 4, 2, 8),
                 VRM(16, 4, 2, 16),      VRM(16, 4, 2, 24),      VRM(16, 4, 2, 32),       VRM(16, 4, 2, 1)};
+  else if (grid)  // one CTA per tile with deep rings (a lone SM's stream is bound by its bytes in
+                  // flight), against the registry's stream-K / receivers; copies-only rows: the ceiling
+    variants = {V(8, 4, 2, false),   VR(8, 4, 2),          V(8, 8, 1, true),     V(8, 12, 1, true),
+                V(8, 16, 1, true),   V(8, 20, 1, true),    V(8, 8, 2, true),     V(8, 12, 2, true),
+                VM(8, 16, 1, true, 2), VM(8, 12, 2, true, 2),
+                V(16, 4, 2, false),  VR(16, 4, 2),         V(16, 8, 1, true),    V(16, 12, 1, true),
+                V(16, 16, 1, true),  V(16, 20, 1, true),   V(16, 8, 2, true),    V(16, 12, 2, true),
+                VM(16, 16, 1, true, 2), VM(16, 12, 2, true, 2)};
   std::printf("| shape | M | tokens | stages | tile rows | CTAs | mode | max err | rerun | us | GB/s | %% bw | one call us |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<std::string> best_lines;
   const size_t flush_bytes = size_t(256) << 20;

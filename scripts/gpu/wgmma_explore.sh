@@ -3,7 +3,8 @@
 # is vt's src/backends/cuda/kernels/fp8_gemm_wgmma.cuh) and sweeps its configurations on the 27B
 # decode shapes at M = 1..64, each checked against an f32 reference and for bit-identical reruns.
 # Full table in $OUT/wgmma_explore.md; the best configuration per shape and M prints last.
-# Optional argument: one M, "diag" (the kernel without parts of its work; WGMMA_NO_PDL_ROWS=1 adds
+# Optional argument: one M, "grid" (one CTA per tile with deep rings against the registry's splits,
+# M = 8 / 16), "diag" (the kernel without parts of its work; WGMMA_NO_PDL_ROWS=1 adds
 # each row without PDL), or "ab": the registry's
 # configuration of this kernel against the kernel at commit $WGMMA_BASE (default efe0435, the
 # stream-K kernel before its scales moved into the stages): this kernel's stream-K and receivers
