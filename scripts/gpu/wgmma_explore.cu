@@ -133,6 +133,47 @@ struct Variant {
 #define VRM(t, s, slack, mode) Variant{{t, s, 2, false, mode, slack}, launch<t, s, 2, mode>}
 #define VB(t, s, mode) Variant{{t, s, 2, false, mode, -1, true}, launch<t, s, 2, mode, true>}
 
+// The stamps of the last kStamps launch as one table row: per CTA and per partials slot
+// (fp8_gemm_wgmma.cuh's Stamp), the summers and their partners found with the kernel's own split
+// arithmetic (fp8_gemm_split.h).
+std::string stamp_summary(const char* shape, const Config& config, int ctas, int64_t tiles, int64_t kb, int receive) {
+  std::vector<uint64_t> raw(wg::kStampCtas * wg::kStampsPerCta + wg::kStampSlots);
+  CHECK(cudaMemcpyFromSymbol(raw.data(), wg::g_stamps, raw.size() * sizeof(uint64_t)));
+  const auto at = [&](int cta, int point) { return raw[size_t(cta) * wg::kStampsPerCta + point]; };
+  uint64_t t0 = ~0ull, start_max = 0;
+  for (int c = 0; c < ctas; ++c) t0 = std::min(t0, at(c, wg::kStampStart)), start_max = std::max(start_max, at(c, wg::kStampStart));
+  const auto rel = [&](uint64_t t) { return double(int64_t(t - t0)); };
+  double streamed_sum = 0, streamed_max = 0, exit_sum = 0, exit_max = 0;
+  double own_sum = 0, partner_sum = 0, partner_max = 0, summed_sum = 0, summed_max = 0, wait_sum = 0;
+  int summers = 0, late = 0;
+  for (int c = 0; c < ctas; ++c) {
+    const double streamed = rel(at(c, wg::kStampStreamed)), exit = rel(at(c, wg::kStampExit));
+    streamed_sum += streamed, streamed_max = std::max(streamed_max, streamed);
+    exit_sum += exit, exit_max = std::max(exit_max, exit);
+    const wg::Walk walk = wg::walk_of(c, ctas, tiles, kb, receive);
+    if (walk.end <= walk.begin) continue;
+    const wg::Cursor last(walk, walk.end - 1);
+    const wg::TileShares shares = wg::tile_shares(last.tile, tiles, kb, ctas, receive, walk);
+    if (shares.alone() || !shares.sums(c)) continue;
+    double partners = 0;
+    for (int64_t owner = shares.summed_from(); owner <= shares.last; ++owner)
+      partners = std::max(partners, rel(raw[size_t(wg::kStampCtas) * wg::kStampsPerCta + size_t(shares.slot(owner))]));
+    const double summed = rel(at(c, wg::kStampSummed));
+    ++summers;
+    own_sum += streamed, partner_sum += partners, partner_max = std::max(partner_max, partners);
+    summed_sum += summed, summed_max = std::max(summed_max, summed);
+    wait_sum += summed - std::max(streamed, partners);
+    late += partners > streamed;
+  }
+  char line[512];
+  const double n = std::max(summers, 1);
+  std::snprintf(line, sizeof line, "| %s | %s | %d / %d | %.0f | %.0f / %.0f | %.0f | %.0f / %.0f | %d | %.0f / %.0f | %.0f | %.0f / %.0f |",
+                shape, receive ? ("receivers slack " + std::to_string(config.slack)).c_str() : "stream-K", ctas, summers,
+                double(start_max - t0), streamed_sum / ctas, streamed_max, own_sum / n, partner_sum / n, partner_max, late,
+                summed_sum / n, summed_max, wait_sum / n, exit_sum / ctas, exit_max);
+  return line;
+}
+
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows reach the log as they are measured
   int device = 0, sms = 0;
@@ -178,10 +219,15 @@ int main(int argc, char** argv) {
   const bool no_pdl_rows = std::getenv("WGMMA_NO_PDL_ROWS") != nullptr;  // each row once more without PDL
   const bool ab = argc > 1 && std::string(argv[1]) == "ab";
   const bool grid = argc > 1 && std::string(argv[1]) == "grid";
+  const bool stamps = argc > 1 && std::string(argv[1]) == "stamps";
+  std::vector<std::string> stamp_lines;
   if (ab) {
     ms = {1, 8, 16, 32, 64};
   } else if (diag) {
     shapes = {{"o_proj", 5120, 6144}, {"attn qkv", 14336, 5120}, {"gate_up", 34816, 5120}, {"down", 5120, 17408}};
+    ms = {16};
+  } else if (stamps) {
+    shapes = {{"o_proj", 5120, 6144}, {"down", 5120, 17408}, {"attn qkv", 14336, 5120}, {"gate_up", 34816, 5120}};
     ms = {16};
   } else if (grid) {
     shapes = {{"o_proj", 5120, 6144}, {"down", 5120, 17408}, {"attn qkv", 14336, 5120}, {"gdn in_proj", 16384, 5120}};
@@ -209,6 +255,8 @@ int main(int argc, char** argv) {
     variants = {V(16, 4, 2, false),     VM(16, 4, 2, false, 8), VM(16, 4, 2, false, 16), VM(16, 4, 2, false, 24),
                 VM(16, 4, 2, false, 32), VM(16, 4, 2, false, 1), VRM(16, 4, 2, 0),       VRM(16, 4, 2, 8),
                 VRM(16, 4, 2, 16),      VRM(16, 4, 2, 24),      VRM(16, 4, 2, 32),       VRM(16, 4, 2, 1)};
+  else if (stamps)  // when each CTA passes the shared-tile sum's points (fp8_gemm_wgmma.cuh's Stamp)
+    variants = {VM(16, 4, 2, false, 64), VRM(16, 4, 2, 64), VRM(16, 4, 4, 64)};
   else if (grid)  // one CTA per tile with deep rings (a lone SM's stream is bound by its bytes in
                   // flight), against the registry's stream-K / receivers; copies-only rows: the ceiling
     variants = {V(8, 4, 2, false),   VR(8, 4, 2),          V(8, 8, 1, true),     V(8, 12, 1, true),
@@ -325,6 +373,10 @@ int main(int argc, char** argv) {
         };
         const float best_ms = time_graph_ms(30, 0, 3, false);  // 30 calls over the copies
         const float single_ms = time_graph_ms(1, 1, 5, true);  // one call alone, nothing to overlap with
+        if (config.mode & wg::kStamps) {  // the 30th of 30 back-to-back calls
+          time_graph_ms(30, 0, 1, false);
+          stamp_lines.push_back(stamp_summary(shape.name, config, ctas, tiles, kb, receive));
+        }
         const double us = best_ms * 1e3 / 30;
         const double bytes = double(weight_bytes) + double(m) * k + double(m) * n * 2;
         const double gbs = bytes / (us * 1e-6) / 1e9;
@@ -336,6 +388,7 @@ int main(int argc, char** argv) {
                            : config.mode == 8  ? "sum, no poll"
                            : config.mode == 16 ? "sum, no reset"
                            : config.mode == 24 ? "sum, no poll, no reset"
+                           : config.mode == 64 ? "full, stamped"
                                                : "sum, no read (partners store)";
         if (config.base) what = "BASE " + what;
         if (receive) what += ", receivers R=" + std::to_string(receive) + " slack " + std::to_string(config.slack);
@@ -344,7 +397,7 @@ int main(int argc, char** argv) {
                       shape.name, n, k, m, config.tokens, config.stages, config.halves, ctas, what.c_str(),
                       err / ref_max, same ? "same" : "DIFFERS", us, gbs, 100 * gbs / bandwidth, single_ms * 1e3);
         std::printf("%s\n", line);
-        if (config.mode == 0 && (err / ref_max > 1e-3 || !same)) std::printf("FAILED above\n");
+        if ((config.mode == 0 || config.mode == wg::kStamps) && (err / ref_max > 1e-3 || !same)) std::printf("FAILED above\n");
         if (config.mode == 0 && pdl && us < best_us) best_us = us, best = line;
         if (ab && config.mode == 0) best_lines.push_back(line);  // every full row of the A/B in the summary
         }
@@ -353,6 +406,13 @@ int main(int argc, char** argv) {
       cudaFree(a), cudaFree(as), cudaFree(y), cudaFree(y2), cudaFree(ref);
     }
     for (int c = 0; c < copies; ++c) cudaFree(w[c]), cudaFree(ws[c]);
+  }
+  if (!stamp_lines.empty()) {
+    std::printf("\n## when the CTAs pass the sum's points (ns after the first consumer starts; the 30th of 30 calls)\n"
+                "| shape | split | CTAs / summers | start spread | streamed mean / max | summers streamed mean | "
+                "partners stored mean / max | summers waiting on a partner | summed mean / max | summed - ready mean | "
+                "exit mean / max |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const auto& line : stamp_lines) std::printf("%s\n", line.c_str());
   }
   std::printf("\n## best variant per shape and M\n| shape | M | tokens | stages | tile rows | CTAs | mode | max err | rerun | us | GB/s | %% bw | one call us |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& line : best_lines) std::printf("%s\n", line.c_str());

@@ -4,7 +4,8 @@
 # decode shapes at M = 1..64, each checked against an f32 reference and for bit-identical reruns.
 # Full table in $OUT/wgmma_explore.md; the best configuration per shape and M prints last.
 # Optional argument: one M, "grid" (one CTA per tile with deep rings against the registry's splits,
-# M = 8 / 16), "diag" (the kernel without parts of its work; WGMMA_NO_PDL_ROWS=1 adds
+# M = 8 / 16), "stamps" (when each CTA passes the shared-tile sum's points, M = 16), "diag" (the
+# kernel without parts of its work; WGMMA_NO_PDL_ROWS=1 adds
 # each row without PDL), or "ab": the registry's
 # configuration of this kernel against the kernel at commit $WGMMA_BASE (default efe0435, the
 # stream-K kernel before its scales moved into the stages): this kernel's stream-K and receivers
@@ -24,4 +25,4 @@ cuobjdump --dump-sass "$BIN" | grep -c QGMMA | sed 's/^/QGMMA instructions in SA
 timeout "${SWEEP_TIMEOUT:-300}" "$BIN" "$@" >"$OUT/wgmma_explore.md" 2>&1 || { tail -30 "$OUT/wgmma_explore.md"; exit 1; }
 head -1 "$OUT/wgmma_explore.md"
 grep -c FAILED "$OUT/wgmma_explore.md" | sed 's/^/FAILED rows: /'
-sed -n '/best variant/,$p' "$OUT/wgmma_explore.md"
+sed -n '/when the CTAs pass\|best variant/,$p' "$OUT/wgmma_explore.md"

@@ -4,6 +4,6 @@
 
 namespace vt {
 
-inline constexpr const char kVersion[] = "0.2.3";
+inline constexpr const char kVersion[] = "0.2.4";
 
 }  // namespace vt

@@ -211,8 +211,21 @@ __device__ __forceinline__ void fence_registers(float* d) {
 // results), every tile stored without the shared-tile sum (kNoFixup), the copies alone
 // (kStreamOnly), kNoFixup without the multiplies, or the sum with its partials read once,
 // unchecked (kNoPoll) and / or not set back (kNoReset), or not read at all (kNoRead: the partners
-// still store theirs).
-enum Mode { kFull = 0, kNoFixup = 1, kStreamOnly = 2, kNoMultiplies = 4, kNoPoll = 8, kNoReset = 16, kNoRead = 32 };
+// still store theirs); kStamps (results right) records when each CTA passed the points below.
+enum Mode {
+  kFull = 0, kNoFixup = 1, kStreamOnly = 2, kNoMultiplies = 4, kNoPoll = 8, kNoReset = 16, kNoRead = 32, kStamps = 64
+};
+// kStamps: %globaltimer (ns) per CTA when its consumer starts (after the programmatic-launch wait),
+// when it has multiplied its last unit, when its summer has every partner's words, and when it
+// exits; per partials slot, when that partial was stored. Read by the sweep (wgmma_explore.cu).
+enum Stamp { kStampStart = 0, kStampStreamed = 1, kStampSummed = 2, kStampExit = 3, kStampsPerCta = 4 };
+constexpr int kStampCtas = 1024, kStampSlots = 2048;
+__device__ uint64_t g_stamps[kStampCtas * kStampsPerCta + kStampSlots];
+__device__ __forceinline__ void stamp(int index) {
+  uint64_t now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  g_stamps[index] = now;
+}
 __host__ __device__ constexpr bool sums_tiles(int mode) {
   return (mode & (kNoFixup | kStreamOnly | kNoMultiplies)) == 0;
 }
@@ -308,6 +321,8 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
 
   // The consumer warpgroup.
   device::pdl_wait();
+  const bool stamps = (kMode & kStamps) && threadIdx.x == 0 && cta < kStampCtas;
+  if (stamps) stamp(int(cta) * kStampsPerCta + kStampStart);
   const int quad = lane % 4;
   float r_total[kHalves][kRegs], r_block[kHalves][kRegs];
 #pragma unroll
@@ -358,6 +373,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
 #pragma unroll
       for (int r = 0; r < kRegs; ++r) r_total[h][r] += r_block[h][r] * r_scale[(r / 4) * 2 + (r % 2)];
     if (!at.last_of_tile() && u + 1 != end) continue;
+    if (stamps && u + 1 == end) stamp(int(cta) * kStampsPerCta + kStampStreamed);
 
     const auto store = [&](float (*values)[kRegs]) {
 #pragma unroll
@@ -415,6 +431,8 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
         const auto bits = [&](int e) { return partial_bits(__float_as_uint(words[4 * q + e])); };
         store_relaxed4(mine + (q * kConsumerThreads + threadIdx.x) * 4, bits(0), bits(1), bits(2), bits(3));
       }
+      const int64_t slot = shares.slot(shares.owner_of(cta));
+      if (stamps && slot < kStampSlots) stamp(kStampCtas * kStampsPerCta + int(slot));
     } else {
       // The summer: its own share, then the other owners' in CTA order (deterministic).
       // Up to kBatch owners' partials are requested at once (one round trip for all, not one
@@ -445,6 +463,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
                       r_words[b][q].z != kUnwritten && r_words[b][q].w != kUnwritten;
           }
         } while (!ready && !(kMode & kNoPoll));
+        if (stamps && first + kBatch > shares.last) stamp(int(cta) * kStampsPerCta + kStampSummed);
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
           if (b >= count) break;
@@ -466,6 +485,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
 #pragma unroll
       for (int r = 0; r < kRegs; ++r) r_total[h][r] = 0.0f;
   }
+  if (stamps) stamp(int(cta) * kStampsPerCta + kStampExit);
 }
 
 template <typename T, int kTokens, int kStages, int kHalves, int kMode = kFull>
@@ -475,6 +495,18 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
     uint32_t* __restrict__ g_partials, int m, int n, int k, int receive_units) {
   gemm_body<T, kTokens, kStages, kHalves, kMode, false>(weight_map, activation_map, g_y, ldy, g_a_scales, g_w_scales,
                                                         g_partials, m, n, k, receive_units);
+}
+
+// One CTA per tile (the stream-K walk over as many CTAs as tiles: no shared tile, no partials),
+// for matrices of at most one tile per SM with a deeper ring (fp8_gemm_wgmma_tiles); its own name
+// so that a profile tells it from the persistent split.
+template <typename T, int kTokens, int kStages, int kHalves>
+__global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma_tiles(
+    const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap activation_map,
+    T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales, const float* __restrict__ g_w_scales,
+    int m, int n, int k) {
+  gemm_body<T, kTokens, kStages, kHalves, kFull, false>(weight_map, activation_map, g_y, ldy, g_a_scales, g_w_scales,
+                                                        nullptr, m, n, k, 0);
 }
 
 // The cluster split (fp8_gemm_split.h's cluster_walk): launched in clusters of 2..8 CTAs, one
