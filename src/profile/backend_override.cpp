@@ -50,7 +50,6 @@ const std::vector<BackendOverride>& backend_overrides() {
         {"mma", k_ok, "k % 16 == 0"},
         {"wgmma", k_ok, "k % 16 == 0"},
         {"wgmma_cluster", k_ok, "k % 16 == 0 (and, checked on the device, at most half as many 128-row tiles as SMs)"},
-        {"wgmma_tiles", k_ok, "k % 16 == 0 (and, checked on the device, at most as many 128-row tiles as SMs)"},
         {"cublaslt", k_ok, "k % 16 == 0 (and the registry's cuBLASLt limits)"}}},
   };
   return overrides;

@@ -207,8 +207,7 @@ TEST_F(CudaOps, Fp8BlockGemmMatchesCpu) {
         cuda::synchronize();
         runs.push_back(d_y.to_host());
       }
-      const bool wgmma = backend == cuda::GemmBackend::kWgmma || backend == cuda::GemmBackend::kWgmmaCluster ||
-                         backend == cuda::GemmBackend::kWgmmaTiles;
+      const bool wgmma = backend == cuda::GemmBackend::kWgmma || backend == cuda::GemmBackend::kWgmmaCluster;
       // wgmma and cuBLASLt sum blocks of e4m3 products in the tensor core's narrower accumulator
       // (tests/numerics.h says why each bound).
       const double bound = backend == cuda::GemmBackend::kCublasLt ? numerics::kFp8GemmCublasLtRelL2

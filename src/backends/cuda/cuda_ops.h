@@ -194,12 +194,10 @@ void fp8_quantize_weight_blocks(uint8_t* q, float* scales, const void* w, DType 
 // blocks over one CTA per SM, shared tiles summed in CTA order; kernels/fp8_gemm_wgmma.cuh),
 // kWgmmaCluster (the same kernel in clusters of 2..8 CTAs, one per 128-row tile, summed through
 // distributed shared memory; where the tiles fill at most half the SMs:
-// fp8_gemm_wgmma_cluster_serves), kWgmmaTiles (the same kernel, one CTA per 128-row tile with an
-// 8-stage ring, no shared tiles; where the tiles are at most the SMs: fp8_gemm_wgmma_tiles_serves).
-enum class Fp8GemmBackend { kAuto, kGemv, kWarpRows, kMma, kGemvSplitK, kGemvTma, kWgmma, kWgmmaCluster, kWgmmaTiles };
-// Whether kWgmmaCluster / kWgmmaTiles serve an M x N x K GEMM on the current device.
+// fp8_gemm_wgmma_cluster_serves).
+enum class Fp8GemmBackend { kAuto, kGemv, kWarpRows, kMma, kGemvSplitK, kGemvTma, kWgmma, kWgmmaCluster };
+// Whether kWgmmaCluster serves an M x N x K GEMM on the current device.
 bool fp8_gemm_wgmma_cluster_serves(int64_t m, int64_t n, int64_t k, DType act);
-bool fp8_gemm_wgmma_tiles_serves(int64_t m, int64_t n, int64_t k);
 const char* fp8_gemm_kernel_name(Fp8GemmBackend backend);  // the kernel a backend launches
 int64_t fp8_gemm_launches(Fp8GemmBackend backend, int64_t m);  // its launches for M rows
 // Device resources the backends keep per GPU and stream (the wgmma GEMM's partials), made outside

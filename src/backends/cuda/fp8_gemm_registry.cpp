@@ -49,7 +49,6 @@ Fp8GemmBackend kernel_backend(GemmBackend backend) {
     case GemmBackend::kMma: return Fp8GemmBackend::kMma;
     case GemmBackend::kWgmma: return Fp8GemmBackend::kWgmma;
     case GemmBackend::kWgmmaCluster: return Fp8GemmBackend::kWgmmaCluster;
-    case GemmBackend::kWgmmaTiles: return Fp8GemmBackend::kWgmmaTiles;
     default: VT_FAIL("not a vt kernel backend");
   }
 }
@@ -63,7 +62,6 @@ const char* gemm_backend_name(GemmBackend backend) {
     case GemmBackend::kMma: return "mma";
     case GemmBackend::kWgmma: return "wgmma";
     case GemmBackend::kWgmmaCluster: return "wgmma_cluster";
-    case GemmBackend::kWgmmaTiles: return "wgmma_tiles";
     case GemmBackend::kCublasLt: return "cublaslt";
   }
   return "?";
@@ -169,7 +167,6 @@ bool Fp8GemmRegistry::supports(GemmBackend backend, int64_t m, int64_t n, int64_
     case GemmBackend::kMma:
     case GemmBackend::kWgmma: return true;
     case GemmBackend::kWgmmaCluster: return fp8_gemm_wgmma_cluster_serves(m, n, k, act);
-    case GemmBackend::kWgmmaTiles: return fp8_gemm_wgmma_tiles_serves(m, n, k);
     case GemmBackend::kCublasLt:
       return m <= max_m_ && k <= max_k_ && cublas_.supports_fp8_block(m, n, k, ldy, act);
   }

@@ -23,11 +23,11 @@ typedef struct CUgraphExec_st* cudaGraphExec_t;
 
 namespace vt::cuda {
 
-enum class GemmBackend { kGemv, kGemvSplitK, kGemvTma, kWarpRows, kMma, kWgmma, kWgmmaCluster, kWgmmaTiles, kCublasLt };
-constexpr GemmBackend kAllGemmBackends[] = {
-    GemmBackend::kGemv,  GemmBackend::kGemvSplitK,    GemmBackend::kGemvTma,     GemmBackend::kWarpRows, GemmBackend::kMma,
-    GemmBackend::kWgmma, GemmBackend::kWgmmaCluster, GemmBackend::kWgmmaTiles, GemmBackend::kCublasLt};
-// "gemv", "gemv_splitk", "gemv_tma", "warp_rows", "mma", "wgmma", "wgmma_cluster", "wgmma_tiles", "cublaslt"
+enum class GemmBackend { kGemv, kGemvSplitK, kGemvTma, kWarpRows, kMma, kWgmma, kWgmmaCluster, kCublasLt };
+constexpr GemmBackend kAllGemmBackends[] = {GemmBackend::kGemv,     GemmBackend::kGemvSplitK,    GemmBackend::kGemvTma,
+                                            GemmBackend::kWarpRows, GemmBackend::kMma,           GemmBackend::kWgmma,
+                                            GemmBackend::kWgmmaCluster, GemmBackend::kCublasLt};
+// "gemv", "gemv_splitk", "gemv_tma", "warp_rows", "mma", "wgmma", "wgmma_cluster", "cublaslt"
 const char* gemm_backend_name(GemmBackend backend);
 std::optional<GemmBackend> parse_gemm_backend(const std::string& name);
 Fp8GemmBackend kernel_backend(GemmBackend backend);  // vt's kernels (not kCublasLt)

@@ -466,7 +466,6 @@ const char* fp8_gemm_kernel_name(Fp8GemmBackend backend) {
   return backend == Fp8GemmBackend::kMma          ? "sm90_fp8_gemm_mma_splitk"
          : backend == Fp8GemmBackend::kWgmma      ? "sm90_fp8_gemm_wgmma"
          : backend == Fp8GemmBackend::kWgmmaCluster ? "sm90_fp8_gemm_wgmma_cluster"
-         : backend == Fp8GemmBackend::kWgmmaTiles ? "sm90_fp8_gemm_wgmma_tiles"
          : backend == Fp8GemmBackend::kGemv       ? "sm90_fp8_gemv"
          : backend == Fp8GemmBackend::kGemvSplitK ? "sm90_fp8_gemv_splitk"
          : backend == Fp8GemmBackend::kGemvTma    ? "sm90_fp8_gemv_tma"
@@ -475,9 +474,7 @@ const char* fp8_gemm_kernel_name(Fp8GemmBackend backend) {
 
 int64_t fp8_gemm_launches(Fp8GemmBackend backend, int64_t m) {
   return backend == Fp8GemmBackend::kMma     ? (m + kMmaRows - 1) / kMmaRows
-         : backend == Fp8GemmBackend::kWgmma || backend == Fp8GemmBackend::kWgmmaCluster ||
-                 backend == Fp8GemmBackend::kWgmmaTiles
-             ? fp8_gemm_wgmma_launches(m)
+         : backend == Fp8GemmBackend::kWgmma || backend == Fp8GemmBackend::kWgmmaCluster ? fp8_gemm_wgmma_launches(m)
                                              : 1;
 }
 
@@ -518,11 +515,6 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
   if (backend == Fp8GemmBackend::kWgmmaCluster) {
     fp8_gemm_wgmma_cluster(y, ldy, q, a_scales, w, w_scales, m, n, k, act, stream,
                            [&](int64_t rows) { return cost_rows("wgmma_cluster", rows); });
-    return;
-  }
-  if (backend == Fp8GemmBackend::kWgmmaTiles) {
-    fp8_gemm_wgmma_tiles(y, ldy, q, a_scales, w, w_scales, m, n, k, act, stream,
-                         [&](int64_t rows) { return cost_rows("wgmma_tiles", rows); });
     return;
   }
   if (backend == Fp8GemmBackend::kGemvTma) {

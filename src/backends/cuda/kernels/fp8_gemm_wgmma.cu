@@ -7,8 +7,7 @@
 // 128-row tile where the tiles nearly fill the SMs (no shared tiles then); the receivers split
 // (docs/perf/2026-12-02-wgmma-receivers.md) where the tiles fill at most half the SMs. The cluster
 // split (Fp8GemmBackend::kWgmmaCluster, docs/perf/2026-12-02-wgmma-cluster.md) is its own entry:
-// its cluster size per device and width, its launch in clusters; so is one CTA per tile with a
-// deeper ring (Fp8GemmBackend::kWgmmaTiles, docs/perf/2026-12-02-wgmma-tiles.md).
+// its cluster size per device and width, its launch in clusters.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -128,32 +127,6 @@ void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales
   launch("sm90_fp8_gemm_wgmma", cost, kernel, dim3(unsigned(ctas)), dim3(wg::kThreads), shared_bytes<kTokens>(), stream,
          weights, activations, static_cast<T*>(y), ldy, a_scales, w_scales, space.partials, int(m), int(n), int(k),
          int(receive_units));
-}
-
-// One CTA per tile (sm90_fp8_gemm_wgmma_tiles): 8 stages at every width. 112 or 128 CTAs each
-// stream a whole tile, so each needs more bytes in flight than the persistent split's 132 (where 8
-// stages were slower); back to back on the H200, attn qkv (112 tiles) M = 16: 20.2 us with 8
-// stages, 20.6 with 12, 21.0 for the persistent stream-K split (docs/perf/2026-12-02-wgmma-tiles.md).
-constexpr int kTileStages = 8;
-
-template <int kTokens>
-constexpr size_t tile_shared_bytes() {
-  return std::max(wg::shared_bytes<kTokens, kTileStages, kHalves>(), kExclusiveSharedBytes);
-}
-
-template <typename T, int kTokens>
-void launch_tiles_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
-                         const float* w_scales, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
-                         const ::vt::profile::LaunchCost& cost) {
-  auto kernel = wg::sm90_fp8_gemm_wgmma_tiles<T, kTokens, kTileStages, kHalves>;
-  static std::atomic<uint64_t> devices{0};
-  allow_dynamic_shared(kernel, tile_shared_bytes<kTokens>(), devices, "sm90_fp8_gemm_wgmma_tiles");
-  const CUtensorMap& weights = tensor_map(w, n, k, kTileRows);
-  const CUtensorMap& activations = tensor_map(q, m, k, kTokens);
-  const int64_t tiles = (n + kTileRows - 1) / kTileRows;
-  launch("sm90_fp8_gemm_wgmma_tiles", cost, kernel, dim3(unsigned(tiles)), dim3(wg::kThreads),
-         tile_shared_bytes<kTokens>(), stream, weights, activations, static_cast<T*>(y), ldy, a_scales, w_scales,
-         int(m), int(n), int(k));
 }
 
 // The cluster split (sm90_fp8_gemm_wgmma_cluster): at most 8 CTAs per cluster (the portable
@@ -313,31 +286,6 @@ void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
                                                 receive_units, space, stream, cost(rows)));
     };
     by_tokens(rows, run);
-  }
-}
-
-bool fp8_gemm_wgmma_tiles_serves(int64_t m, int64_t n, int64_t k) {
-  if (m < 1 || n < 1 || k < 1 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return false;
-  static_assert(tile_shared_bytes<kMaxTokens>() <= 227 * 1024, "the deepest ring fits an sm90 CTA");
-  return (n + kTileRows - 1) / kTileRows <= device_limits(current_device()).sms;
-}
-
-void fp8_gemm_wgmma_tiles(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
-                          const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
-                          const std::function<::vt::profile::LaunchCost(int64_t rows)>& cost) {
-  VT_CHECK(fp8_gemm_wgmma_tiles_serves(m, n, k), "fp8 wgmma tiles GEMM: ", m, " x ", n, " x ", k,
-           " has more 128-row tiles than the device has SMs (see fp8_gemm_wgmma_tiles_serves)");
-  const int64_t k_blocks = (k + wg::kBlockK - 1) / wg::kBlockK;
-  const size_t element = dtype_size(act);
-  for (int64_t m0 = 0; m0 < m; m0 += kMaxTokens) {
-    const int64_t rows = std::min<int64_t>(kMaxTokens, m - m0);
-    void* y_rows = static_cast<char*>(y) + size_t(m0 * ldy) * element;
-    by_tokens(rows, [&](auto tokens) {
-      constexpr int kTokens = decltype(tokens)::value;
-      VT_DISPATCH_ACT(act, T,
-                      launch_tiles_tokens<T, kTokens>(y_rows, ldy, q + m0 * k, a_scales + m0 * k_blocks, w, w_scales,
-                                                      rows, n, k, stream, cost(rows)));
-    });
   }
 }
 

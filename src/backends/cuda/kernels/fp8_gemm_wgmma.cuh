@@ -497,18 +497,6 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
                                                         g_partials, m, n, k, receive_units);
 }
 
-// One CTA per tile (the stream-K walk over as many CTAs as tiles: no shared tile, no partials),
-// for matrices of at most one tile per SM with a deeper ring (fp8_gemm_wgmma_tiles); its own name
-// so that a profile tells it from the persistent split.
-template <typename T, int kTokens, int kStages, int kHalves>
-__global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma_tiles(
-    const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap activation_map,
-    T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales, const float* __restrict__ g_w_scales,
-    int m, int n, int k) {
-  gemm_body<T, kTokens, kStages, kHalves, kFull, false>(weight_map, activation_map, g_y, ldy, g_a_scales, g_w_scales,
-                                                        nullptr, m, n, k, 0);
-}
-
 // The cluster split (fp8_gemm_split.h's cluster_walk): launched in clusters of 2..8 CTAs, one
 // cluster per tile; dynamic shared memory adds (c - 1) x cluster_partial_bytes.
 template <typename T, int kTokens, int kStages, int kHalves>

@@ -31,10 +31,4 @@ void fp8_gemm_wgmma_cluster(void* y, int64_t ldy, const uint8_t* q, const float*
                             const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
                             const std::function<::vt::profile::LaunchCost(int64_t rows)>& cost);
 
-// One CTA per 128-row tile, 8 stages (Fp8GemmBackend::kWgmmaTiles): where the tiles are at most
-// the SMs (fp8_gemm_wgmma_tiles_serves, cuda_ops.h).
-void fp8_gemm_wgmma_tiles(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
-                          const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
-                          const std::function<::vt::profile::LaunchCost(int64_t rows)>& cost);
-
 }  // namespace vt::cuda
