@@ -88,8 +88,11 @@ uint64_t* g_base_partials = nullptr;  // the base kernel's (64-bit flagged words
 
 template <int kTokens, int kStages, int kHalves, int kMode>
 constexpr size_t smem_of() {
-  return std::max(wg::shared_bytes<kTokens, kStages, kHalves>(), kExclusiveBytes);
+  return std::max(wg::shared_bytes<kTokens, kStages, kHalves>() + wg::prefetch_bytes<kTokens, kHalves>(),
+                  kExclusiveBytes);
 }
+// The summer's prefetch lead in units (WGMMA_PREFETCH_LEAD, default vt's 2; 0: none).
+int g_prefetch_lead = 2;
 
 template <int kTokens, int kStages, int kHalves, int kMode, bool kBase = false>
 void launch(const CUtensorMap& wmap, const CUtensorMap& amap, float* y, const float* as, const float* ws,
@@ -118,7 +121,7 @@ void launch(const CUtensorMap& wmap, const CUtensorMap& amap, float* y, const fl
     CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, g_base_partials, m, n, k));
   else
     CHECK(cudaLaunchKernelEx(&config, kernel, wmap, amap, y, int64_t(n), as, ws, reinterpret_cast<uint32_t*>(partials),
-                             m, n, k, receive_units));
+                             m, n, k, receive_units, g_prefetch_lead));
 }
 
 using Launcher = void (*)(const CUtensorMap&, const CUtensorMap&, float*, const float*, const float*, uint64_t*, int,
@@ -176,6 +179,7 @@ std::string stamp_summary(const char* shape, const Config& config, int ctas, int
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows reach the log as they are measured
+  if (const char* lead = std::getenv("WGMMA_PREFETCH_LEAD")) g_prefetch_lead = std::atoi(lead);
   int device = 0, sms = 0;
   CHECK(cudaGetDevice(&device));
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));

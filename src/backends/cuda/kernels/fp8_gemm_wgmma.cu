@@ -40,7 +40,8 @@ constexpr int64_t kReceiverSlack = 2;
 
 template <int kTokens>
 constexpr size_t shared_bytes() {
-  return std::max(wg::shared_bytes<kTokens, kStages, kHalves>(), kExclusiveSharedBytes);
+  return std::max(wg::shared_bytes<kTokens, kStages, kHalves>() + wg::prefetch_bytes<kTokens, kHalves>(),
+                  kExclusiveSharedBytes);
 }
 
 // Per (device, stream): the SM count and the partials (one slot per CTA, filled with
@@ -105,6 +106,21 @@ const CUtensorMap& tensor_map(const void* base, int64_t rows, int64_t cols, int 
   return cache.emplace(key, map).first->second;
 }
 
+// How many units before its range's end a summer requests its partners' partials into shared
+// memory (VT_WGMMA_PREFETCH_LEAD, read once; 0: at the end, as before): the read's round trip was
+// ~1 us after the summer's last unit even where the partials had been written long before
+// (docs/perf/2026-12-02-wgmma-prefetch.md).
+constexpr int kPrefetchLead = 2;
+int prefetch_lead() {
+  static const int lead = [] {
+    const char* value = std::getenv("VT_WGMMA_PREFETCH_LEAD");
+    const int parsed = value && *value ? std::atoi(value) : kPrefetchLead;
+    VT_CHECK(parsed >= 0 && parsed <= 64, "VT_WGMMA_PREFETCH_LEAD=", value, ": 0..64 units");
+    return parsed;
+  }();
+  return lead;
+}
+
 // How many units a receiver streams beyond a sender's share (VT_WGMMA_SLACK, read once; negative:
 // the stream-K split everywhere, for A/B runs).
 int64_t receiver_slack() {
@@ -126,7 +142,7 @@ void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales
   const CUtensorMap& activations = tensor_map(q, m, k, kTokens);
   launch("sm90_fp8_gemm_wgmma", cost, kernel, dim3(unsigned(ctas)), dim3(wg::kThreads), shared_bytes<kTokens>(), stream,
          weights, activations, static_cast<T*>(y), ldy, a_scales, w_scales, space.partials, int(m), int(n), int(k),
-         int(receive_units));
+         int(receive_units), prefetch_lead());
 }
 
 // The cluster split (sm90_fp8_gemm_wgmma_cluster): at most 8 CTAs per cluster (the portable

@@ -78,6 +78,17 @@ template <int kTokens, int kHalves>
 constexpr size_t cluster_partial_bytes() {
   return size_t(kHalves) * (kTokens / 2) * 128 * sizeof(float);
 }
+// The shared-tile sum reads up to partial_batch partners' partials per request (one round trip for
+// all); the persistent split's summer requests its first batch into shared memory before its range
+// ends (prefetch_bytes, beside the stages: gemm_body's prefetch_lead).
+template <int kTokens, int kHalves>
+__host__ __device__ constexpr int partial_batch() {
+  return kHalves * kTokens / 2 >= 64 ? 1 : 64 / (kHalves * kTokens / 2);
+}
+template <int kTokens, int kHalves>
+constexpr size_t prefetch_bytes() {
+  return size_t(partial_batch<kTokens, kHalves>()) * kHalves * (kTokens / 2) * 128 * sizeof(float);
+}
 
 using device::barrier_arrive;
 using device::barrier_expect_bytes;
@@ -102,6 +113,13 @@ __device__ __forceinline__ void copy_async_4(float* destination, const float* so
                "r"(valid ? 4 : 0)
                : "memory");
 }
+// 16 bytes from global to shared memory, asynchronously, through L2 (a partial another CTA wrote);
+// cp_async_commit closes this thread's group of them, cp_async_wait_all waits for its groups.
+__device__ __forceinline__ void copy_async_16(void* destination, const void* source) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_address(destination)), "l"(source) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 // An arrival on `barrier` (counted in its expected arrivals) once this thread's copies above land.
 __device__ __forceinline__ void copy_async_arrive(uint64_t* barrier) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_address(barrier)) : "memory");
@@ -234,13 +252,17 @@ __host__ __device__ constexpr bool sums_tiles(int mode) {
 // 16 warp + lane / 4 + 8 h of the 64, column (token) 8c + 2 (lane % 4) + e.
 //
 // receive_units: 0 for the stream-K split, else R of the receivers split (fp8_gemm_split.h).
+// prefetch_lead: the summer of its range's last tile requests its first partners' words into
+// shared memory (cp.async: nothing waits on them) after multiplying unit end - 1 - lead, so that
+// the read's round trip (~1 us under the stream's load on the H200, kStamps) overlaps its last
+// units; words that come unwritten are re-read from global memory as before. 0: no prefetch.
 // kClustered: the cluster split instead (launched in clusters of c CTAs, one per tile; partials
 // through distributed shared memory, no g_partials).
 template <typename T, int kTokens, int kStages, int kHalves, int kMode, bool kClustered>
 __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const CUtensorMap& activation_map,
                                           T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales,
                                           const float* __restrict__ g_w_scales, uint32_t* __restrict__ g_partials,
-                                          int m, int n, int k, int receive_units) {
+                                          int m, int n, int k, int receive_units, int prefetch_lead) {
   static_assert(kTokens == 8 || kTokens == 16 || kTokens == 32 || kTokens == 64, "wgmma N of 8..64 tokens");
   static_assert(kHalves == 1 || kHalves == 2, "tiles of 64 or 128 weight rows");
   constexpr int kTileRows = 64 * kHalves;
@@ -253,6 +275,8 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
   uint64_t* s_empty = s_full + kStages;
   float* s_scales = reinterpret_cast<float*>(s_empty + kStages);  // [kStages][kSlots]
   float* s_cluster = s_scales + kStages * kSlots;  // kClustered: [rank - 1][kWords / 4][thread][4]
+  // Else the prefetched partials: [partner][kWords / 4][thread][4] words.
+  uint32_t* s_prefetch = reinterpret_cast<uint32_t*>(s_cluster);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t k_blocks = (k + kBlockK - 1) / kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
@@ -323,6 +347,19 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
   device::pdl_wait();
   const bool stamps = (kMode & kStamps) && threadIdx.x == 0 && cta < kStampCtas;
   if (stamps) stamp(int(cta) * kStampsPerCta + kStampStart);
+  constexpr int kWords = kHalves * kRegs;
+  static_assert(kWords % 4 == 0, "16-byte pieces of the partials");
+  constexpr int kBatch = partial_batch<kTokens, kHalves>();
+  // Whether (and after which unit) this CTA prefetches the partials of the tile it sums last.
+  int64_t prefetch_at = -1;
+  TileShares last_shares{};
+  if constexpr (!kClustered && sums_tiles(kMode)) {
+    if (prefetch_lead > 0 && end > begin) {
+      last_shares = tile_shares(Cursor(walk, end - 1).tile, tiles, k_blocks, ctas, receive_units, walk);
+      if (!last_shares.alone() && last_shares.sums(cta))
+        prefetch_at = end - 1 - prefetch_lead > begin ? end - 1 - prefetch_lead : begin;
+    }
+  }
   const int quad = lane % 4;
   float r_total[kHalves][kRegs], r_block[kHalves][kRegs];
 #pragma unroll
@@ -372,6 +409,20 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
     for (int h = 0; h < kHalves; ++h)
 #pragma unroll
       for (int r = 0; r < kRegs; ++r) r_total[h][r] += r_block[h][r] * r_scale[(r / 4) * 2 + (r % 2)];
+    if (u == prefetch_at) {
+      const int64_t first = last_shares.summed_from();
+      const int count = int(last_shares.last - first + 1 < kBatch ? last_shares.last - first + 1 : kBatch);
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (b >= count) break;
+        const uint32_t* theirs = g_partials + last_shares.slot(first + b) * (kWords * kConsumerThreads);
+#pragma unroll
+        for (int q = 0; q < kWords / 4; ++q)
+          copy_async_16(s_prefetch + ((b * (kWords / 4) + q) * kConsumerThreads + threadIdx.x) * 4,
+                        theirs + (q * kConsumerThreads + threadIdx.x) * 4);
+      }
+      cp_async_commit();
+    }
     if (!at.last_of_tile() && u + 1 != end) continue;
     if (stamps && u + 1 == end) stamp(int(cta) * kStampsPerCta + kStampStreamed);
 
@@ -385,8 +436,6 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
           if (column < n && token < m) g_y[token * ldy + column] = device::from_float<T>(values[h][r]);
         }
     };
-    constexpr int kWords = kHalves * kRegs;
-    static_assert(kWords % 4 == 0, "16-byte pieces of the partials");
     if constexpr (kClustered) {
       // The cluster's CTAs stream one tile each: ranks > 0 store their partials into rank 0's
       // shared memory, rank 0 adds them in rank order (deterministic) and writes the tile.
@@ -436,15 +485,35 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
     } else {
       // The summer: its own share, then the other owners' in CTA order (deterministic).
       // Up to kBatch owners' partials are requested at once (one round trip for all, not one
-      // each), re-read until no word is kUnwritten, and set back to it for the next call.
-      constexpr int kBatch = kWords >= 64 ? 1 : 64 / kWords;
+      // each; the first batch prefetched into shared memory where prefetch_at says), re-read
+      // until no word is kUnwritten, and set back to it for the next call.
       float* words = &r_total[0][0];
 #pragma unroll 1
       for (int64_t first = shares.summed_from(); first <= shares.last && !(kMode & kNoRead); first += kBatch) {
         const int count = int(shares.last - first + 1 < kBatch ? shares.last - first + 1 : kBatch);
         uint4 r_words[kBatch][kWords / 4];
-        bool ready;
-        do {
+        bool ready = false, read = false;
+        if (prefetch_at >= 0 && tile == last_shares.tile && first == shares.summed_from()) {
+          cp_async_wait_all();  // this thread's own copies: no barrier needed to read them
+#pragma unroll
+          for (int b = 0; b < kBatch; ++b) {
+            if (b >= count) break;
+#pragma unroll
+            for (int q = 0; q < kWords / 4; ++q)
+              r_words[b][q] = *reinterpret_cast<const uint4*>(
+                  s_prefetch + ((b * (kWords / 4) + q) * kConsumerThreads + threadIdx.x) * 4);
+          }
+          ready = true, read = true;
+#pragma unroll
+          for (int b = 0; b < kBatch; ++b) {
+            if (b >= count) break;
+#pragma unroll
+            for (int q = 0; q < kWords / 4; ++q)
+              ready = ready && r_words[b][q].x != kUnwritten && r_words[b][q].y != kUnwritten &&
+                      r_words[b][q].z != kUnwritten && r_words[b][q].w != kUnwritten;
+          }
+        }
+        while (!ready && !(read && (kMode & kNoPoll))) {
 #pragma unroll
           for (int b = 0; b < kBatch; ++b) {
             if (b >= count) break;
@@ -462,7 +531,8 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
               ready = ready && r_words[b][q].x != kUnwritten && r_words[b][q].y != kUnwritten &&
                       r_words[b][q].z != kUnwritten && r_words[b][q].w != kUnwritten;
           }
-        } while (!ready && !(kMode & kNoPoll));
+          read = true;
+        }
         if (stamps && first + kBatch > shares.last) stamp(int(cta) * kStampsPerCta + kStampSummed);
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
@@ -492,9 +562,9 @@ template <typename T, int kTokens, int kStages, int kHalves, int kMode = kFull>
 __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
     const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap activation_map,
     T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales, const float* __restrict__ g_w_scales,
-    uint32_t* __restrict__ g_partials, int m, int n, int k, int receive_units) {
+    uint32_t* __restrict__ g_partials, int m, int n, int k, int receive_units, int prefetch_lead) {
   gemm_body<T, kTokens, kStages, kHalves, kMode, false>(weight_map, activation_map, g_y, ldy, g_a_scales, g_w_scales,
-                                                        g_partials, m, n, k, receive_units);
+                                                        g_partials, m, n, k, receive_units, prefetch_lead);
 }
 
 // The cluster split (fp8_gemm_split.h's cluster_walk): launched in clusters of 2..8 CTAs, one
@@ -505,7 +575,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma_cluster(
     T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales, const float* __restrict__ g_w_scales,
     int m, int n, int k) {
   gemm_body<T, kTokens, kStages, kHalves, kFull, true>(weight_map, activation_map, g_y, ldy, g_a_scales, g_w_scales,
-                                                       nullptr, m, n, k, 0);
+                                                       nullptr, m, n, k, 0, 0);
 }
 
 // A tensor map of a row-major e4m3 matrix [rows, cols] (cols % 16 == 0, 16-byte aligned base) in
