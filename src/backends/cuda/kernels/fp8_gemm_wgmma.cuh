@@ -252,10 +252,10 @@ __host__ __device__ constexpr bool sums_tiles(int mode) {
 // 16 warp + lane / 4 + 8 h of the 64, column (token) 8c + 2 (lane % 4) + e.
 //
 // receive_units: 0 for the stream-K split, else R of the receivers split (fp8_gemm_split.h).
-// prefetch_lead: the summer of its range's last tile requests its first partners' words into
-// shared memory (cp.async: nothing waits on them) after multiplying unit end - 1 - lead, so that
-// the read's round trip (~1 us under the stream's load on the H200, kStamps) overlaps its last
-// units; words that come unwritten are re-read from global memory as before. 0: no prefetch.
+// prefetch_lead: a stream-K summer of its range's last tile requests its first partners' words
+// into shared memory (cp.async: nothing waits on them) after multiplying unit end - 1 - lead, so
+// that the read's round trip (~1 us under the stream's load on the H200, kStamps) overlaps its
+// last units; words that come unwritten are re-read from global memory as before. 0: no prefetch.
 // kClustered: the cluster split instead (launched in clusters of c CTAs, one per tile; partials
 // through distributed shared memory, no g_partials).
 template <typename T, int kTokens, int kStages, int kHalves, int kMode, bool kClustered>
@@ -350,13 +350,15 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
   constexpr int kWords = kHalves * kRegs;
   static_assert(kWords % 4 == 0, "16-byte pieces of the partials");
   constexpr int kBatch = partial_batch<kTokens, kHalves>();
-  // Whether (and after which unit) this CTA prefetches the partials of the tile it sums last.
+  // Who shares the range's last tile, worked out now (its 64-bit divisions off the range's end,
+  // where they would delay the partial or the sum), and whether (after which unit) this CTA, a
+  // stream-K summer, prefetches that tile's partials (the receivers' come at the end regardless).
   int64_t prefetch_at = -1;
-  TileShares last_shares{};
+  TileShares last_shares{-1, 0, 1, 0, false};
   if constexpr (!kClustered && sums_tiles(kMode)) {
-    if (prefetch_lead > 0 && end > begin) {
+    if (end > begin) {
       last_shares = tile_shares(Cursor(walk, end - 1).tile, tiles, k_blocks, ctas, receive_units, walk);
-      if (!last_shares.alone() && last_shares.sums(cta))
+      if (prefetch_lead > 0 && receive_units == 0 && !last_shares.alone() && last_shares.sums(cta))
         prefetch_at = end - 1 - prefetch_lead > begin ? end - 1 - prefetch_lead : begin;
     }
   }
@@ -466,7 +468,8 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
     }
     // The CTA's share of this tile is done: who else holds a share, and where their partials go
     // (fp8_gemm_split.h).
-    const TileShares shares = tile_shares(tile, tiles, k_blocks, ctas, receive_units, walk);
+    const TileShares shares =
+        tile == last_shares.tile ? last_shares : tile_shares(tile, tiles, k_blocks, ctas, receive_units, walk);
     if (shares.alone() || !sums_tiles(kMode)) {
       store(r_total);
     } else if (!shares.sums(cta)) {
