@@ -495,6 +495,18 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
       for (int64_t first = shares.summed_from(); first <= shares.last && !(kMode & kNoRead); first += kBatch) {
         const int count = int(shares.last - first + 1 < kBatch ? shares.last - first + 1 : kBatch);
         uint4 r_words[kBatch][kWords / 4];
+        const auto all_written = [&] {
+          bool written = true;
+#pragma unroll
+          for (int b = 0; b < kBatch; ++b) {
+            if (b >= count) break;
+#pragma unroll
+            for (int q = 0; q < kWords / 4; ++q)
+              written = written && r_words[b][q].x != kUnwritten && r_words[b][q].y != kUnwritten &&
+                        r_words[b][q].z != kUnwritten && r_words[b][q].w != kUnwritten;
+          }
+          return written;
+        };
         bool ready = false, read = false;
         if (prefetch_at >= 0 && tile == last_shares.tile && first == shares.summed_from()) {
           cp_async_wait_all();  // this thread's own copies: no barrier needed to read them
@@ -506,15 +518,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
               r_words[b][q] = *reinterpret_cast<const uint4*>(
                   s_prefetch + ((b * (kWords / 4) + q) * kConsumerThreads + threadIdx.x) * 4);
           }
-          ready = true, read = true;
-#pragma unroll
-          for (int b = 0; b < kBatch; ++b) {
-            if (b >= count) break;
-#pragma unroll
-            for (int q = 0; q < kWords / 4; ++q)
-              ready = ready && r_words[b][q].x != kUnwritten && r_words[b][q].y != kUnwritten &&
-                      r_words[b][q].z != kUnwritten && r_words[b][q].w != kUnwritten;
-          }
+          ready = all_written(), read = true;
         }
         while (!ready && !(read && (kMode & kNoPoll))) {
 #pragma unroll
@@ -525,15 +529,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
             for (int q = 0; q < kWords / 4; ++q)
               r_words[b][q] = load_relaxed4(theirs + (q * kConsumerThreads + threadIdx.x) * 4);
           }
-          ready = true;
-#pragma unroll
-          for (int b = 0; b < kBatch; ++b) {
-            if (b >= count) break;
-#pragma unroll
-            for (int q = 0; q < kWords / 4; ++q)
-              ready = ready && r_words[b][q].x != kUnwritten && r_words[b][q].y != kUnwritten &&
-                      r_words[b][q].z != kUnwritten && r_words[b][q].w != kUnwritten;
-          }
+          ready = all_written();
           read = true;
         }
         if (stamps && first + kBatch > shares.last) stamp(int(cta) * kStampsPerCta + kStampSummed);
