@@ -133,6 +133,7 @@ struct Variant {
 #define V(t, s, h, g) Variant{{t, s, h, g, 0}, launch<t, s, h, 0>}
 #define VM(t, s, h, g, mode) Variant{{t, s, h, g, mode}, launch<t, s, h, mode>}
 #define VR(t, s, slack) Variant{{t, s, 2, false, 0, slack}, launch<t, s, 2, 0>}
+#define VRH(t, s, h, slack) Variant{{t, s, h, false, 0, slack}, launch<t, s, h, 0>}
 #define VRM(t, s, slack, mode) Variant{{t, s, 2, false, mode, slack}, launch<t, s, 2, mode>}
 #define VB(t, s, mode) Variant{{t, s, 2, false, mode, -1, true}, launch<t, s, 2, mode, true>}
 
@@ -224,12 +225,17 @@ int main(int argc, char** argv) {
   const bool ab = argc > 1 && std::string(argv[1]) == "ab";
   const bool grid = argc > 1 && std::string(argv[1]) == "grid";
   const bool stamps = argc > 1 && std::string(argv[1]) == "stamps";
+  const bool halves = argc > 1 && std::string(argv[1]) == "halves";
   std::vector<std::string> stamp_lines;
   if (ab) {
     ms = {1, 8, 16, 32, 64};
   } else if (diag) {
     shapes = {{"o_proj", 5120, 6144}, {"attn qkv", 14336, 5120}, {"gate_up", 34816, 5120}, {"down", 5120, 17408}};
     ms = {16};
+  } else if (halves) {
+    shapes = {{"o_proj", 5120, 6144}, {"down", 5120, 17408}, {"attn qkv", 14336, 5120}, {"gate_up", 34816, 5120},
+              {"gdn in_proj", 16384, 5120}};
+    ms = {8, 16};
   } else if (stamps) {
     shapes = {{"o_proj", 5120, 6144}, {"down", 5120, 17408}, {"attn qkv", 14336, 5120}, {"gate_up", 34816, 5120}};
     ms = {16};
@@ -259,6 +265,12 @@ int main(int argc, char** argv) {
     variants = {V(16, 4, 2, false),     VM(16, 4, 2, false, 8), VM(16, 4, 2, false, 16), VM(16, 4, 2, false, 24),
                 VM(16, 4, 2, false, 32), VM(16, 4, 2, false, 1), VRM(16, 4, 2, 0),       VRM(16, 4, 2, 8),
                 VRM(16, 4, 2, 16),      VRM(16, 4, 2, 24),      VRM(16, 4, 2, 32),       VRM(16, 4, 2, 1)};
+  else if (halves)  // 64-row tiles (half the partial's bytes, twice the tiles to share them) against 128
+    variants = {V(8, 4, 2, false),   VR(8, 4, 2),           V(8, 4, 1, false),  V(8, 6, 1, false),
+                V(8, 8, 1, false),   VRH(8, 4, 1, 2),       VRH(8, 6, 1, 2),    VM(8, 4, 1, false, 1),
+                V(16, 4, 2, false),  VR(16, 4, 2),          V(16, 4, 1, false), V(16, 6, 1, false),
+                V(16, 8, 1, false),  VRH(16, 4, 1, 2),      VRH(16, 6, 1, 2),   VM(16, 4, 1, false, 1),
+                VM(16, 4, 1, false, 64), VM(16, 6, 1, false, 64)};
   else if (stamps)  // when each CTA passes the shared-tile sum's points (fp8_gemm_wgmma.cuh's Stamp)
     variants = {VM(16, 4, 2, false, 64), VRM(16, 4, 2, 64), VRM(16, 4, 4, 64)};
   else if (grid)  // one CTA per tile with deep rings (a lone SM's stream is bound by its bytes in
