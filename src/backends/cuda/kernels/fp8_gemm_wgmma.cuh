@@ -235,8 +235,9 @@ enum Mode {
 };
 // kStamps: %globaltimer (ns) per CTA when its consumer starts (after the programmatic-launch wait),
 // when it has multiplied its last unit, when its summer has every partner's words, and when it
-// exits; per partials slot, when that partial was stored. Read by the sweep (wgmma_explore.cu).
-enum Stamp { kStampStart = 0, kStampStreamed = 1, kStampSummed = 2, kStampExit = 3, kStampsPerCta = 4 };
+// exits, and the SM it ran on; per partials slot, when that partial was stored. Read by the sweep
+// (wgmma_explore.cu).
+enum Stamp { kStampStart = 0, kStampStreamed = 1, kStampSummed = 2, kStampExit = 3, kStampSm = 4, kStampsPerCta = 5 };
 constexpr int kStampCtas = 1024, kStampSlots = 2048;
 __device__ uint64_t g_stamps[kStampCtas * kStampsPerCta + kStampSlots];
 __device__ __forceinline__ void stamp(int index) {
@@ -346,7 +347,12 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
   // The consumer warpgroup.
   device::pdl_wait();
   const bool stamps = (kMode & kStamps) && threadIdx.x == 0 && cta < kStampCtas;
-  if (stamps) stamp(int(cta) * kStampsPerCta + kStampStart);
+  if (stamps) {
+    stamp(int(cta) * kStampsPerCta + kStampStart);
+    uint32_t sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    g_stamps[cta * kStampsPerCta + kStampSm] = sm;
+  }
   constexpr int kWords = kHalves * kRegs;
   static_assert(kWords % 4 == 0, "16-byte pieces of the partials");
   constexpr int kBatch = partial_batch<kTokens, kHalves>();
