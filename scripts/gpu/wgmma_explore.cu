@@ -81,6 +81,8 @@ struct Config {
   int mode = 0;
   int slack = -1;     // the receivers split with this slack (wg::receive_units_for), -1: stream-K
   bool base = false;  // the earlier commit's kernel
+  int waves = 1;      // stream-K over waves x SMs CTAs
+  bool pack = false;  // shared memory not padded: two CTAs may share an SM
 };
 constexpr size_t kExclusiveBytes = 120 * 1024;  // no second such CTA fits on an SM
 bool g_pdl = true;
@@ -94,14 +96,15 @@ constexpr size_t smem_of() {
 // The summer's prefetch lead in units (WGMMA_PREFETCH_LEAD, default vt's 2; 0: none).
 int g_prefetch_lead = 2;
 
-template <int kTokens, int kStages, int kHalves, int kMode, bool kBase = false>
+template <int kTokens, int kStages, int kHalves, int kMode, bool kBase = false, bool kPack = false>
 void launch(const CUtensorMap& wmap, const CUtensorMap& amap, float* y, const float* as, const float* ws,
             uint64_t* partials, int m, int n, int k, int ctas, int receive_units, cudaStream_t stream) {
   auto kernel = [] {
     if constexpr (kBase) return wb::sm90_fp8_gemm_wgmma<float, kTokens, kStages, kHalves, kMode>;
     else return wg::sm90_fp8_gemm_wgmma<float, kTokens, kStages, kHalves, kMode>;
   }();
-  constexpr size_t smem = smem_of<kTokens, kStages, kHalves, kMode>();
+  constexpr size_t smem = kPack ? wg::shared_bytes<kTokens, kStages, kHalves>() + wg::prefetch_bytes<kTokens, kHalves>()
+                                : smem_of<kTokens, kStages, kHalves, kMode>();
   static bool set = false;
   if (!set) {
     CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -134,6 +137,7 @@ struct Variant {
 #define VM(t, s, h, g, mode) Variant{{t, s, h, g, mode}, launch<t, s, h, mode>}
 #define VR(t, s, slack) Variant{{t, s, 2, false, 0, slack}, launch<t, s, 2, 0>}
 #define VRH(t, s, h, slack) Variant{{t, s, h, false, 0, slack}, launch<t, s, h, 0>}
+#define VW(t, s, waves, pack) Variant{{t, s, 2, false, 0, -1, false, waves, pack}, launch<t, s, 2, 0, false, pack>}
 #define VRM(t, s, slack, mode) Variant{{t, s, 2, false, mode, slack}, launch<t, s, 2, mode>}
 #define VB(t, s, mode) Variant{{t, s, 2, false, mode, -1, true}, launch<t, s, 2, mode, true>}
 
@@ -240,12 +244,17 @@ int main(int argc, char** argv) {
   const bool grid = argc > 1 && std::string(argv[1]) == "grid";
   const bool stamps = argc > 1 && std::string(argv[1]) == "stamps";
   const bool halves = argc > 1 && std::string(argv[1]) == "halves";
+  const bool waves = argc > 1 && std::string(argv[1]) == "waves";
   std::vector<std::string> stamp_lines;
   if (ab) {
     ms = {1, 8, 16, 32, 64};
   } else if (diag) {
     shapes = {{"o_proj", 5120, 6144}, {"attn qkv", 14336, 5120}, {"gate_up", 34816, 5120}, {"down", 5120, 17408}};
     ms = {16};
+  } else if (waves) {
+    shapes = {{"gate_up", 34816, 5120}, {"attn qkv", 14336, 5120}, {"gdn in_proj", 16384, 5120},
+              {"down", 5120, 17408},    {"o_proj", 5120, 6144},      {"lm_head", 248320, 5120}};
+    ms = {8, 16};
   } else if (halves) {
     shapes = {{"o_proj", 5120, 6144}, {"down", 5120, 17408}, {"attn qkv", 14336, 5120}, {"gate_up", 34816, 5120},
               {"gdn in_proj", 16384, 5120}};
@@ -280,6 +289,12 @@ int main(int argc, char** argv) {
     variants = {V(16, 4, 2, false),     VM(16, 4, 2, false, 8), VM(16, 4, 2, false, 16), VM(16, 4, 2, false, 24),
                 VM(16, 4, 2, false, 32), VM(16, 4, 2, false, 1), VRM(16, 4, 2, 0),       VRM(16, 4, 2, 8),
                 VRM(16, 4, 2, 16),      VRM(16, 4, 2, 24),      VRM(16, 4, 2, 32),       VRM(16, 4, 2, 1)};
+  else if (waves)  // the stream-K split over more CTAs than SMs: two resident per SM (pack), the
+                  // hardware giving the later waves' CTAs to whichever SM frees first
+    variants = {V(8, 4, 2, false),   VW(8, 4, 2, true),   VW(8, 4, 3, true),   VW(8, 4, 4, true),
+                VW(8, 4, 8, true),   VW(8, 4, 2, false),
+                V(16, 4, 2, false),  VW(16, 4, 2, true),  VW(16, 4, 3, true),  VW(16, 4, 4, true),
+                VW(16, 4, 8, true),  VW(16, 4, 2, false)};
   else if (halves)  // 64-row tiles (half the partial's bytes, twice the tiles to share them) against 128
     variants = {V(8, 4, 2, false),   VR(8, 4, 2),           V(8, 4, 1, false),  V(8, 6, 1, false),
                 V(8, 8, 1, false),   VRH(8, 4, 1, 2),       VRH(8, 6, 1, 2),    VM(8, 4, 1, false, 1),
@@ -359,7 +374,7 @@ int main(int argc, char** argv) {
         if (config.tile_grid && tiles > sms) continue;
         const int receive = config.base ? 0 : int(wg::receive_units_for(tiles, kb, sms, config.slack));
         if (config.slack >= 0 && receive == 0) continue;  // the receivers split does not apply
-        const int ctas = receive ? sms : int(std::min<int64_t>(units, config.tile_grid ? tiles : sms));
+        const int ctas = receive ? sms : int(std::min<int64_t>(units, config.tile_grid ? tiles : int64_t(sms) * config.waves));
         CHECK(cudaMemset(y, 0, h_y.size() * 4));
         // Every word unwritten again: the diagnostic modes that skip the sum's wait or reset leave
         // words behind that the next variant would take for its own partners' (wrong results,
@@ -426,6 +441,8 @@ int main(int argc, char** argv) {
         if (config.base) what = "BASE " + what;
         if (receive) what += ", receivers R=" + std::to_string(receive) + " slack " + std::to_string(config.slack);
         if (config.tile_grid) what += ", CTA per tile";
+        if (config.waves > 1 || config.pack)
+          what += ", " + std::to_string(config.waves) + " x SMs CTAs" + (config.pack ? ", 2 per SM" : ", 1 per SM");
         std::snprintf(line, sizeof line, "| %s %dx%d | %d | %d | %d | %d x 64 | %d | %s | %.2e | %s | %.2f | %.0f | %.1f | %.2f |",
                       shape.name, n, k, m, config.tokens, config.stages, config.halves, ctas, what.c_str(),
                       err / ref_max, same ? "same" : "DIFFERS", us, gbs, 100 * gbs / bandwidth, single_ms * 1e3);

@@ -4,7 +4,8 @@
 # decode shapes at M = 1..64, each checked against an f32 reference and for bit-identical reruns.
 # Full table in $OUT/wgmma_explore.md; the best configuration per shape and M prints last.
 # Optional argument: one M, "grid" (one CTA per tile with deep rings against the registry's splits,
-# M = 8 / 16), "halves" (64-row tiles against 128, M = 8 / 16), "stamps" (when each CTA passes the shared-tile sum's points, M = 16; WGMMA_STAMPS_CSV=path: every CTA's row), "diag" (the
+# M = 8 / 16), "waves" (stream-K over 2-8 x SMs CTAs, two per SM, M = 8 / 16), "halves" (64-row
+# tiles against 128, M = 8 / 16), "stamps" (when each CTA passes the shared-tile sum's points, M = 16; WGMMA_STAMPS_CSV=path: every CTA's row), "diag" (the
 # kernel without parts of its work; WGMMA_NO_PDL_ROWS=1 adds
 # each row without PDL), or "ab": the registry's
 # configuration of this kernel against the kernel at commit $WGMMA_BASE (default efe0435, the
