@@ -39,9 +39,26 @@ constexpr size_t kExclusiveSharedBytes = 120 * 1024;  // two such CTAs never sha
 constexpr int64_t kReceiverSlack = 2;
 
 template <int kTokens>
+constexpr size_t packed_shared_bytes() {
+  return wg::shared_bytes<kTokens, kStages, kHalves>() + wg::prefetch_bytes<kTokens, kHalves>();
+}
+template <int kTokens>
 constexpr size_t shared_bytes() {
-  return std::max(wg::shared_bytes<kTokens, kStages, kHalves>() + wg::prefetch_bytes<kTokens, kHalves>(),
-                  kExclusiveSharedBytes);
+  return std::max(packed_shared_bytes<kTokens>(), kExclusiveSharedBytes);
+}
+
+// The stream-K split over VT_WGMMA_WAVES x SMs CTAs (read once; default 1): above 1, shared memory
+// is not padded, so that that many CTAs share an SM, all resident at once (checked per launch
+// configuration: a summer may wait on any later CTA, which must be running); an SM whose CTA ends
+// early gives the other its whole copy path. For A/B runs (docs/perf/2026-12-02-wgmma-prefetch.md).
+int waves() {
+  static const int value = [] {
+    const char* text = std::getenv("VT_WGMMA_WAVES");
+    const int parsed = text && *text ? std::atoi(text) : 1;
+    VT_CHECK(parsed >= 1 && parsed <= 4, "VT_WGMMA_WAVES=", text, ": 1..4");
+    return parsed;
+  }();
+  return value;
 }
 
 // Per (device, stream): the SM count and the partials (one slot per CTA, filled with
@@ -65,7 +82,8 @@ const Workspace& workspace(cudaStream_t stream) {
     VT_CHECK(capturing == cudaStreamCaptureStatusNone,
              "fp8 wgmma GEMM: first call on a stream inside a graph capture; call fp8_gemm_prepare(stream) before");
     VT_CUDA_CHECK(cudaDeviceGetAttribute(&slot.sms, cudaDevAttrMultiProcessorCount, device));
-    const size_t bytes = size_t(slot.sms) * kHalves * (kMaxTokens / 2) * wg::kConsumerThreads * sizeof(uint32_t);
+    const size_t bytes =
+        size_t(slot.sms) * waves() * kHalves * (kMaxTokens / 2) * wg::kConsumerThreads * sizeof(uint32_t);
     void* memory = nullptr;
     VT_CUDA_CHECK(cudaMalloc(&memory, bytes));
     static_assert(wg::kUnwritten == 0xFFFFFFFFu, "the workspace is filled bytewise");
@@ -138,9 +156,22 @@ void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales
   auto kernel = wg::sm90_fp8_gemm_wgmma<T, kTokens, kStages, kHalves>;
   static std::atomic<uint64_t> devices{0};
   allow_dynamic_shared(kernel, shared_bytes<kTokens>(), devices, "sm90_fp8_gemm_wgmma");
+  // More CTAs than SMs (VT_WGMMA_WAVES, stream-K only): unpadded, and every CTA resident at once.
+  const bool packed = ctas > space.sms;
+  const size_t shared = packed ? packed_shared_bytes<kTokens>() : shared_bytes<kTokens>();
+  if (packed) {
+    static std::atomic<int> resident{0};  // CTAs per SM at the packed size (same on every sm90 device)
+    if (resident.load() == 0) {
+      int count = 0;
+      VT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, wg::kThreads, shared));
+      resident.store(count);
+    }
+    VT_CHECK(int64_t(resident.load()) * space.sms >= ctas, "fp8 wgmma GEMM: VT_WGMMA_WAVES asks for ", ctas,
+             " CTAs, but only ", resident.load(), " per SM fit at ", kTokens, " tokens (", space.sms, " SMs)");
+  }
   const CUtensorMap& weights = tensor_map(w, n, k, kTileRows);
   const CUtensorMap& activations = tensor_map(q, m, k, kTokens);
-  launch("sm90_fp8_gemm_wgmma", cost, kernel, dim3(unsigned(ctas)), dim3(wg::kThreads), shared_bytes<kTokens>(), stream,
+  launch("sm90_fp8_gemm_wgmma", cost, kernel, dim3(unsigned(ctas)), dim3(wg::kThreads), shared, stream,
          weights, activations, static_cast<T*>(y), ldy, a_scales, w_scales, space.partials, int(m), int(n), int(k),
          int(receive_units), prefetch_lead());
 }
@@ -288,7 +319,11 @@ void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
   const Workspace& space = workspace(stream);
   const int64_t k_blocks = (k + wg::kBlockK - 1) / wg::kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
   const wg::Split split = wg::plan_split(tiles, k_blocks, space.sms, receiver_slack());
-  const int64_t ctas = split.ctas, receive_units = split.receive_units;
+  const int64_t receive_units = split.receive_units;
+  // VT_WGMMA_WAVES > 1: the stream-K split over that many CTAs per SM.
+  const int64_t ctas = receive_units == 0 && split.ctas == space.sms
+                           ? std::min<int64_t>(tiles * k_blocks, int64_t(space.sms) * waves())
+                           : split.ctas;
   const size_t element = dtype_size(act);
   for (int64_t m0 = 0; m0 < m; m0 += kMaxTokens) {
     const int64_t rows = std::min<int64_t>(kMaxTokens, m - m0);
