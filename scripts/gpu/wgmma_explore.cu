@@ -107,7 +107,9 @@ void launch(const CUtensorMap& wmap, const CUtensorMap& amap, float* y, const fl
                                 : smem_of<kTokens, kStages, kHalves, kMode>();
   static bool set = false;
   if (!set) {
-    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    // The padded size, the larger: the packed and padded launches of one kernel share the attribute.
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(smem_of<kTokens, kStages, kHalves, kMode>())));
     set = true;
   }
   cudaLaunchConfig_t config = {};
