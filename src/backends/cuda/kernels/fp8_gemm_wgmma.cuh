@@ -256,7 +256,9 @@ __host__ __device__ constexpr bool sums_tiles(int mode) {
 // prefetch_lead: a stream-K summer of its range's last tile requests its first partners' words
 // into shared memory (cp.async: nothing waits on them) after multiplying unit end - 1 - lead, so
 // that the read's round trip (~1 us under the stream's load on the H200, kStamps) overlaps its
-// last units; words that come unwritten are re-read from global memory as before. 0: no prefetch.
+// last units; words that come unwritten are re-read from global memory as before (the copy's
+// reads are weak, but a word can only hold kUnwritten, set back before this grid's consumers pass
+// the programmatic-launch wait, or this call's value). 0: no prefetch.
 // kClustered: the cluster split instead (launched in clusters of c CTAs, one per tile; partials
 // through distributed shared memory, no g_partials).
 template <typename T, int kTokens, int kStages, int kHalves, int kMode, bool kClustered>
