@@ -47,15 +47,20 @@ constexpr size_t shared_bytes() {
   return std::max(packed_shared_bytes<kTokens>(), kExclusiveSharedBytes);
 }
 
+// An integer setting from the environment (the A/B switches below, each read once), else `fallback`.
+int env_int(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  return value && *value ? std::atoi(value) : fallback;
+}
+
 // The stream-K split over VT_WGMMA_WAVES x SMs CTAs (read once; default 1): above 1, shared memory
 // is not padded, so that that many CTAs share an SM, all resident at once (checked per launch
 // configuration: a summer may wait on any later CTA, which must be running); an SM whose CTA ends
 // early gives the other its whole copy path. For A/B runs (docs/perf/2026-12-02-wgmma-prefetch.md).
 int waves() {
   static const int value = [] {
-    const char* text = std::getenv("VT_WGMMA_WAVES");
-    const int parsed = text && *text ? std::atoi(text) : 1;
-    VT_CHECK(parsed >= 1 && parsed <= 4, "VT_WGMMA_WAVES=", text, ": 1..4");
+    const int parsed = env_int("VT_WGMMA_WAVES", 1);
+    VT_CHECK(parsed >= 1 && parsed <= 4, "VT_WGMMA_WAVES=", parsed, ": 1..4");
     return parsed;
   }();
   return value;
@@ -131,9 +136,8 @@ const CUtensorMap& tensor_map(const void* base, int64_t rows, int64_t cols, int 
 constexpr int kPrefetchLead = 2;
 int prefetch_lead() {
   static const int lead = [] {
-    const char* value = std::getenv("VT_WGMMA_PREFETCH_LEAD");
-    const int parsed = value && *value ? std::atoi(value) : kPrefetchLead;
-    VT_CHECK(parsed >= 0 && parsed <= 64, "VT_WGMMA_PREFETCH_LEAD=", value, ": 0..64 units");
+    const int parsed = env_int("VT_WGMMA_PREFETCH_LEAD", kPrefetchLead);
+    VT_CHECK(parsed >= 0 && parsed <= 64, "VT_WGMMA_PREFETCH_LEAD=", parsed, ": 0..64 units");
     return parsed;
   }();
   return lead;
@@ -142,10 +146,7 @@ int prefetch_lead() {
 // How many units a receiver streams beyond a sender's share (VT_WGMMA_SLACK, read once; negative:
 // the stream-K split everywhere, for A/B runs).
 int64_t receiver_slack() {
-  static const int64_t slack = [] {
-    const char* value = std::getenv("VT_WGMMA_SLACK");
-    return value && *value ? int64_t(std::atoi(value)) : kReceiverSlack;
-  }();
+  static const int64_t slack = env_int("VT_WGMMA_SLACK", int(kReceiverSlack));
   return slack;
 }
 
@@ -263,9 +264,8 @@ void launch_cluster_tokens(void* y, int64_t ldy, const uint8_t* q, const float* 
 // M = 16 12.1 -> 11.9; 6 stages 12.1 / 12.4 (docs/perf/2026-12-02-wgmma-cluster.md).
 int cluster_stages() {
   static const int stages = [] {
-    const char* value = std::getenv("VT_WGMMA_CLUSTER_STAGES");
-    const int parsed = value && *value ? std::atoi(value) : 8;
-    VT_CHECK(parsed == 4 || parsed == 8, "VT_WGMMA_CLUSTER_STAGES=", value, ": 4 or 8");
+    const int parsed = env_int("VT_WGMMA_CLUSTER_STAGES", 8);
+    VT_CHECK(parsed == 4 || parsed == 8, "VT_WGMMA_CLUSTER_STAGES=", parsed, ": 4 or 8");
     return parsed;
   }();
   return stages;
