@@ -5,7 +5,8 @@
 # synthetic 27B FP8 decode with the registry's plan without wgmma (VT_GEMM_EXCLUDE=wgmma) and with
 # it, alternating (VARIANTS: other environments to compare). Logs in $OUT/wgmma_round.tar.gz; the
 # tables print last. GEMM_M (default 1,8,16,32,64; "none" skips), BATCH (1,4,16), STEPS (32), ROUNDS (2),
-# PROFILE=1 (the attribution per variant at batch PROFILE_BATCH, default 1), TESTS (gtest filter,
+# PROFILE=1 (the attribution per variant at batch PROFILE_BATCH, default 1; PROFILE_ROWS: the rows it
+# prints, an extended regex, default gemm), TESTS (gtest filter,
 # default CudaOps.*), MEMCHECK (a gtest filter run under compute-sanitizer) adjust it. Each variant
 # tunes its own GEMM plan (VT_CACHE_DIR per variant: two builds of one vt version would otherwise
 # share ~/.cache/vt/gemm_plan.json, the second running the first one's choices). GEMM_VARIANTS=1
@@ -109,7 +110,8 @@ fi
 [ -f "$LOGS/gemm_27b_base.md" ] && { echo "== bench gemm, base ${BASE:-}"; grep -E "\*|bandwidth|FAIL|rror" "$LOGS/gemm_27b_base.md" | head -40; }
 if [ -n "${PROFILE:-}" ]; then
   for index in "${!variants[@]}"; do
-    echo "== profile batch ${PROFILE_BATCH:-1}, ${variants[$index]}"; grep -E "us/step wall|gemm|^\| group" "$LOGS/profile_$index.txt" | head -24
+    echo "== profile batch ${PROFILE_BATCH:-1}, ${variants[$index]}"
+    grep -E "us/step wall|${PROFILE_ROWS:-gemm}|^\| group" "$LOGS/profile_$index.txt" | head -24
   done
 fi
 python3 - "$LOGS" "${ROUNDS:-2}" "${variants[@]}" <<'PY'

@@ -15,6 +15,7 @@
 #include "backends/cuda/cuda_ops.h"
 #include "cuda_test_support.h"
 #include "backends/cuda/device_buffer.h"
+#include "core/dtype.h"
 
 namespace vt {
 namespace {
@@ -72,14 +73,35 @@ HostLayout make_layout(const StepPlan& plan) {
   return layout;
 }
 
-TEST_F(CudaKernels, AttentionMatchesCpu) {
-  const int64_t hq = 6, hkv = 2, d = 64, rotary = 16, block_size = 16, max_blocks = 8;
+// Attention of one step against the CPU reference for a head layout and activation dtype: with
+// bf16 the inputs, the caches and the output are rounded as the CUDA path stores them (the CPU
+// computes in f32 from the same rounded values).
+void check_attention(int64_t hq, int64_t hkv, int64_t d, DType act, double tolerance) {
+  const int64_t rotary = 16, block_size = 16, max_blocks = 8;
   const float theta = 10000.0f, eps = 1e-6f;
-  // Sequence 0: 37 cached + 1 decode; 1: prefill of 21; 2: 15 cached + 3 new (crosses a block).
-  const StepPlan plan{{37, 0, 15}, {1, 21, 3}};
+  const bool bf16 = act == DType::kBF16;
+  const auto stored = [&](float x) { return bf16 ? bf16_to_f32(f32_to_bf16(x)) : x; };
+  const auto upload_act = [&](const std::vector<float>& host) {
+    if (!bf16) return upload(host, DType::kF32);
+    std::vector<uint16_t> bits(host.size());
+    for (size_t i = 0; i < host.size(); ++i) bits[i] = f32_to_bf16(host[i]);
+    return upload(bits, DType::kBF16);
+  };
+  const auto download_act = [&](const cuda::DeviceBuffer& buffer) {
+    if (!bf16) return download(buffer);
+    std::vector<uint16_t> bits(size_t(buffer.shape().numel()));
+    cuda::copy_to_host(bits.data(), buffer.data(), bits.size() * sizeof(uint16_t));
+    std::vector<float> host(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) host[i] = bf16_to_f32(bits[i]);
+    return host;
+  };
+  // Sequence 0: 37 cached + 1 decode; 1: prefill of 21; 2: 15 cached + 3 new (crosses a block);
+  // 3: 100 cached + 1 decode (every split of 8 holds keys).
+  const StepPlan plan{{37, 0, 15, 100}, {1, 21, 3, 1}};
   const HostLayout layout = make_layout(plan);
   const int64_t T = plan.tokens(), S = int64_t(plan.fresh.size()), width = hq * 2 * d + 2 * hkv * d;
   auto projected = random_vector(T * width, 1);
+  for (auto& x : projected) x = stored(x);
   auto q_norm = random_vector(d, 2, 0.1f), k_norm = random_vector(d, 3, 0.1f);
 
   // CPU: per sequence, contiguous caches holding random earlier keys/values plus this step's.
@@ -88,6 +110,8 @@ TEST_F(CudaKernels, AttentionMatchesCpu) {
   for (int64_t s = 0; s < S; ++s) {
     k_history[s] = random_vector(plan.cached[s] * hkv * d, 10 + s);
     v_history[s] = random_vector(plan.cached[s] * hkv * d, 20 + s);
+    for (auto& x : k_history[s]) x = stored(x);
+    for (auto& x : v_history[s]) x = stored(x);
   }
   for (int64_t s = 0; s < S; ++s) {
     const int64_t n = plan.fresh[s], start = plan.cached[s], first = layout.seq_start[s];
@@ -112,6 +136,7 @@ TEST_F(CudaKernels, AttentionMatchesCpu) {
     for (int64_t t = 0; t < n; ++t) positions[t] = start + t;
     cpu::rope_neox(q.data(), positions.data(), n, hq, d, rotary, theta);
     cpu::rope_neox(&k_cache[start * hkv * d], positions.data(), n, hkv, d, rotary, theta);
+    for (int64_t i = start * hkv * d; i < (start + n) * hkv * d; ++i) k_cache[i] = stored(k_cache[i]);
     std::vector<float> out(n * hq * d);
     cpu::attention_causal(out.data(), q.data(), k_cache.data(), v_cache.data(), n, start, hq, hkv, d, 1.0f / std::sqrt(float(d)));
     for (int64_t i = 0; i < n * hq * d; ++i)
@@ -132,24 +157,43 @@ TEST_F(CudaKernels, AttentionMatchesCpu) {
         v_paged[row * hkv * d + i] = v_history[s][p * hkv * d + i];
       }
     }
-  auto d_projected = upload(projected, DType::kF32), d_q_norm = upload(q_norm, DType::kF32), d_k_norm = upload(k_norm, DType::kF32);
-  auto d_k = upload(k_paged, DType::kF32), d_v = upload(v_paged, DType::kF32);
+  auto d_projected = upload_act(projected), d_q_norm = upload(q_norm, DType::kF32), d_k_norm = upload(k_norm, DType::kF32);
+  auto d_k = upload_act(k_paged), d_v = upload_act(v_paged);
   auto d_seq = upload(layout.token_seq, DType::kI32), d_pos = upload(layout.positions, DType::kI32);
   auto d_start = upload(layout.seq_start, DType::kI32), d_slots = upload(layout.slots, DType::kI32);
   auto d_tables = upload(tables, DType::kI32);
   cuda::StepLayout step{d_seq.as<int32_t>(), d_pos.as<int32_t>(), d_start.as<int32_t>(), d_tables.as<int32_t>(),
                         d_slots.as<int32_t>(), T, S, max_blocks};
   const cuda::AttentionShape shape{hq, hkv, d, rotary, block_size, theta, eps};
+  std::vector<float> first_run;
   for (int64_t splits : {1, 3, 8}) {
-    cuda::DeviceBuffer q(DType::kF32, {T * hq * d}), gate(DType::kF32, {T * hq * d}), out(DType::kF32, {T * hq * d});
+    cuda::DeviceBuffer q(DType::kF32, {T * hq * d}), gate(act, {T * hq * d}), out(act, {T * hq * d});
     cuda::DeviceBuffer partials(DType::kF32, {T * hq * splits * (d + 2)});
     cuda::attention_prepare(q.as<float>(), gate.data(), d_k.data(), d_v.data(), d_projected.data(), d_q_norm.as<float>(),
-                            d_k_norm.as<float>(), step, shape, DType::kF32, nullptr);
+                            d_k_norm.as<float>(), step, shape, act, nullptr);
     cuda::paged_attention(out.data(), partials.as<float>(), q.as<float>(), gate.data(), d_k.data(), d_v.data(), step,
-                          shape, splits, (max_blocks * block_size + splits - 1) / splits, DType::kF32, nullptr);
+                          shape, splits, (max_blocks * block_size + splits - 1) / splits, act, nullptr);
     cuda::synchronize();
-    EXPECT_LE(relative_l2(download(out), expected), 1e-5) << splits << " splits";
+    const auto result = download_act(out);
+    EXPECT_LE(relative_l2(result, expected), tolerance) << hq << "/" << hkv << " heads, d " << d << ", " << splits
+                                                        << " splits";
+    // Deterministic: the same inputs give the same bits (the prepare rewrites the same cache rows).
+    if (splits == 8) {
+      cuda::paged_attention(out.data(), partials.as<float>(), q.as<float>(), gate.data(), d_k.data(), d_v.data(),
+                            step, shape, splits, (max_blocks * block_size + splits - 1) / splits, act, nullptr);
+      cuda::synchronize();
+      EXPECT_EQ(download_act(out), result) << "rerun, " << hq << "/" << hkv << " heads";
+    }
   }
+}
+
+// f32: the grouped kernel (3 query heads per KV head, 8 per KV head at d 128) and, for a group
+// size it is not built for (5), the per-head kernel; bf16 at the 27B's layout (24 / 4 heads of 256).
+TEST_F(CudaKernels, AttentionMatchesCpu) {
+  check_attention(6, 2, 64, DType::kF32, 1e-5);
+  check_attention(16, 2, 128, DType::kF32, 1e-5);
+  check_attention(10, 2, 64, DType::kF32, 1e-5);
+  check_attention(24, 4, 256, DType::kBF16, 1e-2);
 }
 
 TEST_F(CudaKernels, GatedDeltaNetMatchesCpu) {

@@ -162,6 +162,213 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_par
   }
 }
 
+// The decode path for the usual group sizes: block (token, KV head, split), the kGroup query heads
+// that share the KV head together, so K and V are read once per group (the kernel above reads them
+// once per query head and a key at a time: 15% of the bandwidth at batch 16 on the 27B).
+// Each lane owns kPerLane consecutive dims (one 16-byte load per row at head_dim 256, bf16) and
+// keeps the group's q and output accumulators for them in registers; a warp takes kKeys keys at a
+// time, issuing every row's load first, then forms the kKeys x kGroup partial dot products and
+// sums them over the lanes by halving: each step sends half the values to the partner lane
+// (offsets 16, 8, ... while keys remain), so one shuffle per value and step, after which the lanes
+// of a key group (lane >> kShift) hold that key's scores, summed over their remaining lanes by a
+// butterfly. Online softmax per head (a running max and sum per warp), then each key's weights are
+// broadcast from its group and the warp adds weight x V. The warps merge in shared memory in a
+// fixed order (deterministic). Each token's visible keys are split evenly over the splits (the
+// grid is static, so a captured graph stays valid as positions grow).
+namespace gqa {
+
+// A lane's kPerLane consecutive elements of a row, kept as raw 32-bit words until used.
+template <typename T, int kPerLane>
+struct Slice {
+  static constexpr int kWords = kPerLane * int(sizeof(T)) / 4;
+  static_assert(kWords >= 1 && kPerLane * int(sizeof(T)) % 4 == 0, "whole 32-bit words per lane");
+  uint32_t w[kWords];
+};
+template <typename T, int kPerLane>
+__device__ __forceinline__ void load(Slice<T, kPerLane>& slice, const T* pointer) {
+  constexpr int kWords = Slice<T, kPerLane>::kWords;
+  if constexpr (kWords % 4 == 0) {
+#pragma unroll
+    for (int c = 0; c < kWords / 4; ++c) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(pointer) + c);
+      slice.w[4 * c] = v.x, slice.w[4 * c + 1] = v.y, slice.w[4 * c + 2] = v.z, slice.w[4 * c + 3] = v.w;
+    }
+  } else if constexpr (kWords == 2) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(pointer));
+    slice.w[0] = v.x, slice.w[1] = v.y;
+  } else {
+    static_assert(kWords == 1, "1, 2 or a multiple of 4 words");
+    slice.w[0] = __ldg(reinterpret_cast<const unsigned int*>(pointer));
+  }
+}
+template <typename T, int kPerLane>
+__device__ __forceinline__ void zero(Slice<T, kPerLane>& slice) {
+#pragma unroll
+  for (int i = 0; i < Slice<T, kPerLane>::kWords; ++i) slice.w[i] = 0;
+}
+template <typename T, int kPerLane>
+__device__ __forceinline__ void to_floats(const Slice<T, kPerLane>& slice, float (&out)[kPerLane]) {
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) out[i] = __uint_as_float(slice.w[i]);
+  } else {  // bf16 pairs, the first element in the low half
+#pragma unroll
+    for (int i = 0; i < kPerLane / 2; ++i) {
+      out[2 * i] = __uint_as_float(slice.w[i] << 16);
+      out[2 * i + 1] = __uint_as_float(slice.w[i] & 0xFFFF0000u);
+    }
+  }
+}
+
+// Sums kCount values (key-major: key j's head h at j x kStop + h) over the lanes whose bits
+// offset, offset / 2, ... differ, halving the values each step until kStop remain: a lane with the
+// offset bit set keeps the upper half (the later keys) and receives it from its partner.
+template <int kCount, int kStop>
+__device__ __forceinline__ void halve(float* values, int lane, int offset) {
+  if constexpr (kCount > kStop) {
+    constexpr int kHalf = kCount / 2;
+    const bool upper = (lane & offset) != 0;
+#pragma unroll
+    for (int i = 0; i < kHalf; ++i) {
+      const float send = upper ? values[i] : values[i + kHalf];
+      const float keep = upper ? values[i + kHalf] : values[i];
+      values[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+    }
+    halve<kHalf, kStop>(values, lane, offset / 2);
+  }
+}
+
+constexpr int log2(int x) { return x <= 1 ? 0 : 1 + log2(x / 2); }
+
+}  // namespace gqa
+
+template <typename T, int kGroup, int kPerLane, int kKeys>
+__global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_gqa(AttentionArgs args) {
+  static_assert(kKeys >= 2 && kKeys <= 32 && (kKeys & (kKeys - 1)) == 0, "a power-of-two batch of keys");
+  constexpr int kShift = 5 - gqa::log2(kKeys);  // a key's scores end in the 1 << kShift lanes lane >> kShift
+  constexpr int kDim = 32 * kPerLane;
+  __shared__ float s_max[kAttentionWarps][kGroup], s_sum[kAttentionWarps][kGroup];
+  __shared__ float s_acc[kAttentionWarps][kGroup][kDim];
+  device::pdl_enter();
+  const auto& shape = args.shape;
+  const int64_t token = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z, hkv = shape.num_kv_heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int32_t seq = args.layout.token_seq[token];
+  const int64_t visible = args.layout.positions[token] + 1;
+  // This token's keys split evenly, whole batches of the block's warps per split.
+  constexpr int64_t kRound = int64_t(kAttentionWarps) * kKeys;
+  const int64_t per_split = (visible + args.num_splits - 1) / args.num_splits;
+  const int64_t keys_per_split = (per_split + kRound - 1) / kRound * kRound;
+  const int64_t key_begin = split * keys_per_split;
+  const int64_t key_end = min(visible, key_begin + keys_per_split);
+  const int32_t* table = args.layout.block_tables + int64_t(args.layout.slots[seq]) * args.layout.max_blocks;
+  const T* k_cache = static_cast<const T*>(args.k_cache) + kv_head * kDim + lane * kPerLane;
+  const T* v_cache = static_cast<const T*>(args.v_cache) + kv_head * kDim + lane * kPerLane;
+
+  float r_q[kGroup][kPerLane], r_acc[kGroup][kPerLane], r_max[kGroup], r_sum[kGroup];
+#pragma unroll
+  for (int h = 0; h < kGroup; ++h) {
+    const float* q = args.q + (token * shape.num_heads + kv_head * kGroup + h) * kDim + lane * kPerLane;
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) r_q[h][e] = q[e] * args.scale, r_acc[h][e] = 0.0f;
+    r_max[h] = -INFINITY, r_sum[h] = 0.0f;
+  }
+  const int my_key = lane >> kShift;
+  for (int64_t base = key_begin + warp * kKeys; base < key_end; base += kRound) {
+    gqa::Slice<T, kPerLane> r_k[kKeys], r_v[kKeys];
+#pragma unroll
+    for (int j = 0; j < kKeys; ++j) {
+      const int64_t s = base + j;
+      if (s < key_end) {
+        const int64_t row = (int64_t(table[s / shape.block_size]) * shape.block_size + s % shape.block_size) * hkv;
+        gqa::load(r_k[j], k_cache + row * kDim);
+        gqa::load(r_v[j], v_cache + row * kDim);
+      } else {
+        gqa::zero(r_k[j]);
+        gqa::zero(r_v[j]);
+      }
+    }
+    float r_part[kKeys * kGroup];
+#pragma unroll
+    for (int j = 0; j < kKeys; ++j) {
+      float r_key[kPerLane];
+      gqa::to_floats(r_k[j], r_key);
+#pragma unroll
+      for (int h = 0; h < kGroup; ++h) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kPerLane; ++e) dot += r_q[h][e] * r_key[e];
+        r_part[j * kGroup + h] = dot;
+      }
+    }
+    gqa::halve<kKeys * kGroup, kGroup>(r_part, lane, 16);
+#pragma unroll
+    for (int offset = (1 << kShift) / 2; offset > 0; offset /= 2)
+#pragma unroll
+      for (int h = 0; h < kGroup; ++h) r_part[h] += __shfl_xor_sync(0xffffffffu, r_part[h], offset);
+    const bool valid = base + my_key < key_end;
+    float r_p[kGroup];
+#pragma unroll
+    for (int h = 0; h < kGroup; ++h) {
+      const float score = valid ? r_part[h] : -INFINITY;
+      float batch_max = score;
+#pragma unroll
+      for (int offset = 16; offset >= (1 << kShift); offset /= 2)
+        batch_max = fmaxf(batch_max, __shfl_xor_sync(0xffffffffu, batch_max, offset));
+      const float new_max = fmaxf(r_max[h], batch_max);  // finite: the batch has a valid key
+      const float correction = __expf(r_max[h] - new_max);
+      r_p[h] = valid ? __expf(score - new_max) : 0.0f;
+      r_sum[h] = r_sum[h] * correction + r_p[h];  // this lane's key only; summed over the keys at the end
+      r_max[h] = new_max;
+#pragma unroll
+      for (int e = 0; e < kPerLane; ++e) r_acc[h][e] *= correction;
+    }
+#pragma unroll
+    for (int j = 0; j < kKeys; ++j) {
+      float r_value[kPerLane];
+      gqa::to_floats(r_v[j], r_value);
+#pragma unroll
+      for (int h = 0; h < kGroup; ++h) {
+        const float p = __shfl_sync(0xffffffffu, r_p[h], j << kShift);
+#pragma unroll
+        for (int e = 0; e < kPerLane; ++e) r_acc[h][e] += p * r_value[e];
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < kGroup; ++h) {
+#pragma unroll
+    for (int offset = 16; offset >= (1 << kShift); offset /= 2)
+      r_sum[h] += __shfl_xor_sync(0xffffffffu, r_sum[h], offset);
+    if (lane == 0) s_max[warp][h] = r_max[h], s_sum[warp][h] = r_sum[h];
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) s_acc[warp][h][lane * kPerLane + e] = r_acc[h][e];
+  }
+  __syncthreads();
+  // The warps' partials merged in warp order; one partial per query head of the group.
+  for (int h = 0; h < kGroup; ++h) {
+    float block_max = -INFINITY;
+    for (int w = 0; w < kAttentionWarps; ++w)
+      if (s_sum[w][h] > 0.0f) block_max = fmaxf(block_max, s_max[w][h]);
+    float weight[kAttentionWarps], block_sum = 0.0f;
+    for (int w = 0; w < kAttentionWarps; ++w) {
+      weight[w] = s_sum[w][h] > 0.0f ? __expf(s_max[w][h] - block_max) : 0.0f;
+      block_sum += s_sum[w][h] * weight[w];
+    }
+    const int64_t head = kv_head * kGroup + h;
+    float* out = args.partials + ((token * shape.num_heads + head) * args.num_splits + split) * (kDim + 2);
+    if (threadIdx.x == 0) {
+      out[0] = block_max;
+      out[1] = block_sum;  // 0 for an empty split
+    }
+    for (int i = threadIdx.x; i < kDim; i += blockDim.x) {
+      float value = 0.0f;
+      for (int w = 0; w < kAttentionWarps; ++w) value += s_acc[w][h][i] * weight[w];
+      out[2 + i] = value;
+    }
+  }
+}
+
 // Block (token, query head): merges the splits and applies the sigmoid output gate; with q_codes
 // set (head_dim % 128 == 0, blockDim 128), quantises each 128-group of the output. Every load is
 // issued before its value is needed: the splits' (max, sum) pairs one thread per split, their
@@ -227,6 +434,39 @@ void check_shape(const AttentionShape& shape) {
   VT_CHECK(shape.rotary_dim % 2 == 0 && shape.rotary_dim <= shape.head_dim, "attention: bad rotary_dim");
 }
 
+// The grouped kernel for (group, head_dim) pairs it is built for; false for any other (the
+// per-head kernel runs them). bf16 rows take 8 keys per warp at a time up to 6 heads a group, else
+// 4 (registers: the group's q and accumulators, and every key's K and V slices, per lane).
+template <typename T, int kGroup, int kPerLane>
+void launch_gqa(const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost, cudaStream_t stream) {
+  constexpr int kKeys = sizeof(T) == 2 && kGroup <= 6 ? 8 : 4;
+  launch("sm90_paged_attention_gqa", cost, sm90_paged_attention_gqa<T, kGroup, kPerLane, kKeys>, grid,
+         dim3(kAttentionWarps * 32), 0, stream, args);
+}
+template <typename T, int kGroup>
+bool launch_gqa_dims(const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost,
+                     cudaStream_t stream) {
+  switch (args.shape.head_dim) {
+    case 64: launch_gqa<T, kGroup, 2>(args, grid, cost, stream); return true;
+    case 128: launch_gqa<T, kGroup, 4>(args, grid, cost, stream); return true;
+    case 256: launch_gqa<T, kGroup, 8>(args, grid, cost, stream); return true;
+    default: return false;
+  }
+}
+template <typename T>
+bool launch_gqa_group(const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost,
+                      cudaStream_t stream) {
+  switch (args.shape.num_heads / args.shape.num_kv_heads) {
+    case 1: return launch_gqa_dims<T, 1>(args, grid, cost, stream);
+    case 2: return launch_gqa_dims<T, 2>(args, grid, cost, stream);
+    case 3: return launch_gqa_dims<T, 3>(args, grid, cost, stream);
+    case 4: return launch_gqa_dims<T, 4>(args, grid, cost, stream);
+    case 6: return launch_gqa_dims<T, 6>(args, grid, cost, stream);
+    case 8: return launch_gqa_dims<T, 8>(args, grid, cost, stream);
+    default: return false;
+  }
+}
+
 }  // namespace
 
 void attention_prepare(float* q_out, void* gate_out, void* k_cache, void* v_cache, const void* projected,
@@ -275,9 +515,15 @@ void paged_attention(void* out, float* partials, const float* q, const void* gat
                                                {layout.num_tokens, shape.num_heads, num_splits, shape.head_dim},
                                                partial_bytes + tokens * double(shape.num_heads) * d * element * 2, 0,
                                                ::vt::profile::OpGroup::kAttention};
-  VT_DISPATCH_ACT(act, T,
-                  launch("sm90_paged_attention_partial", partial_cost, sm90_paged_attention_partial<T>, grid,
-                         dim3(kAttentionWarps * 32), 0, stream, args));
+  // The grouped kernel where it is built for the shape (every Qwen3.5-family model), else a block
+  // per query head.
+  bool grouped = false;
+  const dim3 group_grid(unsigned(layout.num_tokens), unsigned(shape.num_kv_heads), unsigned(num_splits));
+  VT_DISPATCH_ACT(act, T, grouped = launch_gqa_group<T>(args, group_grid, partial_cost, stream));
+  if (!grouped)
+    VT_DISPATCH_ACT(act, T,
+                    launch("sm90_paged_attention_partial", partial_cost, sm90_paged_attention_partial<T>, grid,
+                           dim3(kAttentionWarps * 32), 0, stream, args));
   dim3 combine_grid(unsigned(layout.num_tokens), unsigned(shape.num_heads));
   VT_DISPATCH_ACT(act, T,
                   launch("sm90_attention_combine", combine_cost, sm90_attention_combine<T>, combine_grid, dim3(128),
