@@ -1,5 +1,7 @@
 // Gated attention kernels: q/k norm + partial RoPE + paged KV write, and causal GQA attention
 // over a paged cache with the sigmoid output gate applied in the epilogue.
+#include <cstdlib>
+
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/kernels/common.cuh"
@@ -262,6 +264,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_gqa
   const int64_t key_begin = split * keys_per_split;
   const int64_t key_end = min(visible, key_begin + keys_per_split);
   const int32_t* table = args.layout.block_tables + int64_t(args.layout.slots[seq]) * args.layout.max_blocks;
+  const int block_size = int(shape.block_size);
   const T* k_cache = static_cast<const T*>(args.k_cache) + kv_head * kDim + lane * kPerLane;
   const T* v_cache = static_cast<const T*>(args.v_cache) + kv_head * kDim + lane * kPerLane;
 
@@ -276,13 +279,16 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_gqa
   const int my_key = lane >> kShift;
   for (int64_t base = key_begin + warp * kKeys; base < key_end; base += kRound) {
     gqa::Slice<T, kPerLane> r_k[kKeys], r_v[kKeys];
+    // The batch's cache rows: one division per batch, then (block, offset) stepped per key.
+    int block = int(base / block_size), offset = int(base - int64_t(block) * block_size);
+    int64_t block_row = int64_t(table[block]) * block_size;
 #pragma unroll
     for (int j = 0; j < kKeys; ++j) {
-      const int64_t s = base + j;
-      if (s < key_end) {
-        const int64_t row = (int64_t(table[s / shape.block_size]) * shape.block_size + s % shape.block_size) * hkv;
+      if (base + j < key_end) {
+        const int64_t row = (block_row + offset) * hkv;
         gqa::load(r_k[j], k_cache + row * kDim);
         gqa::load(r_v[j], v_cache + row * kDim);
+        if (++offset == block_size && base + j + 1 < key_end) offset = 0, block_row = int64_t(table[++block]) * block_size;
       } else {
         gqa::zero(r_k[j]);
         gqa::zero(r_v[j]);
@@ -437,11 +443,25 @@ void check_shape(const AttentionShape& shape) {
 // The grouped kernel for (group, head_dim) pairs it is built for; false for any other (the
 // per-head kernel runs them). bf16 rows take 8 keys per warp at a time up to 6 heads a group, else
 // 4 (registers: the group's q and accumulators, and every key's K and V slices, per lane).
+// VT_ATTENTION_KEYS=4|8 overrides the bf16 choice (A/B runs); 0: the rule above.
+int gqa_keys_override() {
+  static const int keys = [] {
+    const char* value = std::getenv("VT_ATTENTION_KEYS");
+    const int parsed = value ? std::atoi(value) : 0;
+    VT_CHECK(parsed == 0 || parsed == 4 || parsed == 8, "VT_ATTENTION_KEYS='", value ? value : "", "': expected 4 or 8");
+    return parsed;
+  }();
+  return keys;
+}
 template <typename T, int kGroup, int kPerLane>
 void launch_gqa(const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost, cudaStream_t stream) {
-  constexpr int kKeys = sizeof(T) == 2 && kGroup <= 6 ? 8 : 4;
-  launch("sm90_paged_attention_gqa", cost, sm90_paged_attention_gqa<T, kGroup, kPerLane, kKeys>, grid,
-         dim3(kAttentionWarps * 32), 0, stream, args);
+  const int keys = gqa_keys_override();
+  if (sizeof(T) == 2 && (keys == 8 || (keys == 0 && kGroup <= 6)))
+    launch("sm90_paged_attention_gqa", cost, sm90_paged_attention_gqa<T, kGroup, kPerLane, 8>, grid,
+           dim3(kAttentionWarps * 32), 0, stream, args);
+  else
+    launch("sm90_paged_attention_gqa", cost, sm90_paged_attention_gqa<T, kGroup, kPerLane, 4>, grid,
+           dim3(kAttentionWarps * 32), 0, stream, args);
 }
 template <typename T, int kGroup>
 bool launch_gqa_dims(const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost,
