@@ -245,7 +245,7 @@ constexpr int log2(int x) { return x <= 1 ? 0 : 1 + log2(x / 2); }
 }  // namespace gqa
 
 template <typename T, int kGroup, int kPerLane, int kKeys>
-__global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_gqa(AttentionArgs args) {
+__global__ void __launch_bounds__(kAttentionWarps * 32, kKeys == 4 && kGroup <= 6 && sizeof(T) == 2 ? 3 : 2) sm90_paged_attention_gqa(AttentionArgs args) {
   static_assert(kKeys >= 2 && kKeys <= 32 && (kKeys & (kKeys - 1)) == 0, "a power-of-two batch of keys");
   constexpr int kShift = 5 - gqa::log2(kKeys);  // a key's scores end in the 1 << kShift lanes lane >> kShift
   constexpr int kDim = 32 * kPerLane;
@@ -455,13 +455,16 @@ int gqa_keys_override() {
 }
 template <typename T, int kGroup, int kPerLane>
 void launch_gqa(const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost, cudaStream_t stream) {
-  const int keys = gqa_keys_override();
-  if (sizeof(T) == 2 && (keys == 8 || (keys == 0 && kGroup <= 6)))
-    launch("sm90_paged_attention_gqa", cost, sm90_paged_attention_gqa<T, kGroup, kPerLane, 8>, grid,
-           dim3(kAttentionWarps * 32), 0, stream, args);
-  else
-    launch("sm90_paged_attention_gqa", cost, sm90_paged_attention_gqa<T, kGroup, kPerLane, 4>, grid,
-           dim3(kAttentionWarps * 32), 0, stream, args);
+  if constexpr (sizeof(T) == 2) {
+    const int keys = gqa_keys_override();
+    if (keys == 8 || (keys == 0 && kGroup <= 6)) {
+      launch("sm90_paged_attention_gqa", cost, sm90_paged_attention_gqa<T, kGroup, kPerLane, 8>, grid,
+             dim3(kAttentionWarps * 32), 0, stream, args);
+      return;
+    }
+  }
+  launch("sm90_paged_attention_gqa", cost, sm90_paged_attention_gqa<T, kGroup, kPerLane, 4>, grid,
+         dim3(kAttentionWarps * 32), 0, stream, args);
 }
 template <typename T, int kGroup>
 bool launch_gqa_dims(const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost,
