@@ -441,8 +441,11 @@ void check_shape(const AttentionShape& shape) {
 }
 
 // The grouped kernel for (group, head_dim) pairs it is built for; false for any other (the
-// per-head kernel runs them). bf16 rows take 8 keys per warp at a time up to 6 heads a group, else
-// 4 (registers: the group's q and accumulators, and every key's K and V slices, per lane).
+// per-head kernel runs them). bf16 rows take 8 keys per warp at a time up to 6 heads a group and
+// more than 4 tokens, else 4 (registers: the group's q and accumulators, and every key's K and V
+// slices, per lane; at 4 keys three blocks fit an SM). Measured on the 27B (H200, 2026-12-02):
+// 8 keys 738 us per step at batch 16 against 848 with 4; 4 keys 0.12-0.21 ms per step faster at
+// batch 1 and 4.
 // VT_ATTENTION_KEYS=4|8 overrides the bf16 choice (A/B runs); 0: the rule above.
 int gqa_keys_override() {
   static const int keys = [] {
@@ -457,7 +460,7 @@ template <typename T, int kGroup, int kPerLane>
 void launch_gqa(const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost, cudaStream_t stream) {
   if constexpr (sizeof(T) == 2) {
     const int keys = gqa_keys_override();
-    if (keys == 8 || (keys == 0 && kGroup <= 6)) {
+    if (keys == 8 || (keys == 0 && kGroup <= 6 && grid.x > 4)) {
       launch("sm90_paged_attention_gqa", cost, sm90_paged_attention_gqa<T, kGroup, kPerLane, 8>, grid,
              dim3(kAttentionWarps * 32), 0, stream, args);
       return;
