@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -175,7 +176,11 @@ void check_attention(int64_t hq, int64_t hkv, int64_t d, DType act, double toler
                           shape, splits, (max_blocks * block_size + splits - 1) / splits, act, nullptr);
     cuda::synchronize();
     const auto result = download_act(out);
-    EXPECT_LE(relative_l2(result, expected), tolerance) << hq << "/" << hkv << " heads, d " << d << ", " << splits
+    const double error = relative_l2(result, expected);
+    std::printf("attention %s %lld/%lld heads, d %lld, %lld splits: rel L2 %.3g\n", bf16 ? "bf16" : "f32",
+                static_cast<long long>(hq), static_cast<long long>(hkv), static_cast<long long>(d),
+                static_cast<long long>(splits), error);
+    EXPECT_LE(error, tolerance) << hq << "/" << hkv << " heads, d " << d << ", " << splits
                                                         << " splits";
     // Deterministic: the same inputs give the same bits (the prepare rewrites the same cache rows).
     if (splits == 8) {
@@ -187,13 +192,16 @@ void check_attention(int64_t hq, int64_t hkv, int64_t d, DType act, double toler
   }
 }
 
-// f32: the grouped kernel (3 query heads per KV head, 8 per KV head at d 128) and, for a group
-// size it is not built for (5), the per-head kernel; bf16 at the 27B's layout (24 / 4 heads of 256).
+// f32: the grouped CUDA-core kernel (3 query heads per KV head, 8 per KV head at d 128) and, for
+// a group size it is not built for (5), the per-head kernel; bf16: the tensor-core kernel at the
+// 27B's layout (24 / 4 heads of 256) and at 8 heads of 128 per KV head, the CUDA-core one at d 64.
 TEST_F(CudaKernels, AttentionMatchesCpu) {
   check_attention(6, 2, 64, DType::kF32, 1e-5);
   check_attention(16, 2, 128, DType::kF32, 1e-5);
   check_attention(10, 2, 64, DType::kF32, 1e-5);
   check_attention(24, 4, 256, DType::kBF16, 1e-2);
+  check_attention(16, 2, 128, DType::kBF16, 1e-2);
+  check_attention(6, 2, 64, DType::kBF16, 1e-2);
 }
 
 TEST_F(CudaKernels, GatedDeltaNetMatchesCpu) {
