@@ -30,18 +30,14 @@ struct Qwen35CudaModel::Graphs {
 
 namespace {
 
-// Split the keys so one attention launch has about this many blocks of (token, KV head, split)
-// when few tokens run: about four per SM on the H200, each warp of a block taking 32 or more keys
-// at batch 16 (context 1024).
-// VT_ATTENTION_BLOCKS overrides it for A/B runs.
-int64_t attention_blocks() {
-  static const int64_t blocks = [] {
-    const char* value = std::getenv("VT_ATTENTION_BLOCKS");
-    const int64_t parsed = value ? std::atoll(value) : 512;
-    VT_CHECK(parsed >= 1 && parsed <= 65536, "VT_ATTENTION_BLOCKS='", value ? value : "", "': expected 1..65536");
-    return parsed;
-  }();
-  return blocks;
+// Blocks of (token, KV head, split) one attention launch aims at when few tokens run: the
+// kernel's own (cuda::attention_target_blocks); VT_ATTENTION_BLOCKS overrides it for A/B runs.
+int64_t attention_blocks(const cuda::AttentionShape& shape, DType act) {
+  const char* value = std::getenv("VT_ATTENTION_BLOCKS");
+  if (!value) return cuda::attention_target_blocks(shape, act);
+  const int64_t parsed = std::atoll(value);
+  VT_CHECK(parsed >= 1 && parsed <= 65536, "VT_ATTENTION_BLOCKS='", value, "': expected 1..65536");
+  return parsed;
 }
 
 // The fewest keys one split takes (VT_ATTENTION_SPLIT_KEYS overrides it for A/B runs): one batch
@@ -113,10 +109,11 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   w.mixer_out = cuda::DeviceBuffer(act, {T, widest_inner(config_)});
   w.q = cuda::DeviceBuffer(DType::kF32, {T, config_.num_heads * config_.head_dim});
   w.gate = cuda::DeviceBuffer(act, {T, config_.num_heads * config_.head_dim});
-  // splits(T') x T' <= max(T', attention_blocks() / Hkv) for every T' <= T.
+  // splits(T') x T' <= max(T', attention_blocks / Hkv) for every T' <= T.
   const int64_t group = config_.num_heads / std::max<int64_t>(config_.num_kv_heads, 1);
+  const int64_t blocks = attention_blocks(attention_shape(), act);
   w.attention_partials = cuda::DeviceBuffer(
-      DType::kF32, {std::max<int64_t>(attention_blocks() * group, T * config_.num_heads) * (config_.head_dim + 2)});
+      DType::kF32, {std::max<int64_t>(blocks * group, T * config_.num_heads) * (config_.head_dim + 2)});
   const int64_t widest_k = std::max({with_mtp ? 2 * H : H, widest_inner(config_)});
   const int64_t top_k = std::max<int64_t>(config_.num_experts_per_tok, 1);
   for (auto [codes, scales] : {std::pair{&w.quantized, &w.scales}, std::pair{&w.inner, &w.inner_scales},
@@ -417,6 +414,11 @@ Fp8Rows Qwen35CudaModel::input_norm(const CudaLayer& layer, int64_t T, const voi
   return mixer_in;
 }
 
+cuda::AttentionShape Qwen35CudaModel::attention_shape() const {
+  const auto& c = config_;
+  return {c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim, options_.block_size, c.rope_theta, c.rms_norm_eps};
+}
+
 // Gated attention: q(+gate)/k/v projection, norms + RoPE + cache writes, paged attention with the
 // sigmoid gate, o_proj into branch.
 void Qwen35CudaModel::attention(const CudaLayer& layer, void* k_cache, void* v_cache, int64_t T, int64_t num_seqs,
@@ -427,10 +429,9 @@ void Qwen35CudaModel::attention(const CudaLayer& layer, void* k_cache, void* v_c
   cuda::StepLayout layout = w.layout;
   layout.num_tokens = T;
   layout.num_seqs = num_seqs;
-  const cuda::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim, options_.block_size,
-                                   c.rope_theta, c.rms_norm_eps};
+  const cuda::AttentionShape shape = attention_shape();
   // Static per (T, max_context), so a captured graph stays valid as positions grow.
-  const int64_t splits = std::clamp<int64_t>(attention_blocks() / (T * c.num_kv_heads), 1,
+  const int64_t splits = std::clamp<int64_t>(attention_blocks(shape, act) / (T * c.num_kv_heads), 1,
                                              (options_.max_context + attention_split_keys() - 1) / attention_split_keys());
   const int64_t keys_per_split = (options_.max_context + splits - 1) / splits;
   {

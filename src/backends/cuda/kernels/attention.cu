@@ -414,8 +414,8 @@ __global__ void __launch_bounds__(kAttentionWarps * 32, kKeys == 4 && kGroup <= 
 
 // The same partials on the tensor cores, for bf16 caches (head_dim 128 or 256, up to 8 query
 // heads per KV head). Each warp takes 16 keys at a time: their K and V rows are copied into its
-// shared-memory stages (cp.async, two batches in flight, rows padded by 16 bytes against bank
-// conflicts), then S^T = K Q^T with mma.m16n8k16 (K by ldmatrix as A, 16 keys x 16 dims; the
+// shared-memory stages (cp.async, kStages - 1 batches in flight beside the one it multiplies, rows
+// padded by 16 bytes against bank conflicts; one block fills an SM's shared memory), then S^T = K Q^T with mma.m16n8k16 (K by ldmatrix as A, 16 keys x 16 dims; the
 // group's q as B, 8 heads), an online softmax per head, and O^T += V^T P^T (V by ldmatrix.trans
 // as A, 16 dims x 16 keys; P as B through a 256-byte transpose in shared memory). q and P are
 // fp32 split into two bf16 parts (hi + lo, two mma each), K and V are bf16 already, and the tensor
@@ -425,7 +425,6 @@ __global__ void __launch_bounds__(kAttentionWarps * 32, kKeys == 4 && kGroup <= 
 namespace mma {
 
 constexpr int kKeys = 16;  // keys per warp per batch: one m16 (QK) / k16 (PV) step
-constexpr int kStages = 2;
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -472,31 +471,30 @@ template <int kDim>
 constexpr int row_bytes() {
   return kDim * 2 + 16;
 }
-template <int kDim>
+template <int kDim, int kStages>
 constexpr int warp_bytes() {  // the stages (K and V rows of a batch each) and P's hi and lo parts
   return kStages * 2 * kKeys * row_bytes<kDim>() + 2 * 8 * kKeys * 2;
 }
-template <int kDim>
+template <int kDim, int kStages>
 constexpr size_t shared_bytes() {
-  return size_t(kAttentionWarps) * warp_bytes<kDim>() + 2 * kAttentionWarps * 8 * sizeof(float);
+  return size_t(kAttentionWarps) * warp_bytes<kDim, kStages>() + 2 * kAttentionWarps * 8 * sizeof(float);
 }
 
 }  // namespace mma
 
-template <int kGroup, int kDim>
+template <int kGroup, int kDim, int kStages>
 __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_mma(AttentionArgs args) {
   static_assert(kGroup <= 8 && kDim % 16 == 0 && kDim * kGroup <= 8 * 256, "8 heads of up to 256 dims");
   using mma::kKeys;
-  using mma::kStages;
   constexpr int kRow = mma::row_bytes<kDim>(), kSteps = kDim / 16;
   extern __shared__ __align__(16) uint8_t s_raw[];
   device::pdl_enter();
   const auto& shape = args.shape;
   const int64_t token = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z, hkv = shape.num_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  uint8_t* s_warp = s_raw + warp * mma::warp_bytes<kDim>();
+  uint8_t* s_warp = s_raw + warp * mma::warp_bytes<kDim, kStages>();
   uint8_t* s_p = s_warp + kStages * 2 * kKeys * kRow;  // [hi, lo][8 heads][16 keys] bf16
-  float* s_max = reinterpret_cast<float*>(s_raw + kAttentionWarps * mma::warp_bytes<kDim>());  // [warp][8]
+  float* s_max = reinterpret_cast<float*>(s_raw + kAttentionWarps * mma::warp_bytes<kDim, kStages>());  // [warp][8]
   float* s_sum = s_max + kAttentionWarps * 8;
   const int32_t seq = args.layout.token_seq[token];
   const int64_t visible = args.layout.positions[token] + 1;
@@ -641,7 +639,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_mma
   }
   __syncthreads();
   gqa::merge_warps<kGroup, kDim>(s_max, s_sum, 8, reinterpret_cast<const float*>(s_raw),
-                                 mma::warp_bytes<kDim>() / int(sizeof(float)), args, token, kv_head, split);
+                                 mma::warp_bytes<kDim, kStages>() / int(sizeof(float)), args, token, kv_head, split);
 }
 
 // Block (token, query head): merges the splits and applies the sigmoid output gate; with q_codes
@@ -750,13 +748,31 @@ bool launch_gqa_dims(const AttentionArgs& args, dim3 grid, const ::vt::profile::
 }
 // The tensor-core kernel (bf16 caches, head_dim 128 or 256, groups of up to 8): false where it is
 // not built for the shape or VT_ATTENTION_KERNEL=cuda_cores (A/B runs) asks for the CUDA-core one.
+template <int kGroup, int kDim, int kStages>
+void launch_mma_stages(const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost,
+                       cudaStream_t stream) {
+  static std::atomic<uint64_t> devices{0};
+  constexpr size_t bytes = mma::shared_bytes<kDim, kStages>();
+  allow_dynamic_shared(sm90_paged_attention_mma<kGroup, kDim, kStages>, bytes, devices, "sm90_paged_attention_mma");
+  launch("sm90_paged_attention_mma", cost, sm90_paged_attention_mma<kGroup, kDim, kStages>, grid,
+         dim3(kAttentionWarps * 32), bytes, stream, args);
+}
+// Batches in flight per warp: VT_ATTENTION_STAGES=2|3 (A/B runs), default 3.
+int mma_stages() {
+  static const int stages = [] {
+    const char* value = std::getenv("VT_ATTENTION_STAGES");
+    const int parsed = value ? std::atoi(value) : 3;
+    VT_CHECK(parsed == 2 || parsed == 3, "VT_ATTENTION_STAGES='", value ? value : "", "': expected 2 or 3");
+    return parsed;
+  }();
+  return stages;
+}
 template <int kGroup, int kDim>
 void launch_mma(const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost, cudaStream_t stream) {
-  static std::atomic<uint64_t> devices{0};
-  constexpr size_t bytes = mma::shared_bytes<kDim>();
-  allow_dynamic_shared(sm90_paged_attention_mma<kGroup, kDim>, bytes, devices, "sm90_paged_attention_mma");
-  launch("sm90_paged_attention_mma", cost, sm90_paged_attention_mma<kGroup, kDim>, grid, dim3(kAttentionWarps * 32),
-         bytes, stream, args);
+  if (mma_stages() == 2)
+    launch_mma_stages<kGroup, kDim, 2>(args, grid, cost, stream);
+  else
+    launch_mma_stages<kGroup, kDim, 3>(args, grid, cost, stream);
 }
 template <int kDim>
 bool launch_mma_group(const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost,
@@ -780,9 +796,15 @@ bool use_mma() {
   }();
   return mma;
 }
+bool mma_serves(DType act, const AttentionShape& shape) {
+  if (shape.num_kv_heads <= 0 || shape.num_heads % shape.num_kv_heads != 0) return false;
+  const int64_t group = shape.num_heads / shape.num_kv_heads;
+  return act == DType::kBF16 && use_mma() && (shape.head_dim == 128 || shape.head_dim == 256) &&
+         (group <= 4 || group == 6 || group == 8);
+}
 bool launch_mma_kernel(DType act, const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost,
                        cudaStream_t stream) {
-  if (act != DType::kBF16 || !use_mma()) return false;
+  if (!mma_serves(act, args.shape)) return false;
   switch (args.shape.head_dim) {
     case 128: return launch_mma_group<128>(args, grid, cost, stream);
     case 256: return launch_mma_group<256>(args, grid, cost, stream);
@@ -805,6 +827,14 @@ bool launch_gqa_group(const AttentionArgs& args, dim3 grid, const ::vt::profile:
 }
 
 }  // namespace
+
+int64_t attention_target_blocks(const AttentionShape& shape, DType act) {
+  if (!mma_serves(act, shape)) return 512;
+  int device = 0, sms = 0;
+  VT_CUDA_CHECK(cudaGetDevice(&device));
+  VT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
 
 void attention_prepare(float* q_out, void* gate_out, void* k_cache, void* v_cache, const void* projected,
                        const float* q_norm, const float* k_norm, const StepLayout& layout,
