@@ -81,8 +81,8 @@ void attention_prepare(float* q_out, void* gate_out, void* k_cache, void* v_cach
 // (sum of position + 1), for the bytes the profile reports (0 if unknown).
 // How many (token, KV head, split) blocks one paged_attention launch should have when few tokens
 // run, for the kernel it chooses for `shape` and `act`: one per SM for the tensor-core kernel (a
-// block fills an SM's shared memory; measured on the H200: 132 blocks 484 us per step at batch 16
-// on the 27B, 512 blocks 654), 512 for the CUDA-core ones. The grouped kernels split each token's
+// block fills most of an SM's shared memory; measured on the H200: 132 blocks 484 us per step at
+// batch 16 on the 27B, 512 blocks 654), 512 for the CUDA-core ones. The grouped kernels split each token's
 // visible keys evenly over the splits (keys_per_split is the per-head kernel's).
 int64_t attention_target_blocks(const AttentionShape& shape, DType act);
 

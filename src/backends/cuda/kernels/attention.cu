@@ -415,13 +415,14 @@ __global__ void __launch_bounds__(kAttentionWarps * 32, kKeys == 4 && kGroup <= 
 // The same partials on the tensor cores, for bf16 caches (head_dim 128 or 256, up to 8 query
 // heads per KV head). Each warp takes 16 keys at a time: their K and V rows are copied into its
 // shared-memory stages (cp.async, kStages - 1 batches in flight beside the one it multiplies, rows
-// padded by 16 bytes against bank conflicts; one block fills an SM's shared memory), then S^T = K Q^T with mma.m16n8k16 (K by ldmatrix as A, 16 keys x 16 dims; the
-// group's q as B, 8 heads), an online softmax per head, and O^T += V^T P^T (V by ldmatrix.trans
-// as A, 16 dims x 16 keys; P as B through a 256-byte transpose in shared memory). q and P are
-// fp32 split into two bf16 parts (hi + lo, two mma each), K and V are bf16 already, and the tensor
-// cores sum in fp32: the products carry ~16 bits of q and P, as close to the CUDA-core kernel's
-// fp32 as its own rounding. A thread's O^T accumulators are for the heads of its softmax state
-// (2 (lane % 4) and + 1), so the running max rescales them in place.
+// padded by 16 bytes against bank conflicts; one block per SM, its shared memory mostly stages),
+// then S^T = K Q^T with mma.m16n8k16 (K by ldmatrix as A, 16 keys x 16 dims; the group's q as B,
+// 8 heads), an online softmax per head, and O^T += V^T P^T (V by ldmatrix.trans as A, 16 dims x
+// 16 keys; P as B through a 256-byte transpose in shared memory). q and P are fp32 split into two
+// bf16 parts (hi + lo, two mma each), K and V are bf16 already, and the tensor cores sum in fp32:
+// the products carry ~16 bits of q and P (the tests measure the same error as the CUDA-core
+// kernel's). A thread's O^T accumulators are for the heads of its softmax state (2 (lane % 4) and
+// + 1), so the running max rescales them in place.
 namespace mma {
 
 constexpr int kKeys = 16;  // keys per warp per batch: one m16 (QK) / k16 (PV) step
@@ -547,12 +548,17 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_mma
   for (int t = 0; t < kSteps; ++t) r_acc[t][0] = r_acc[t][1] = r_acc[t][2] = r_acc[t][3] = 0.0f;
   float r_max[2] = {-INFINITY, -INFINITY}, r_sum[2] = {0.0f, 0.0f};  // heads 2 q, 2 q + 1
 
+  // One copy group per batch, empty past the last: before batch b's wait, b + kStages groups are
+  // committed, so waiting for all but the newest kStages - 1 leaves batch b's rows in place.
 #pragma unroll 1
-  for (int b = 0; b < kStages - 1 && b < batches; ++b) issue(b), mma::commit();
+  for (int b = 0; b < kStages - 1; ++b) {
+    if (b < batches) issue(b);
+    mma::commit();
+  }
 #pragma unroll 1
   for (int b = 0; b < batches; ++b) {
     if (b + kStages - 1 < batches) issue(b + kStages - 1);
-    mma::commit();  // possibly empty: the group count stays one per batch
+    mma::commit();
     mma::wait<kStages - 1>();
     __syncwarp();
     const uint8_t* stage = s_warp + (b % kStages) * 2 * kKeys * kRow;
@@ -757,11 +763,12 @@ void launch_mma_stages(const AttentionArgs& args, dim3 grid, const ::vt::profile
   launch("sm90_paged_attention_mma", cost, sm90_paged_attention_mma<kGroup, kDim, kStages>, grid,
          dim3(kAttentionWarps * 32), bytes, stream, args);
 }
-// Batches in flight per warp: VT_ATTENTION_STAGES=2|3 (A/B runs), default 3.
+// Stages per warp: VT_ATTENTION_STAGES=2|3 (A/B runs), default 2 (3 measured no faster on the
+// 27B at batch 1-32: 496 against 483 us per step at batch 16).
 int mma_stages() {
   static const int stages = [] {
     const char* value = std::getenv("VT_ATTENTION_STAGES");
-    const int parsed = value ? std::atoi(value) : 3;
+    const int parsed = value ? std::atoi(value) : 2;
     VT_CHECK(parsed == 2 || parsed == 3, "VT_ATTENTION_STAGES='", value ? value : "", "': expected 2 or 3");
     return parsed;
   }();
