@@ -256,6 +256,21 @@ __device__ __forceinline__ KeyRange split_keys(int64_t visible, int64_t splits, 
   return {begin, min(visible, begin + keys)};
 }
 
+// A grouped kernel's block: (token, KV head, split) from the grid, its keys [begin, end) (splits
+// of whole rounds of `round` keys) and the token's sequence's block table.
+struct BlockKeys {
+  int64_t token, kv_head, split, begin, end;
+  const int32_t* table;
+};
+__device__ __forceinline__ BlockKeys block_keys(const AttentionArgs& args, int64_t round) {
+  BlockKeys block{blockIdx.x, blockIdx.y, blockIdx.z, 0, 0, nullptr};
+  const int32_t seq = args.layout.token_seq[block.token];
+  const KeyRange keys = split_keys(args.layout.positions[block.token] + 1, args.num_splits, block.split, round);
+  block.begin = keys.begin, block.end = keys.end;
+  block.table = args.layout.block_tables + int64_t(args.layout.slots[seq]) * args.layout.max_blocks;
+  return block;
+}
+
 // Cache rows of consecutive keys from `first` (< end): one division, then (block, offset)
 // stepped per key; the block table is read only for keys below `end`.
 struct RowWalker {
@@ -306,7 +321,8 @@ __device__ __forceinline__ void merge_warps(const float* s_max, const float* s_s
 }  // namespace gqa
 
 template <typename T, int kGroup, int kPerLane, int kKeys>
-__global__ void __launch_bounds__(kAttentionWarps * 32, kKeys == 4 && kGroup <= 6 && sizeof(T) == 2 ? 3 : 2) sm90_paged_attention_gqa(AttentionArgs args) {
+__global__ void __launch_bounds__(kAttentionWarps * 32, kKeys == 4 && kGroup <= 6 && sizeof(T) == 2 ? 3 : 2)
+    sm90_paged_attention_gqa(AttentionArgs args) {
   static_assert(kKeys >= 2 && kKeys <= 32 && (kKeys & (kKeys - 1)) == 0, "a power-of-two batch of keys");
   constexpr int kShift = 5 - gqa::log2(kKeys);  // a key's scores end in the 1 << kShift lanes lane >> kShift
   constexpr int kDim = 32 * kPerLane;
@@ -314,38 +330,35 @@ __global__ void __launch_bounds__(kAttentionWarps * 32, kKeys == 4 && kGroup <= 
   __shared__ float s_acc[kAttentionWarps][kGroup][kDim];
   device::pdl_enter();
   const auto& shape = args.shape;
-  const int64_t token = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z, hkv = shape.num_kv_heads;
+  const int64_t hkv = shape.num_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int32_t seq = args.layout.token_seq[token];
-  const int64_t visible = args.layout.positions[token] + 1;
   // This token's keys split evenly, whole batches of the block's warps per split.
   constexpr int64_t kRound = int64_t(kAttentionWarps) * kKeys;
-  const gqa::KeyRange keys = gqa::split_keys(visible, args.num_splits, split, kRound);
-  const int64_t key_begin = keys.begin, key_end = keys.end;
-  const int32_t* table = args.layout.block_tables + int64_t(args.layout.slots[seq]) * args.layout.max_blocks;
+  const gqa::BlockKeys block = gqa::block_keys(args, kRound);
   const int block_size = int(shape.block_size);
-  const T* k_cache = static_cast<const T*>(args.k_cache) + kv_head * kDim + lane * kPerLane;
-  const T* v_cache = static_cast<const T*>(args.v_cache) + kv_head * kDim + lane * kPerLane;
+  const T* k_cache = static_cast<const T*>(args.k_cache) + block.kv_head * kDim + lane * kPerLane;
+  const T* v_cache = static_cast<const T*>(args.v_cache) + block.kv_head * kDim + lane * kPerLane;
 
   float r_q[kGroup][kPerLane], r_acc[kGroup][kPerLane], r_max[kGroup], r_sum[kGroup];
 #pragma unroll
   for (int h = 0; h < kGroup; ++h) {
-    const float* q = args.q + (token * shape.num_heads + kv_head * kGroup + h) * kDim + lane * kPerLane;
+    const float* q =
+        args.q + (block.token * shape.num_heads + block.kv_head * kGroup + h) * kDim + lane * kPerLane;
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e) r_q[h][e] = q[e] * args.scale, r_acc[h][e] = 0.0f;
     r_max[h] = -INFINITY, r_sum[h] = 0.0f;
   }
   const int my_key = lane >> kShift;
-  for (int64_t base = key_begin + warp * kKeys; base < key_end; base += kRound) {
+  for (int64_t base = block.begin + warp * kKeys; base < block.end; base += kRound) {
     gqa::Slice<T, kPerLane> r_k[kKeys], r_v[kKeys];
-    gqa::RowWalker rows(table, block_size, base);
+    gqa::RowWalker rows(block.table, block_size, base);
 #pragma unroll
     for (int j = 0; j < kKeys; ++j) {
-      if (base + j < key_end) {
+      if (base + j < block.end) {
         const int64_t row = rows.row() * hkv;
         gqa::load(r_k[j], k_cache + row * kDim);
         gqa::load(r_v[j], v_cache + row * kDim);
-        rows.next(base + j + 1 < key_end);
+        rows.next(base + j + 1 < block.end);
       } else {
         gqa::zero(r_k[j]);
         gqa::zero(r_v[j]);
@@ -369,7 +382,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32, kKeys == 4 && kGroup <= 
     for (int offset = (1 << kShift) / 2; offset > 0; offset /= 2)
 #pragma unroll
       for (int h = 0; h < kGroup; ++h) r_part[h] += __shfl_xor_sync(0xffffffffu, r_part[h], offset);
-    const bool valid = base + my_key < key_end;
+    const bool valid = base + my_key < block.end;
     float r_p[kGroup];
 #pragma unroll
     for (int h = 0; h < kGroup; ++h) {
@@ -408,8 +421,8 @@ __global__ void __launch_bounds__(kAttentionWarps * 32, kKeys == 4 && kGroup <= 
     for (int e = 0; e < kPerLane; ++e) s_acc[warp][h][lane * kPerLane + e] = r_acc[h][e];
   }
   __syncthreads();
-  gqa::merge_warps<kGroup, kDim>(&s_max[0][0], &s_sum[0][0], kGroup, &s_acc[0][0][0], kGroup * kDim, args, token,
-                                 kv_head, split);
+  gqa::merge_warps<kGroup, kDim>(&s_max[0][0], &s_sum[0][0], kGroup, &s_acc[0][0][0], kGroup * kDim, args,
+                                 block.token, block.kv_head, block.split);
 }
 
 // The same partials on the tensor cores, for bf16 caches (head_dim 128 or 256, up to 8 query
@@ -491,27 +504,24 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_mma
   extern __shared__ __align__(16) uint8_t s_raw[];
   device::pdl_enter();
   const auto& shape = args.shape;
-  const int64_t token = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z, hkv = shape.num_kv_heads;
+  const int64_t hkv = shape.num_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   uint8_t* s_warp = s_raw + warp * mma::warp_bytes<kDim, kStages>();
   uint8_t* s_p = s_warp + kStages * 2 * kKeys * kRow;  // [hi, lo][8 heads][16 keys] bf16
   float* s_max = reinterpret_cast<float*>(s_raw + kAttentionWarps * mma::warp_bytes<kDim, kStages>());  // [warp][8]
   float* s_sum = s_max + kAttentionWarps * 8;
-  const int32_t seq = args.layout.token_seq[token];
-  const int64_t visible = args.layout.positions[token] + 1;
   constexpr int64_t kRound = int64_t(kAttentionWarps) * kKeys;
-  const gqa::KeyRange keys = gqa::split_keys(visible, args.num_splits, split, kRound);
-  const int64_t key_begin = keys.begin, key_end = keys.end;
-  const int32_t* table = args.layout.block_tables + int64_t(args.layout.slots[seq]) * args.layout.max_blocks;
+  const gqa::BlockKeys block = gqa::block_keys(args, kRound);
   const int block_size = int(shape.block_size);
-  const uint8_t* k_cache = static_cast<const uint8_t*>(args.k_cache) + kv_head * kDim * 2;
-  const uint8_t* v_cache = static_cast<const uint8_t*>(args.v_cache) + kv_head * kDim * 2;
+  const uint8_t* k_cache = static_cast<const uint8_t*>(args.k_cache) + block.kv_head * kDim * 2;
+  const uint8_t* v_cache = static_cast<const uint8_t*>(args.v_cache) + block.kv_head * kDim * 2;
 
   // q as the B operand (16 dims x 8 heads per step): head g, dims 16 s + 2 q (+1) and + 8 (+9),
   // scaled, as bf16 hi and lo parts; heads past the group are zero.
   uint32_t r_qhi[kSteps][2], r_qlo[kSteps][2];
   {
-    const float* qrow = args.q + (token * shape.num_heads + kv_head * kGroup + (g < kGroup ? g : 0)) * kDim;
+    const float* qrow =
+        args.q + (block.token * shape.num_heads + block.kv_head * kGroup + (g < kGroup ? g : 0)) * kDim;
 #pragma unroll
     for (int step = 0; step < kSteps; ++step)
 #pragma unroll
@@ -523,24 +533,24 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_mma
       }
   }
   // This warp's batches: keys first + 64 b .. + 16.
-  const int64_t first = key_begin + warp * kKeys;
-  const int batches = first < key_end ? int((key_end - first + kRound - 1) / kRound) : 0;
+  const int64_t first = block.begin + warp * kKeys;
+  const int batches = first < block.end ? int((block.end - first + kRound - 1) / kRound) : 0;
   // Batch b's K and V rows into stage b % kStages: lane l copies 16-byte piece l (and l + 32 ...)
   // of every row; keys past the end read as zeros.
   const auto issue = [&](int b) {
     const int64_t base = first + int64_t(b) * kRound;
     uint8_t* stage = s_warp + (b % kStages) * 2 * kKeys * kRow;
-    gqa::RowWalker rows(table, block_size, base);
+    gqa::RowWalker rows(block.table, block_size, base);
 #pragma unroll
     for (int j = 0; j < kKeys; ++j) {
-      const bool valid = base + j < key_end;
+      const bool valid = base + j < block.end;
       const int64_t offset = valid ? rows.row() * hkv * kDim * 2 : 0;
 #pragma unroll
       for (int piece = lane; piece < kDim * 2 / 16; piece += 32) {
         mma::copy_16(mma::smem_address(stage + j * kRow + piece * 16), k_cache + offset + piece * 16, valid);
         mma::copy_16(mma::smem_address(stage + (kKeys + j) * kRow + piece * 16), v_cache + offset + piece * 16, valid);
       }
-      if (valid) rows.next(base + j + 1 < key_end);
+      if (valid) rows.next(base + j + 1 < block.end);
     }
   };
   float r_acc[kSteps][4];  // O^T: dims 16 t + g (+ 8 in [2], [3]) x heads 2 q, 2 q + 1
@@ -575,7 +585,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_mma
       mma::mma_bf16(r_s, a, r_qlo[step][0], r_qlo[step][1]);
     }
     // r_s: key g / g + 8 ([2], [3]) x head 2 q / 2 q + 1. Online softmax per head.
-    const bool valid_low = base + g < key_end, valid_high = base + g + 8 < key_end;
+    const bool valid_low = base + g < block.end, valid_high = base + g + 8 < block.end;
     float r_p[4], correction[2];
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
@@ -645,7 +655,8 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_mma
   }
   __syncthreads();
   gqa::merge_warps<kGroup, kDim>(s_max, s_sum, 8, reinterpret_cast<const float*>(s_raw),
-                                 mma::warp_bytes<kDim, kStages>() / int(sizeof(float)), args, token, kv_head, split);
+                                 mma::warp_bytes<kDim, kStages>() / int(sizeof(float)), args, block.token,
+                                 block.kv_head, block.split);
 }
 
 // Block (token, query head): merges the splits and applies the sigmoid output gate; with q_codes
