@@ -4,9 +4,10 @@
 // tokens are scored independently (src/engine/perplexity.h).
 // `vt eval drift`: what the FP8 output layer changes. The same prompts run greedily with the
 // output layer as stored and quantised to FP8 128x128 blocks (W8A8, as `--lm-head fp8` on the
-// GPU); per prompt: identical, or the first position where they part; and perplexity of a fixed
-// text under both.
-//   vt eval drift --model M --prompts FILE [--max-new-tokens 32] [--text FILE] [--json]
+// GPU; --fp8-activations float: weight-only, the CPU reference only); per prompt: identical, or
+// the first position where they part; and perplexity of a fixed text under both.
+//   vt eval drift --model M --prompts FILE [--max-new-tokens 32] [--text FILE]
+//                 [--fp8-activations quantized|float] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -61,7 +62,7 @@ void run_perplexity(const PerplexityArgs& args) {
 }
 
 struct DriftArgs {
-  std::string model, prompts, text;
+  std::string model, prompts, text, fp8_activations = "quantized";
   int64_t max_new_tokens = 32, context = 512, max_text_tokens = 4096;
   bool json = false, raw = false;
 };
@@ -128,8 +129,9 @@ void run_drift(const DriftArgs& args) {
     return result;
   };
   const Run stored = run("output layer as stored");
-  model->quantize_lm_head_fp8();
-  const Run fp8 = run("FP8 output layer");
+  const bool weight_only = args.fp8_activations == "float";
+  model->quantize_lm_head_fp8(weight_only ? vt::Fp8Activations::kFloat : vt::Fp8Activations::kQuantized);
+  const Run fp8 = run(weight_only ? "FP8 output layer, weight-only" : "FP8 output layer");
 
   nlohmann::json rows = nlohmann::json::array();
   int64_t identical = 0, compared_total = 0, matched_total = 0;
@@ -158,6 +160,7 @@ void run_drift(const DriftArgs& args) {
                            {"identical", identical},
                            {"matched_prefix_tokens", matched_total},
                            {"compared_tokens", compared_total},
+                           {"fp8_activations", args.fp8_activations},
                            {"rows", rows}};
   if (!text_ids.empty()) {
     report["text_tokens"] = text_ids.size();
@@ -181,8 +184,9 @@ void run_drift(const DriftArgs& args) {
   std::printf("\n%lld of %zu prompts identical; %lld of %lld generated tokens before the first difference\n",
               (long long)identical, prompts.size(), (long long)matched_total, (long long)compared_total);
   if (!text_ids.empty())
-    std::printf("perplexity over %zu tokens: %.4f as stored, %.4f with the FP8 output layer (%+.3f%%)\n",
-                text_ids.size(), stored.perplexity, fp8.perplexity, 100.0 * (fp8.perplexity / stored.perplexity - 1.0));
+    std::printf("perplexity over %zu tokens: %.4f as stored, %.4f with the FP8 output layer%s (%+.3f%%)\n",
+                text_ids.size(), stored.perplexity, fp8.perplexity, weight_only ? " (weight-only)" : "",
+                100.0 * (fp8.perplexity / stored.perplexity - 1.0));
 }
 
 }  // namespace
@@ -212,6 +216,10 @@ void add_eval_commands(CLI::App& app) {
   drift->add_option("--max-text-tokens", drift_args->max_text_tokens, "score at most N tokens of --text (default 4096)")
       ->check(CLI::PositiveNumber);
   drift->add_flag("--raw", drift_args->raw, "encode prompts as plain text, not through the chat template");
+  drift->add_option("--fp8-activations", drift_args->fp8_activations,
+                    "quantized: W8A8 as the GPU runs it (default); float: weight-only (CPU reference), to tell the "
+                    "weights' rounding from the activations'")
+      ->check(CLI::IsMember({"quantized", "float"}));
   drift->add_flag("--json", drift_args->json, "print one JSON object");
   drift->callback([drift_args] { run_drift(*drift_args); });
 }

@@ -75,7 +75,7 @@ void Linear::forward(const TensorView& y, const TensorView& x) const {
   ops::matmul_nt(y, quantized, weight_, false, group_);
 }
 
-Linear Linear::to_fp8_blocks() const {
+Linear Linear::to_fp8_blocks(Fp8Activations activations) const {
   constexpr int64_t kBlock = 128;
   const int64_t rows = out_features(), cols = in_features();
   Buffer quantized(DType::kF32, {rows, cols});
@@ -93,7 +93,7 @@ Linear Linear::to_fp8_blocks() const {
           q[r * cols + c] =
               f8e4m3_to_f32(f32_to_f8e4m3(std::clamp(w[r * cols + c] / scale, -kF8E4M3Max, kF8E4M3Max))) * scale;
     }
-  return from_f32(std::move(quantized), WeightFormat::kFp8Block, true, group_);
+  return from_f32(std::move(quantized), WeightFormat::kFp8Block, activations == Fp8Activations::kQuantized, group_);
 }
 
 }  // namespace vt

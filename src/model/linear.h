@@ -44,8 +44,8 @@ class Linear {
                          profile::OpGroup group = profile::OpGroup::kGemmOther);
 
   // The same matrix quantised to e4m3 in 128x128 blocks (scale = absmax / 448 per block, as
-  // checkpoints and the CUDA loader do) and dequantised to f32, run W8A8.
-  Linear to_fp8_blocks() const;
+  // checkpoints and the CUDA loader do) and dequantised to f32, run W8A8 (or weight-only: kFloat).
+  Linear to_fp8_blocks(Fp8Activations activations = Fp8Activations::kQuantized) const;
 
   // y [M, out] = x [M, in] @ W^T (x quantised per token in 1x128 groups first for W8A8).
   void forward(const TensorView& y, const TensorView& x) const;

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "model/linear.h"
 #include "model/sampling.h"
 
 namespace vt {
@@ -138,8 +139,12 @@ class Model {
   }
 
   // Replaces the output layer by its FP8 128x128 block quantisation, run W8A8 (activations in
-  // 1x128 groups) as the GPU's `--lm-head fp8` does; `vt eval drift` measures what that changes.
-  virtual void quantize_lm_head_fp8() { VT_FAIL("FP8 lm_head: not supported by this model (", info().architecture, ")"); }
+  // 1x128 groups) as the GPU's `--lm-head fp8` does, or weight-only (kFloat: the CPU reference
+  // only, to tell the two roundings apart); `vt eval drift` measures what that changes.
+  virtual void quantize_lm_head_fp8(Fp8Activations activations = Fp8Activations::kQuantized) {
+    (void)activations;
+    VT_FAIL("FP8 lm_head: not supported by this model (", info().architecture, ")");
+  }
 
   void set_tap(TapSink sink) { tap_ = std::move(sink); }
 

@@ -105,8 +105,8 @@ void TensorParallelQwen35Model::commit(SequenceState& base_state) {
   state.sync();
 }
 
-void TensorParallelQwen35Model::quantize_lm_head_fp8() {
-  for (auto& rank : ranks_) rank->quantize_lm_head_fp8();
+void TensorParallelQwen35Model::quantize_lm_head_fp8(Fp8Activations activations) {
+  for (auto& rank : ranks_) rank->quantize_lm_head_fp8(activations);
 }
 
 std::string TensorParallelQwen35Model::describe() const {

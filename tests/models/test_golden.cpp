@@ -127,12 +127,13 @@ TEST(Golden, ChunkedEqualsRecurrentThroughTheModel) {
 }
 
 // The FP8 output layer (`vt eval drift`, `--lm-head fp8`) moves the logits by less than the W8A8
-// bound and does move them; on the tiny golden models it keeps HF's greedy tokens.
+// bound and does move them; so does it weight-only (`vt eval drift --fp8-activations float`, the
+// CPU reference), with other logits than W8A8 (the activations' rounding is the difference).
 TEST(Golden, Fp8OutputLayerWithinBound) {
   for (const char* name : {"qwen3_5_dense", "qwen3_5_moe"}) {
-    auto model = load_model(kGoldenDir + name, {});
     nlohmann::json reference = read_json_file(kGoldenDir + name + "/reference.json");
     auto ids = reference["prompts"][1]["ids"].get<std::vector<int32_t>>();
+    auto model = load_model(kGoldenDir + name, {});
     auto stored = prompt_logits(*model, ids, DeltaRuleChoice::kAuto);
     model->quantize_lm_head_fp8();
     auto fp8 = prompt_logits(*model, ids, DeltaRuleChoice::kAuto);
@@ -140,6 +141,14 @@ TEST(Golden, Fp8OutputLayerWithinBound) {
     EXPECT_GT(error, 0.0) << name;
     EXPECT_LE(error, numerics::kFp8W8A8RelL2) << name;
     EXPECT_THROW(model->quantize_lm_head_fp8(), Error) << name << ": quantising twice";
+
+    auto weight_only_model = load_model(kGoldenDir + name, {});
+    weight_only_model->quantize_lm_head_fp8(Fp8Activations::kFloat);
+    auto weight_only = prompt_logits(*weight_only_model, ids, DeltaRuleChoice::kAuto);
+    const double weight_only_error = relative_l2(weight_only.data(), stored.data(), stored.size());
+    EXPECT_GT(weight_only_error, 0.0) << name;
+    EXPECT_LE(weight_only_error, numerics::kFp8W8A8RelL2) << name;
+    EXPECT_NE(weight_only, fp8) << name << ": weight-only ran W8A8";
   }
 }
 
