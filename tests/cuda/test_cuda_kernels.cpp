@@ -194,12 +194,14 @@ void check_attention(int64_t hq, int64_t hkv, int64_t d, DType act, double toler
 
 // f32: the grouped CUDA-core kernel (3 query heads per KV head, 8 per KV head at d 128) and, for
 // a group size it is not built for (5), the per-head kernel; bf16: the tensor-core kernel at the
-// 27B's layout (24 / 4 heads of 256) and at 8 heads of 128 per KV head, the CUDA-core one at d 64.
+// 27B's layout (24 / 4 heads of 256), the 35B-A3B's (16 / 2 of 256) and at 8 heads of 128 per KV
+// head, the CUDA-core one at d 64.
 TEST_F(CudaKernels, AttentionMatchesCpu) {
   check_attention(6, 2, 64, DType::kF32, 1e-5);
   check_attention(16, 2, 128, DType::kF32, 1e-5);
   check_attention(10, 2, 64, DType::kF32, 1e-5);
   check_attention(24, 4, 256, DType::kBF16, 1e-2);
+  check_attention(16, 2, 256, DType::kBF16, 1e-2);
   check_attention(16, 2, 128, DType::kBF16, 1e-2);
   check_attention(6, 2, 64, DType::kBF16, 1e-2);
 }
