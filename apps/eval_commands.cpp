@@ -7,7 +7,7 @@
 // GPU; --fp8-activations float: weight-only, the CPU reference only); per prompt: identical, or
 // the first position where they part; and perplexity of a fixed text under both.
 //   vt eval drift --model M --prompts FILE [--max-new-tokens 32] [--text FILE]
-//                 [--fp8-activations quantized|float] [--json]
+//                 [--fp8-activations quantized|float] [--fp8-block-rows 128|1] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -63,7 +63,7 @@ void run_perplexity(const PerplexityArgs& args) {
 
 struct DriftArgs {
   std::string model, prompts, text, fp8_activations = "quantized";
-  int64_t max_new_tokens = 32, context = 512, max_text_tokens = 4096;
+  int64_t max_new_tokens = 32, context = 512, max_text_tokens = 4096, fp8_block_rows = 128;
   bool json = false, raw = false;
 };
 
@@ -130,8 +130,11 @@ void run_drift(const DriftArgs& args) {
   };
   const Run stored = run("output layer as stored");
   const bool weight_only = args.fp8_activations == "float";
-  model->quantize_lm_head_fp8(weight_only ? vt::Fp8Activations::kFloat : vt::Fp8Activations::kQuantized);
-  const Run fp8 = run(weight_only ? "FP8 output layer, weight-only" : "FP8 output layer");
+  model->quantize_lm_head_fp8(
+      {weight_only ? vt::Fp8Activations::kFloat : vt::Fp8Activations::kQuantized, args.fp8_block_rows});
+  const std::string variant = std::string(weight_only ? ", weight-only" : "") +
+                              (args.fp8_block_rows != 128 ? ", " + std::to_string(args.fp8_block_rows) + "x128 blocks" : "");
+  const Run fp8 = run(("FP8 output layer" + variant).c_str());
 
   nlohmann::json rows = nlohmann::json::array();
   int64_t identical = 0, compared_total = 0, matched_total = 0;
@@ -161,6 +164,7 @@ void run_drift(const DriftArgs& args) {
                            {"matched_prefix_tokens", matched_total},
                            {"compared_tokens", compared_total},
                            {"fp8_activations", args.fp8_activations},
+                           {"fp8_block_rows", args.fp8_block_rows},
                            {"rows", rows}};
   if (!text_ids.empty()) {
     report["text_tokens"] = text_ids.size();
@@ -185,7 +189,7 @@ void run_drift(const DriftArgs& args) {
               (long long)identical, prompts.size(), (long long)matched_total, (long long)compared_total);
   if (!text_ids.empty())
     std::printf("perplexity over %zu tokens: %.4f as stored, %.4f with the FP8 output layer%s (%+.3f%%)\n",
-                text_ids.size(), stored.perplexity, fp8.perplexity, weight_only ? " (weight-only)" : "",
+                text_ids.size(), stored.perplexity, fp8.perplexity, variant.c_str(),
                 100.0 * (fp8.perplexity / stored.perplexity - 1.0));
 }
 
@@ -220,6 +224,10 @@ void add_eval_commands(CLI::App& app) {
                     "quantized: W8A8 as the GPU runs it (default); float: weight-only (CPU reference), to tell the "
                     "weights' rounding from the activations'")
       ->check(CLI::IsMember({"quantized", "float"}));
+  drift->add_option("--fp8-block-rows", drift_args->fp8_block_rows,
+                    "rows per weight scale block (default 128, the GPU's format; 1: a scale per row and 128 "
+                    "columns, the CPU reference only)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   drift->add_flag("--json", drift_args->json, "print one JSON object");
   drift->callback([drift_args] { run_drift(*drift_args); });
 }

@@ -75,15 +75,16 @@ void Linear::forward(const TensorView& y, const TensorView& x) const {
   ops::matmul_nt(y, quantized, weight_, false, group_);
 }
 
-Linear Linear::to_fp8_blocks(Fp8Activations activations) const {
+Linear Linear::to_fp8_blocks(const Fp8Quantization& quantization) const {
   constexpr int64_t kBlock = 128;
-  const int64_t rows = out_features(), cols = in_features();
+  const int64_t rows = out_features(), cols = in_features(), block_rows = quantization.block_rows;
+  VT_CHECK(block_rows >= 1, "FP8 blocks of ", block_rows, " rows");
   Buffer quantized(DType::kF32, {rows, cols});
   const float* w = weight_.view().f32();
   float* q = quantized.view().f32();
-  for (int64_t r0 = 0; r0 < rows; r0 += kBlock)
+  for (int64_t r0 = 0; r0 < rows; r0 += block_rows)
     for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
-      const int64_t r1 = std::min(rows, r0 + kBlock), c1 = std::min(cols, c0 + kBlock);
+      const int64_t r1 = std::min(rows, r0 + block_rows), c1 = std::min(cols, c0 + kBlock);
       float absmax = 0.0f;
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t c = c0; c < c1; ++c) absmax = std::max(absmax, std::fabs(w[r * cols + c]));
@@ -93,7 +94,8 @@ Linear Linear::to_fp8_blocks(Fp8Activations activations) const {
           q[r * cols + c] =
               f8e4m3_to_f32(f32_to_f8e4m3(std::clamp(w[r * cols + c] / scale, -kF8E4M3Max, kF8E4M3Max))) * scale;
     }
-  return from_f32(std::move(quantized), WeightFormat::kFp8Block, activations == Fp8Activations::kQuantized, group_);
+  return from_f32(std::move(quantized), WeightFormat::kFp8Block,
+                  quantization.activations == Fp8Activations::kQuantized, group_);
 }
 
 }  // namespace vt

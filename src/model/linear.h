@@ -20,6 +20,16 @@ enum class Fp8Activations {
   kFloat,      // weight-only: dequantised weights, fp32 activations
 };
 
+// How a dense matrix is quantised to FP8 after loading (the output layer: `--lm-head fp8`,
+// `vt eval drift`): e4m3 with one scale per block_rows x 128 block (128: the checkpoints' and the
+// GPU kernels' format; 1: a scale per row and 128 columns, the CPU reference only), run W8A8 or
+// weight-only (the CPU reference only).
+struct Fp8Quantization {
+  Fp8Activations activations = Fp8Activations::kQuantized;
+  int64_t block_rows = 128;
+  bool gpu_format() const { return activations == Fp8Activations::kQuantized && block_rows == 128; }
+};
+
 struct LinearLoadOptions {
   bool fp8_checkpoint = false;  // config has an fp8 quantization_config
   int64_t block_n = 128, block_k = 128;
@@ -43,9 +53,10 @@ class Linear {
   static Linear from_f32(Buffer weight, WeightFormat format, bool quantize_activations,
                          profile::OpGroup group = profile::OpGroup::kGemmOther);
 
-  // The same matrix quantised to e4m3 in 128x128 blocks (scale = absmax / 448 per block, as
-  // checkpoints and the CUDA loader do) and dequantised to f32, run W8A8 (or weight-only: kFloat).
-  Linear to_fp8_blocks(Fp8Activations activations = Fp8Activations::kQuantized) const;
+  // The same matrix quantised to e4m3 in blocks of block_rows x 128 (scale = absmax / 448 per block,
+  // as checkpoints and the CUDA loader do at 128 x 128) and dequantised to f32, run W8A8 or
+  // weight-only.
+  Linear to_fp8_blocks(const Fp8Quantization& quantization = {}) const;
 
   // y [M, out] = x [M, in] @ W^T (x quantised per token in 1x128 groups first for W8A8).
   void forward(const TensorView& y, const TensorView& x) const;

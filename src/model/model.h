@@ -139,10 +139,11 @@ class Model {
   }
 
   // Replaces the output layer by its FP8 128x128 block quantisation, run W8A8 (activations in
-  // 1x128 groups) as the GPU's `--lm-head fp8` does, or weight-only (kFloat: the CPU reference
-  // only, to tell the two roundings apart); `vt eval drift` measures what that changes.
-  virtual void quantize_lm_head_fp8(Fp8Activations activations = Fp8Activations::kQuantized) {
-    (void)activations;
+  // 1x128 groups) as the GPU's `--lm-head fp8` does, or (the CPU reference only, to tell the
+  // roundings apart) weight-only or with a scale per row and 128 columns; `vt eval drift` measures
+  // what that changes.
+  virtual void quantize_lm_head_fp8(const Fp8Quantization& quantization = {}) {
+    (void)quantization;
     VT_FAIL("FP8 lm_head: not supported by this model (", info().architecture, ")");
   }
 

@@ -261,9 +261,9 @@ std::string LlamaModel::describe() const {
   return text.str();
 }
 
-void LlamaModel::quantize_lm_head_fp8(Fp8Activations activations) {
+void LlamaModel::quantize_lm_head_fp8(const Fp8Quantization& quantization) {
   VT_CHECK(weights_.lm_head.format() == WeightFormat::kDense, "the LM head is already FP8");
-  Linear quantized = weights_.lm_head.to_fp8_blocks(activations);
+  Linear quantized = weights_.lm_head.to_fp8_blocks(quantization);
   if (config_.tie_word_embeddings) {  // the embedding keeps the original matrix
     weights_.embedding_table = std::move(weights_.lm_head.mutable_weight());
     weights_.embed_tokens = weights_.embedding_table.view();

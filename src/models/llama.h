@@ -61,7 +61,7 @@ class LlamaModel final : public Model {
   bool supports_rollback() const override { return true; }
   void rollback(SequenceState& state, int64_t length) override;
   void commit(SequenceState&) override {}
-  void quantize_lm_head_fp8(Fp8Activations activations = Fp8Activations::kQuantized) override;
+  void quantize_lm_head_fp8(const Fp8Quantization& quantization = {}) override;
   const LlamaConfig& config() const { return config_; }
   const GgufFile& file() const { return file_; }
 

@@ -98,9 +98,9 @@ class Qwen35Model final : public Model, public MtpHead {
   void forward(std::span<const int32_t> tokens, SequenceState& state, const TensorView& logits,
                const ForwardOptions& options) override;
   std::string describe() const override;
-  void quantize_lm_head_fp8(Fp8Activations activations = Fp8Activations::kQuantized) override {
+  void quantize_lm_head_fp8(const Fp8Quantization& quantization = {}) override {
     VT_CHECK(weights_.lm_head.format() == WeightFormat::kDense, "the LM head is already FP8");
-    weights_.lm_head = weights_.lm_head.to_fp8_blocks(activations);
+    weights_.lm_head = weights_.lm_head.to_fp8_blocks(quantization);
   }
   bool supports_rollback() const override { return true; }
   void rollback(SequenceState& state, int64_t length) override;

@@ -162,7 +162,7 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   bool supports_device_sampling() const override { return true; }
   void forward_batch_sample(std::span<const BatchItem> items, std::span<const RowOutput> rows,
                             std::span<int32_t> tokens, const TensorView& logits) override;
-  void quantize_lm_head_fp8(Fp8Activations activations = Fp8Activations::kQuantized) override;
+  void quantize_lm_head_fp8(const Fp8Quantization& quantization = {}) override;
   // Rollback from per-token state checkpoints: a keep_rollback step also saves each GDN layer's
   // state after every token into the sequence's window (entry 0: the state where it opened);
   // rollback copies an entry back. KV entries past the length are simply overwritten later.

@@ -220,8 +220,8 @@ void TensorParallelCudaModel::forward_batch_ranks(
   for (const BatchItem& item : items) dynamic_cast<State&>(*item.state).sync();
 }
 
-void TensorParallelCudaModel::quantize_lm_head_fp8(Fp8Activations activations) {
-  run([&](int rank) { ranks_[size_t(rank)]->quantize_lm_head_fp8(activations); });
+void TensorParallelCudaModel::quantize_lm_head_fp8(const Fp8Quantization& quantization) {
+  run([&](int rank) { ranks_[size_t(rank)]->quantize_lm_head_fp8(quantization); });
 }
 
 void TensorParallelCudaModel::decode_step(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,

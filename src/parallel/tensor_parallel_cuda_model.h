@@ -46,7 +46,7 @@ class TensorParallelCudaModel final : public Model {
   void forward_batch_sample(std::span<const BatchItem> items, std::span<const RowOutput> rows,
                             std::span<int32_t> tokens, const TensorView& logits) override;
   std::string describe() const override { return description_; }
-  void quantize_lm_head_fp8(Fp8Activations activations = Fp8Activations::kQuantized) override;
+  void quantize_lm_head_fp8(const Fp8Quantization& quantization = {}) override;
 
   // As Qwen35CudaModel's, on every rank; rank 0's next tokens.
   void decode_step(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,

@@ -105,8 +105,8 @@ void TensorParallelQwen35Model::commit(SequenceState& base_state) {
   state.sync();
 }
 
-void TensorParallelQwen35Model::quantize_lm_head_fp8(Fp8Activations activations) {
-  for (auto& rank : ranks_) rank->quantize_lm_head_fp8(activations);
+void TensorParallelQwen35Model::quantize_lm_head_fp8(const Fp8Quantization& quantization) {
+  for (auto& rank : ranks_) rank->quantize_lm_head_fp8(quantization);
 }
 
 std::string TensorParallelQwen35Model::describe() const {

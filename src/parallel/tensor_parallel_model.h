@@ -26,7 +26,7 @@ class TensorParallelQwen35Model final : public Model {
   void forward(std::span<const int32_t> tokens, SequenceState& state, const TensorView& logits,
                const ForwardOptions& options) override;
   std::string describe() const override;
-  void quantize_lm_head_fp8(Fp8Activations activations = Fp8Activations::kQuantized) override;
+  void quantize_lm_head_fp8(const Fp8Quantization& quantization = {}) override;
   // Rollback replays each rank's own GDN heads: no collective needed.
   bool supports_rollback() const override { return true; }
   void rollback(SequenceState& state, int64_t length) override;

@@ -143,7 +143,7 @@ TEST(Golden, Fp8OutputLayerWithinBound) {
     EXPECT_THROW(model->quantize_lm_head_fp8(), Error) << name << ": quantising twice";
 
     auto weight_only_model = load_model(kGoldenDir + name, {});
-    weight_only_model->quantize_lm_head_fp8(Fp8Activations::kFloat);
+    weight_only_model->quantize_lm_head_fp8({Fp8Activations::kFloat, 128});
     auto weight_only = prompt_logits(*weight_only_model, ids, DeltaRuleChoice::kAuto);
     const double weight_only_error = relative_l2(weight_only.data(), stored.data(), stored.size());
     EXPECT_GT(weight_only_error, 0.0) << name;
