@@ -1,0 +1,42 @@
+// Linear::to_fp8_blocks: the output layer's FP8 quantisation for `--lm-head fp8` and `vt eval drift`.
+// A row far smaller than its block's largest value is flushed to zero by a 128 x 128 block's scale
+// and kept to e4m3's precision by a scale per row; W8A8 or weight-only is what the Linear runs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/linear.h"
+
+namespace vt {
+namespace {
+
+Linear two_rows() {
+  Buffer weight(DType::kF32, {2, 128});
+  for (int64_t c = 0; c < 128; ++c) {
+    weight.f32()[c] = std::sin(0.1f * float(c + 1));                // |w| up to 1
+    weight.f32()[128 + c] = 1e-6f * std::cos(0.1f * float(c + 1));  // a million times smaller
+  }
+  return Linear::from_f32(std::move(weight), WeightFormat::kDense, false);
+}
+
+TEST(LinearFp8, BlockRowsSetTheScaleAndActivationsHowItRuns) {
+  const Linear dense = two_rows();
+  const float* w = dense.weight().f32();
+  const Linear blocks = dense.to_fp8_blocks();
+  const Linear rows = dense.to_fp8_blocks({Fp8Activations::kFloat, 1});
+  EXPECT_EQ(blocks.format(), WeightFormat::kFp8Block);
+  EXPECT_TRUE(blocks.quantizes_activations());
+  EXPECT_FALSE(rows.quantizes_activations());
+  for (int64_t c = 0; c < 128; ++c) {
+    // Row 0 sets the 128 x 128 block's scale (1/448): row 1's values fall below e4m3's smallest.
+    EXPECT_EQ(blocks.weight().f32()[128 + c], 0.0f) << c;
+    for (int64_t r = 0; r < 2; ++r) {
+      const float want = w[r * 128 + c], got = rows.weight().f32()[r * 128 + c];
+      EXPECT_LE(std::fabs(got - want), std::ldexp(std::fabs(want), -4)) << r << ", " << c;  // 3 mantissa bits
+    }
+  }
+  EXPECT_THROW(dense.to_fp8_blocks({Fp8Activations::kQuantized, 0}), Error);
+}
+
+}  // namespace
+}  // namespace vt
