@@ -35,6 +35,15 @@ constexpr double kCudaChunkedDeltaRuleRelL2 = kSamePathRelL2;
 // Its bf16 output vs gdn_recurrent's: the same fp32 values to ~1e-6, rounded to bf16 (one bf16
 // ulp, 2^-8 relative, would be 3.9e-3 were every element on a rounding boundary).
 constexpr double kCudaChunkedBf16OutputRelL2 = 4e-3;
+// One attention step (prepare + split-key partials + combine) on the GPU vs the CPU reference:
+// f32 activations and caches, any of the kernels (grouped on the CUDA cores, per query head);
+// bf16, where the inputs, the caches and the output are rounded to bf16 as the CUDA path stores
+// them (the CPU computing in f32 from the same rounded values): the output's own rounding is
+// ~2^-9 / sqrt(3) = 1.1e-3 relative; the tensor-core kernel's bf16 hi + lo parts of q and P add
+// ~2^-17. Measured on the H200 (2026-12-02): f32 1.9e-7 .. 2.4e-7, bf16 1.64e-3 .. 1.66e-3 with
+// either the tensor-core or the CUDA-core kernel.
+constexpr double kCudaAttentionF32RelL2 = kSamePathRelL2;
+constexpr double kCudaAttentionBf16RelL2 = 1e-2;
 // One FP8 block GEMM on the GPU vs the CPU's (dequantised operands, fp32 sums): vt's CUDA-core and
 // mma.sync kernels sum in fp32 (kFp8GemmFp32RelL2); the wgmma kernel sums each 128-K block of e4m3
 // products in the tensor core's accumulator, which keeps about 14 bits (DeepSeek-V3 report,

@@ -197,13 +197,13 @@ void check_attention(int64_t hq, int64_t hkv, int64_t d, DType act, double toler
 // 27B's layout (24 / 4 heads of 256), the 35B-A3B's (16 / 2 of 256) and at 8 heads of 128 per KV
 // head, the CUDA-core one at d 64.
 TEST_F(CudaKernels, AttentionMatchesCpu) {
-  check_attention(6, 2, 64, DType::kF32, 1e-5);
-  check_attention(16, 2, 128, DType::kF32, 1e-5);
-  check_attention(10, 2, 64, DType::kF32, 1e-5);
-  check_attention(24, 4, 256, DType::kBF16, 1e-2);
-  check_attention(16, 2, 256, DType::kBF16, 1e-2);
-  check_attention(16, 2, 128, DType::kBF16, 1e-2);
-  check_attention(6, 2, 64, DType::kBF16, 1e-2);
+  check_attention(6, 2, 64, DType::kF32, numerics::kCudaAttentionF32RelL2);
+  check_attention(16, 2, 128, DType::kF32, numerics::kCudaAttentionF32RelL2);
+  check_attention(10, 2, 64, DType::kF32, numerics::kCudaAttentionF32RelL2);
+  check_attention(24, 4, 256, DType::kBF16, numerics::kCudaAttentionBf16RelL2);
+  check_attention(16, 2, 256, DType::kBF16, numerics::kCudaAttentionBf16RelL2);
+  check_attention(16, 2, 128, DType::kBF16, numerics::kCudaAttentionBf16RelL2);
+  check_attention(6, 2, 64, DType::kBF16, numerics::kCudaAttentionBf16RelL2);
 }
 
 TEST_F(CudaKernels, GatedDeltaNetMatchesCpu) {
