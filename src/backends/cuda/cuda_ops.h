@@ -73,23 +73,24 @@ void attention_prepare(float* q_out, void* gate_out, void* k_cache, void* v_cach
                        const AttentionShape& shape, DType act, cudaStream_t stream);
 
 // Causal GQA attention of each token over its sequence's cache [0, position], times
-// sigmoid(gate): out [T, Hq*D] act. The keys are split into `num_splits` ranges of
-// `keys_per_split` (flash-decoding: more blocks when few tokens), merged in a fixed order;
-// partials holds [T, Hq, num_splits, D + 2] f32.
+// sigmoid(gate): out [T, Hq*D] act. The keys are split into `num_splits` ranges (flash-decoding:
+// more blocks when few tokens; the grouped kernels split each token's visible keys evenly, the
+// per-head kernel takes ranges of `keys_per_split`), merged in a fixed order; partials holds
+// [T, Hq, num_splits, D + 2] f32.
 // With q_codes set (head_dim % 128 == 0), also writes out's FP8 quantisation for the o_proj
 // ([T, Hq*D] e4m3, [T, Hq*D/128] scales). kv_tokens: the keys the step's tokens see in all
 // (sum of position + 1), for the bytes the profile reports (0 if unknown).
-// How many (token, KV head, split) blocks one paged_attention launch should have when few tokens
-// run, for the kernel it chooses for `shape` and `act`: one per SM for the tensor-core kernel (a
-// block fills most of an SM's shared memory; measured on the H200: 132 blocks 484 us per step at
-// batch 16 on the 27B, 512 blocks 654), 512 for the CUDA-core ones. The grouped kernels split each token's
-// visible keys evenly over the splits (keys_per_split is the per-head kernel's).
-int64_t attention_target_blocks(const AttentionShape& shape, DType act);
-
 void paged_attention(void* out, float* partials, const float* q, const void* gate, const void* k_cache,
                      const void* v_cache, const StepLayout& layout, const AttentionShape& shape, int64_t num_splits,
                      int64_t keys_per_split, DType act, cudaStream_t stream, uint8_t* q_codes = nullptr,
                      float* q_scales = nullptr, int64_t kv_tokens = 0);
+
+// How many (token, KV head, split) blocks one paged_attention launch should have when few tokens
+// run, for the kernel it chooses for `shape` and `act`: one per SM for the tensor-core kernel (a
+// block fills most of an SM's shared memory; measured on the H200: 132 blocks 484 us per step at
+// batch 16 on the 27B, 512 blocks 654), 512 for the CUDA-core ones. The grouped kernels split each
+// token's visible keys evenly over the splits (keys_per_split is the per-head kernel's).
+int64_t attention_target_blocks(const AttentionShape& shape, DType act);
 
 struct DeltaNetShape {
   int64_t num_k_heads, num_v_heads, k_dim, v_dim, conv_kernel;

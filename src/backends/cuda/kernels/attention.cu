@@ -78,7 +78,6 @@ __global__ void sm90_attention_prepare(PrepareArgs args) {
   }
 }
 
-
 // Block (token, query head, split): the split's keys [split * keys_per_split, ...) up to the
 // token's position, warps taking keys in turn with an online softmax each, merged in the block
 // and written as one partial (max, sum, acc) for the combine kernel.
@@ -217,7 +216,6 @@ void check_shape(const AttentionShape& shape) {
 
 }  // namespace
 
-
 void attention_prepare(float* q_out, void* gate_out, void* k_cache, void* v_cache, const void* projected,
                        const float* q_norm, const float* k_norm, const StepLayout& layout,
                        const AttentionShape& shape, DType act, cudaStream_t stream) {
@@ -266,10 +264,8 @@ void paged_attention(void* out, float* partials, const float* q, const void* gat
                                                ::vt::profile::OpGroup::kAttention};
   // The tensor-core kernel where it is built for the shape (bf16: every Qwen3.5-family model), else
   // the grouped CUDA-core one, else a block per query head.
-  bool grouped;
   const dim3 group_grid(unsigned(layout.num_tokens), unsigned(shape.num_kv_heads), unsigned(num_splits));
-  grouped = launch_grouped_attention(act, args, group_grid, partial_cost, stream);
-  if (!grouped)
+  if (!launch_grouped_attention(act, args, group_grid, partial_cost, stream))
     VT_DISPATCH_ACT(act, T,
                     launch("sm90_paged_attention_partial", partial_cost, sm90_paged_attention_partial<T>, grid,
                            dim3(kAttentionWarps * 32), 0, stream, args));
