@@ -7,7 +7,7 @@
 // GPU; --fp8-activations float: weight-only, the CPU reference only); per prompt: identical, or
 // the first position where they part; and perplexity of a fixed text under both.
 //   vt eval drift --model M --prompts FILE [--max-new-tokens 32] [--text FILE]
-//                 [--fp8-activations quantized|float] [--fp8-block-rows 128|1] [--json]
+//                 [--fp8-activations quantized|float] [--fp8-block-rows N] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -225,8 +225,8 @@ void add_eval_commands(CLI::App& app) {
                     "weights' rounding from the activations'")
       ->check(CLI::IsMember({"quantized", "float"}));
   drift->add_option("--fp8-block-rows", drift_args->fp8_block_rows,
-                    "rows per weight scale block (default 128, the GPU's format; 1: a scale per row and 128 "
-                    "columns, the CPU reference only)")
+                    "rows per weight scale block of 128 columns (default 128, the GPU's format; fewer: the CPU "
+                    "reference only, 1 a scale per row)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   drift->add_flag("--json", drift_args->json, "print one JSON object");
   drift->callback([drift_args] { run_drift(*drift_args); });

@@ -22,8 +22,8 @@ enum class Fp8Activations {
 
 // How a dense matrix is quantised to FP8 after loading (the output layer: `--lm-head fp8`,
 // `vt eval drift`): e4m3 with one scale per block_rows x 128 block (128: the checkpoints' and the
-// GPU kernels' format; 1: a scale per row and 128 columns, the CPU reference only), run W8A8 or
-// weight-only (the CPU reference only).
+// GPU kernels' format; fewer rows, down to a scale per row and 128 columns: the CPU reference
+// only), run W8A8 or weight-only (the CPU reference only).
 struct Fp8Quantization {
   Fp8Activations activations = Fp8Activations::kQuantized;
   int64_t block_rows = 128;
