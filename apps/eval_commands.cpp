@@ -7,7 +7,7 @@
 // GPU; --fp8-activations float: weight-only, the CPU reference only); per prompt: identical, or
 // the first position where they part; and perplexity of a fixed text under both.
 //   vt eval drift --model M --prompts FILE [--max-new-tokens 32] [--text FILE]
-//                 [--fp8-activations quantized|float] [--fp8-block-rows N] [--json]
+//                 [--fp8-activations quantized|float] [--fp8-block-rows N] [--fp8-block-cols N] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -63,7 +63,7 @@ void run_perplexity(const PerplexityArgs& args) {
 
 struct DriftArgs {
   std::string model, prompts, text, fp8_activations = "quantized";
-  int64_t max_new_tokens = 32, context = 512, max_text_tokens = 4096, fp8_block_rows = 128;
+  int64_t max_new_tokens = 32, context = 512, max_text_tokens = 4096, fp8_block_rows = 128, fp8_block_cols = 128;
   bool json = false, raw = false;
 };
 
@@ -130,10 +130,13 @@ void run_drift(const DriftArgs& args) {
   };
   const Run stored = run("output layer as stored");
   const bool weight_only = args.fp8_activations == "float";
-  model->quantize_lm_head_fp8(
-      {weight_only ? vt::Fp8Activations::kFloat : vt::Fp8Activations::kQuantized, args.fp8_block_rows});
-  const std::string variant = std::string(weight_only ? ", weight-only" : "") +
-                              (args.fp8_block_rows != 128 ? ", " + std::to_string(args.fp8_block_rows) + "x128 blocks" : "");
+  model->quantize_lm_head_fp8({weight_only ? vt::Fp8Activations::kFloat : vt::Fp8Activations::kQuantized,
+                               args.fp8_block_rows, args.fp8_block_cols});
+  const bool other_blocks = args.fp8_block_rows != 128 || args.fp8_block_cols != 128;
+  const std::string variant =
+      std::string(weight_only ? ", weight-only" : "") +
+      (other_blocks ? ", " + std::to_string(args.fp8_block_rows) + "x" + std::to_string(args.fp8_block_cols) + " blocks"
+                    : "");
   const Run fp8 = run(("FP8 output layer" + variant).c_str());
 
   nlohmann::json rows = nlohmann::json::array();
@@ -165,6 +168,7 @@ void run_drift(const DriftArgs& args) {
                            {"compared_tokens", compared_total},
                            {"fp8_activations", args.fp8_activations},
                            {"fp8_block_rows", args.fp8_block_rows},
+                           {"fp8_block_cols", args.fp8_block_cols},
                            {"rows", rows}};
   if (!text_ids.empty()) {
     report["text_tokens"] = text_ids.size();
@@ -225,9 +229,13 @@ void add_eval_commands(CLI::App& app) {
                     "weights' rounding from the activations'")
       ->check(CLI::IsMember({"quantized", "float"}));
   drift->add_option("--fp8-block-rows", drift_args->fp8_block_rows,
-                    "rows per weight scale block of 128 columns (default 128, the GPU's format; fewer: the CPU "
-                    "reference only, 1 a scale per row)")
+                    "rows per weight scale block (default 128, the GPU's format; others: the CPU reference only, "
+                    "1 a scale per row)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  drift->add_option("--fp8-block-cols", drift_args->fp8_block_cols,
+                    "columns per weight scale block (default 128, the GPU's format; others: the CPU reference only; "
+                    "the input width or more: one scale per block_rows rows)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   drift->add_flag("--json", drift_args->json, "print one JSON object");
   drift->callback([drift_args] { run_drift(*drift_args); });
 }

@@ -76,15 +76,15 @@ void Linear::forward(const TensorView& y, const TensorView& x) const {
 }
 
 Linear Linear::to_fp8_blocks(const Fp8Quantization& quantization) const {
-  constexpr int64_t kBlock = 128;
-  const int64_t rows = out_features(), cols = in_features(), block_rows = quantization.block_rows;
-  VT_CHECK(block_rows >= 1, "FP8 blocks of ", block_rows, " rows");
+  const int64_t rows = out_features(), cols = in_features();
+  const int64_t block_rows = quantization.block_rows, block_cols = quantization.block_cols;
+  VT_CHECK(block_rows >= 1 && block_cols >= 1, "FP8 blocks of ", block_rows, " x ", block_cols);
   Buffer quantized(DType::kF32, {rows, cols});
   const float* w = weight_.view().f32();
   float* q = quantized.view().f32();
   for (int64_t r0 = 0; r0 < rows; r0 += block_rows)
-    for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
-      const int64_t r1 = std::min(rows, r0 + block_rows), c1 = std::min(cols, c0 + kBlock);
+    for (int64_t c0 = 0; c0 < cols; c0 += block_cols) {
+      const int64_t r1 = std::min(rows, r0 + block_rows), c1 = std::min(cols, c0 + block_cols);
       float absmax = 0.0f;
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t c = c0; c < c1; ++c) absmax = std::max(absmax, std::fabs(w[r * cols + c]));

@@ -21,13 +21,15 @@ enum class Fp8Activations {
 };
 
 // How a dense matrix is quantised to FP8 after loading (the output layer: `--lm-head fp8`,
-// `vt eval drift`): e4m3 with one scale per block_rows x 128 block (128: the checkpoints' and the
-// GPU kernels' format; fewer rows, down to a scale per row and 128 columns: the CPU reference
-// only), run W8A8 or weight-only (the CPU reference only).
+// `vt eval drift`): e4m3 with one scale per block_rows x block_cols block (128 x 128: the
+// checkpoints' and the GPU kernels' format; other blocks, down to a scale per row and 128 columns
+// or per whole row: the CPU reference only), run W8A8 or weight-only (the CPU reference only).
 struct Fp8Quantization {
   Fp8Activations activations = Fp8Activations::kQuantized;
-  int64_t block_rows = 128;
-  bool gpu_format() const { return activations == Fp8Activations::kQuantized && block_rows == 128; }
+  int64_t block_rows = 128, block_cols = 128;
+  bool gpu_format() const {
+    return activations == Fp8Activations::kQuantized && block_rows == 128 && block_cols == 128;
+  }
 };
 
 struct LinearLoadOptions {
@@ -53,8 +55,8 @@ class Linear {
   static Linear from_f32(Buffer weight, WeightFormat format, bool quantize_activations,
                          profile::OpGroup group = profile::OpGroup::kGemmOther);
 
-  // The same matrix quantised to e4m3 in blocks of block_rows x 128 (scale = absmax / 448 per block,
-  // as checkpoints and the CUDA loader do at 128 x 128) and dequantised to f32, run W8A8 or
+  // The same matrix quantised to e4m3 in blocks of block_rows x block_cols (scale = absmax / 448 per
+  // block, as checkpoints and the CUDA loader do at 128 x 128) and dequantised to f32, run W8A8 or
   // weight-only.
   Linear to_fp8_blocks(const Fp8Quantization& quantization = {}) const;
 

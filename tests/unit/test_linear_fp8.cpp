@@ -1,6 +1,7 @@
 // Linear::to_fp8_blocks: the output layer's FP8 quantisation for `--lm-head fp8` and `vt eval drift`.
 // A row far smaller than its block's largest value is flushed to zero by a 128 x 128 block's scale
-// and kept to e4m3's precision by a scale per row; W8A8 or weight-only is what the Linear runs.
+// and kept to e4m3's precision by a scale per row (and the same along a row for block columns);
+// W8A8 or weight-only is what the Linear runs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -36,6 +37,21 @@ TEST(LinearFp8, BlockRowsSetTheScaleAndActivationsHowItRuns) {
     }
   }
   EXPECT_THROW(dense.to_fp8_blocks({Fp8Activations::kQuantized, 0}), Error);
+}
+
+// Block columns: one scale per whole row (block_cols past the width) lets a row's small half share
+// its large half's scale (flushed), a scale per 128 columns keeps both.
+TEST(LinearFp8, BlockColumnsSetTheScaleToo) {
+  Buffer weight(DType::kF32, {1, 256});
+  for (int64_t c = 0; c < 256; ++c) weight.f32()[c] = (c < 128 ? 1.0f : 1e-6f) * std::sin(0.1f * float(c + 1));
+  const Linear dense = Linear::from_f32(std::move(weight), WeightFormat::kDense, false);
+  const Linear per_row = dense.to_fp8_blocks({Fp8Activations::kQuantized, 1, 1 << 20});
+  const Linear per_128 = dense.to_fp8_blocks({Fp8Activations::kQuantized, 1, 128});
+  for (int64_t c = 128; c < 256; ++c) {
+    const float want = dense.weight().f32()[c];
+    EXPECT_EQ(per_row.weight().f32()[c], 0.0f) << c;
+    EXPECT_LE(std::fabs(per_128.weight().f32()[c] - want), std::ldexp(std::fabs(want), -4)) << c;
+  }
 }
 
 }  // namespace
