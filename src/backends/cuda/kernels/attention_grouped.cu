@@ -15,8 +15,9 @@ namespace vt::cuda {
 namespace {
 
 // The decode path for the usual group sizes: block (token, KV head, split), the kGroup query heads
-// that share the KV head together, so K and V are read once per group (the kernel above reads them
-// once per query head and a key at a time: 15% of the bandwidth at batch 16 on the 27B).
+// that share the KV head together, so K and V are read once per group (attention.cu's per-head
+// kernel reads them once per query head and a key at a time: 15% of the bandwidth at batch 16 on
+// the 27B).
 // Each lane owns kPerLane consecutive dims (one 16-byte load per row at head_dim 256, bf16) and
 // keeps the group's q and output accumulators for them in registers; a warp takes kKeys keys at a
 // time, issuing every row's load first, then forms the kKeys x kGroup partial dot products and
