@@ -109,11 +109,11 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   w.mixer_out = cuda::DeviceBuffer(act, {T, widest_inner(config_)});
   w.q = cuda::DeviceBuffer(DType::kF32, {T, config_.num_heads * config_.head_dim});
   w.gate = cuda::DeviceBuffer(act, {T, config_.num_heads * config_.head_dim});
-  // splits(T') x T' <= max(T', attention_blocks / Hkv) for every T' <= T.
+  // splits(T') x T' <= max(T', attention_blocks_ / Hkv) for every T' <= T.
   const int64_t group = config_.num_heads / std::max<int64_t>(config_.num_kv_heads, 1);
-  const int64_t blocks = attention_blocks(attention_shape(), act);
+  attention_blocks_ = attention_blocks(attention_shape(), act);
   w.attention_partials = cuda::DeviceBuffer(
-      DType::kF32, {std::max<int64_t>(blocks * group, T * config_.num_heads) * (config_.head_dim + 2)});
+      DType::kF32, {std::max<int64_t>(attention_blocks_ * group, T * config_.num_heads) * (config_.head_dim + 2)});
   const int64_t widest_k = std::max({with_mtp ? 2 * H : H, widest_inner(config_)});
   const int64_t top_k = std::max<int64_t>(config_.num_experts_per_tok, 1);
   for (auto [codes, scales] : {std::pair{&w.quantized, &w.scales}, std::pair{&w.inner, &w.inner_scales},
@@ -433,7 +433,7 @@ void Qwen35CudaModel::attention(const CudaLayer& layer, void* k_cache, void* v_c
   layout.num_seqs = num_seqs;
   const cuda::AttentionShape shape = attention_shape();
   // Static per (T, max_context), so a captured graph stays valid as positions grow.
-  const int64_t splits = std::clamp<int64_t>(attention_blocks(shape, act) / (T * c.num_kv_heads), 1,
+  const int64_t splits = std::clamp<int64_t>(attention_blocks_ / (T * c.num_kv_heads), 1,
                                              (options_.max_context + attention_split_keys() - 1) / attention_split_keys());
   const int64_t keys_per_split = (options_.max_context + splits - 1) / splits;
   {

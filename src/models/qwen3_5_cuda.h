@@ -323,6 +323,9 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   bool keep_hidden_states_ = false;
   PositionRange kept_positions_;  // of the hidden states in the workspace's kept_hidden
   bool fuse_quant_ = true;  // VT_FUSED_QUANT=0: every FP8 linear quantises its own input (A/B runs)
+  // The (token, KV head, split) blocks an attention launch aims at, fixed at construction (the
+  // kernel's own count, or VT_ATTENTION_BLOCKS): it sizes the partials and each launch's splits.
+  int64_t attention_blocks_ = 0;
   bool emit_logits_ = true;
   DeviceAllReduce all_reduce_;
   void reduce_branch(int64_t num_tokens);  // all_reduce_ over workspace branch [T, H], when set
