@@ -43,6 +43,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/kernels/cluster.cuh"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/fp8_gemm_split.h"
 #include "backends/cuda/kernels/mbarrier.cuh"
@@ -94,7 +95,14 @@ using device::barrier_arrive;
 using device::barrier_expect_bytes;
 using device::barrier_init;
 using device::barrier_wait;
+using device::cluster_address;
+using device::cluster_arrive;
+using device::cluster_arrive_relaxed;
+using device::cluster_rank;
+using device::cluster_size;
+using device::cluster_wait;
 using device::smem_address;
+using device::store_cluster;
 
 // A 2-D box of `map` at (x = K offset, y = row offset) into shared memory, completing on `barrier`.
 __device__ __forceinline__ void tma_load_2d(void* destination, const CUtensorMap* map, int32_t x, int32_t y,
@@ -139,33 +147,6 @@ __device__ __forceinline__ uint4 load_relaxed4(const uint32_t* address) {
                : "l"(address)
                : "memory");
   return v;
-}
-
-// Thread block clusters (sm90): the cluster-wide barrier (every thread of every CTA of the cluster
-// arrives, then waits; release / acquire order the distributed shared memory stores before it),
-// the CTA's rank, and 16-byte stores into another CTA's shared memory.
-__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-  return rank;
-}
-__device__ __forceinline__ uint32_t cluster_size() {
-  uint32_t size;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(size));
-  return size;
-}
-// The address of `pointer` (this CTA's shared memory) in CTA `rank`'s shared memory.
-__device__ __forceinline__ uint32_t cluster_address(const void* pointer, uint32_t rank) {
-  uint32_t address;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(address) : "r"(smem_address(pointer)), "r"(rank));
-  return address;
-}
-__device__ __forceinline__ void store_cluster(uint32_t address, float a, float b, float c, float d) {
-  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(address), "f"(a), "f"(b), "f"(c), "f"(d)
-               : "memory");
 }
 
 // wgmma shared-memory descriptor of a K-major operand in the 128-byte swizzle: rows of 128 bytes,

@@ -7,6 +7,7 @@
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/kernels/cluster.cuh"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/launch.cuh"
 
@@ -17,10 +18,11 @@ constexpr int kConvThreads = 128;
 constexpr int kMaxConvKernel = 8;
 constexpr int kMaxKeyDim = 128;
 constexpr int kMaxValueDim = 128;
-constexpr int kSplit = 2;  // threads per state column
-constexpr int kRowsPerThread = kMaxKeyDim / kSplit;
-constexpr int kStateThreads = kMaxValueDim * kSplit;
-static_assert(kStateThreads >= kMaxKeyDim, "one thread per key element when loading q and k");
+constexpr int kStateWarps = 4;  // per CTA of sm90_gdn_recurrent: 32 rows of its 32 state columns each
+constexpr int kRowsPerWarp = kMaxKeyDim / kStateWarps;
+constexpr int kStateThreads = 32 * kStateWarps;
+constexpr int kStateMinBlocks = 5;  // CTAs per SM the registers must allow: 96 each (the 128 x 128 kernels do not spill)
+static_assert(kRowsPerWarp == 32 && kMaxKeyDim == 128, "a warp's rows are one element of each lane's q and k");
 constexpr int kMaxCopySpans = 64;  // per launch: 1.5 KB of kernel parameters
 constexpr int kCopyThreads = 256;
 
@@ -85,36 +87,55 @@ struct RecurrentArgs {
   float* q_scales;
   GdnWindow window;  // read by the kWindow instantiation only
   int32_t chunked_from;  // read by the kSkipChunked instantiation only
+  int32_t slices;        // CTAs per value head (the cluster): ceil(dv / 32)
 };
 
-// Block (sequence, value head). Two threads share column j of the state S [dk, dv], each
-// holding half its rows in registers; their partial dot products meet through one shuffle.
+// Cluster (sequence, value head) of `slices` CTAs, CTA (slice) 32 columns of the head's state
+// S [dk, dv]: lane c holds column slice * 32 + c, warp w its rows [32 w, 32 w + 32) in registers,
+// so a warp reads and writes 128 contiguous bytes per state row, and the four warps' partial dot
+// products meet in shared memory. Four CTAs per head at dv = 128 (a 27B step of one token is 192
+// CTAs, not 48) with little state each, so the CTAs of an SM are in different phases (loading,
+// updating, storing) and the memory system stays busy. The gated RMSNorm's sum over the head (and
+// the FP8 output's max) are summed over the cluster's CTAs through distributed shared memory, in
+// rank order, so results stay bit-identical run to run.
 // kSkipChunked (prefill steps that also run gdn_chunked): sequences of >= chunked_from tokens exit.
-template <typename T, bool kWindow, bool kSkipChunked = false>
-__global__ void __launch_bounds__(kStateThreads) sm90_gdn_recurrent(RecurrentArgs args) {
-  __shared__ float s_q[kMaxKeyDim], s_k[kMaxKeyDim];
-  __shared__ float s_scratch[kStateThreads / 32];
+// kFull: dk = dv = 128 (the models'), so every row and column exists and the strides are constant
+// (with runtime ones the compiler keeps 32 row addresses for the final stores and spills).
+template <typename T, bool kWindow, bool kSkipChunked, bool kFull>
+__global__ void __launch_bounds__(kStateThreads, kStateMinBlocks) sm90_gdn_recurrent(RecurrentArgs args) {
+  __shared__ float s_partial[2][kStateWarps][32];
+  __shared__ float s_qk[kStateWarps][2][32];  // per warp: its rows of the token's normalised q and k
+  __shared__ float s_o[2][32];  // this CTA's columns of o, by token parity, for the whole cluster
   const auto& shape = args.shape;
-  const int64_t seq = blockIdx.x, head = blockIdx.y, tid = threadIdx.x;
+  const int slices = args.slices, warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int64_t seq = blockIdx.y, head = blockIdx.x / slices, slice = blockIdx.x % slices;
   if constexpr (kSkipChunked) {
-    // Metadata is safe before the wait, as the slot below (uploaded before the step's first kernel).
+    // Metadata is safe before the wait, as the slot below (uploaded before the step's first kernel);
+    // every CTA of the cluster has the same sequence, so the whole cluster leaves.
     if (args.layout.seq_start[seq + 1] - args.layout.seq_start[seq] >= args.chunked_from) return;
   }
-  const int64_t j = tid / kSplit, row0 = (tid % kSplit) * kRowsPerThread;
-  const int64_t hk = shape.num_k_heads, hv = shape.num_v_heads, dk = shape.k_dim, dv = shape.v_dim;
+  const int64_t hk = shape.num_k_heads, hv = shape.num_v_heads;
+  const int64_t dk = kFull ? kMaxKeyDim : shape.k_dim, dv = kFull ? kMaxValueDim : shape.v_dim;
   const int64_t key_head = head / (hv / hk), conv_dim = 2 * hk * dk + hv * dv;
-  const bool owns_column = j < dv;
+  const int64_t column = slice * 32 + lane, row0 = int64_t(warp) * kRowsPerWarp;
+  const bool owns_column = column < dv;
   float* state = args.recurrent + (int64_t(args.layout.slots[seq]) * hv + head) * dk * dv;
 
   // The state is read before waiting on the previous kernel: only this kernel (of the previous
   // step) writes it, and every kernel before the previous one (sm90_gdn_conv, which waits before
-  // it triggers this one) has finished, so the state load overlaps the conv kernel's tail.
-  const bool first_of_pair = tid % kSplit == 0;
-  float r_s[kRowsPerThread];
+  // it triggers this one) has finished, so the state load overlaps the conv kernel's tail. So are
+  // the layer's weights.
+  float r_s[kRowsPerWarp];
 #pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) r_s[i] = owns_column && row0 + i < dk ? state[(row0 + i) * dv + j] : 0.0f;
+  for (int i = 0; i < kRowsPerWarp; ++i)
+    r_s[i] = owns_column && row0 + i < dk ? state[(row0 + i) * dv + column] : 0.0f;
+  const float a_log = args.a_log[head], dt_bias = args.dt_bias[head];
+  // Warp 0 computes the whole head's gated RMSNorm (below): lane c's columns c + 32 m.
+  float head_w[kMaxValueDim / 32];
+#pragma unroll
+  for (int m = 0; m < kMaxValueDim / 32; ++m)
+    head_w[m] = warp == 0 && m < slices && 32 * m + lane < dv ? args.norm_w[32 * m + lane] : 0.0f;
   device::pdl_enter();
-  if (tid < kMaxKeyDim) s_q[tid] = s_k[tid] = 0.0f;  // rows past dk contribute exact zeros
   // This head's state in the window entry of the sequence's first token; entries are hv*dk*dv apart.
   float* saved = nullptr;
   if constexpr (kWindow) {
@@ -123,75 +144,131 @@ __global__ void __launch_bounds__(kStateThreads) sm90_gdn_recurrent(RecurrentArg
       saved = args.window.states +
               ((int64_t(args.layout.slots[seq]) * args.window.entries + first) * hv + head) * dk * dv;
   }
-
-  const float a_log = args.a_log[head], dt_bias = args.dt_bias[head];
   const float q_scale = rsqrtf(float(dk));
   const T* ba = static_cast<const T*>(args.ba);
   const T* projected = static_cast<const T*>(args.projected);
   for (int32_t t = args.layout.seq_start[seq]; t < args.layout.seq_start[seq + 1]; ++t) {
+    // The token's inputs first, so their latencies overlap: q and k whole (each warp normalises
+    // them itself; lane c holds elements c, c + 32, c + 64, c + 96), this column's v, the head's b
+    // and a.
     const float* row = args.conv_out + int64_t(t) * conv_dim;
-    const float q = tid < dk ? row[key_head * dk + tid] : 0.0f;
-    const float k = tid < dk ? row[hk * dk + key_head * dk + tid] : 0.0f;
-    const float q_norm = rsqrtf(device::block_sum(q * q, s_scratch) + 1e-6f);
-    const float k_norm = rsqrtf(device::block_sum(k * k, s_scratch) + 1e-6f);
-    if (tid < dk) {
-      s_q[tid] = q * q_norm * q_scale;
-      s_k[tid] = k * k_norm;
+    float q[kMaxKeyDim / 32], k[kMaxKeyDim / 32];
+#pragma unroll
+    for (int m = 0; m < kMaxKeyDim / 32; ++m) {
+      const int64_t e = lane + 32 * m;
+      q[m] = e < dk ? row[key_head * dk + e] : 0.0f;  // rows past dk contribute exact zeros
+      k[m] = e < dk ? row[hk * dk + key_head * dk + e] : 0.0f;
     }
-    __syncthreads();
-    const float beta = device::sigmoid(device::to_float(ba[int64_t(t) * 2 * hv + head]));
-    const float a = device::to_float(ba[int64_t(t) * 2 * hv + hv + head]) + dt_bias;
+    const float v = owns_column ? row[2 * hk * dk + head * dv + column] : 0.0f;
+    float head_z[kMaxValueDim / 32];
+#pragma unroll
+    for (int m = 0; m < kMaxValueDim / 32; ++m) {
+      const int64_t c = 32 * m + lane;
+      head_z[m] = warp == 0 && m < slices && c < dv
+                      ? device::to_float(projected[int64_t(t) * args.projected_stride + args.z_offset + head * dv + c])
+                      : 0.0f;
+    }
+    const float b_in = device::to_float(ba[int64_t(t) * 2 * hv + head]);
+    const float a_in = device::to_float(ba[int64_t(t) * 2 * hv + hv + head]);
+    float qq = 0.0f, kk = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kMaxKeyDim / 32; ++m) {
+      qq += q[m] * q[m];
+      kk += k[m] * k[m];
+    }
+    const float q_norm = rsqrtf(device::warp_sum(qq) + 1e-6f), k_norm = rsqrtf(device::warp_sum(kk) + 1e-6f);
+    // Row row0 + i of q and k is lane i's element `warp`. (The previous token's reads of s_qk
+    // ended before its second __syncthreads.)
+    s_qk[warp][0][lane] = (warp == 0 ? q[0] : warp == 1 ? q[1] : warp == 2 ? q[2] : q[3]) * q_norm * q_scale;
+    s_qk[warp][1][lane] = (warp == 0 ? k[0] : warp == 1 ? k[1] : warp == 2 ? k[2] : k[3]) * k_norm;
+    __syncwarp();
+    const float* my_q = s_qk[warp][0];
+    const float* my_k = s_qk[warp][1];
+    const float beta = device::sigmoid(b_in);
+    const float a = a_in + dt_bias;
     const float softplus = a > 20.0f ? a : log1pf(expf(a));
     const float decay = expf(-expf(a_log) * softplus);
 
-    const float v = owns_column ? row[2 * hk * dk + head * dv + j] : 0.0f;
-    float predicted = 0.0f;
+    float partial = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) {
+    for (int i = 0; i < kRowsPerWarp; ++i) {
       r_s[i] *= decay;
-      predicted += r_s[i] * s_k[row0 + i];
+      partial += r_s[i] * my_k[i];
     }
-    predicted += __shfl_xor_sync(0xffffffffu, predicted, 1);
-    const float delta = beta * (v - predicted);
-    float o = 0.0f;
+    s_partial[0][warp][lane] = partial;
+    __syncthreads();
+    float predicted = s_partial[0][0][lane];
 #pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) {
-      r_s[i] += s_k[row0 + i] * delta;
-      o += r_s[i] * s_q[row0 + i];
+    for (int w = 1; w < kStateWarps; ++w) predicted += s_partial[0][w][lane];
+    const float delta = beta * (v - predicted);
+    partial = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      r_s[i] += my_k[i] * delta;
+      partial += r_s[i] * my_q[i];
     }
-    o += __shfl_xor_sync(0xffffffffu, o, 1);
+    s_partial[1][warp][lane] = partial;
+    __syncthreads();  // s_partial[0] is rewritten by the next token after this
+    float o = s_partial[1][0][lane];
+#pragma unroll
+    for (int w = 1; w < kStateWarps; ++w) o += s_partial[1][w][lane];
     if constexpr (kWindow) {
       if (saved) {
         if (owns_column)
 #pragma unroll
-          for (int i = 0; i < kRowsPerThread; ++i)
-            if (row0 + i < dk) saved[(row0 + i) * dv + j] = r_s[i];
+          for (int i = 0; i < kRowsPerWarp; ++i)
+            if (row0 + i < dk) saved[(row0 + i) * dv + column] = r_s[i];
         saved += hv * dk * dv;
       }
     }
-    // Gated RMSNorm over the head's dv outputs: w * rmsnorm(o) * silu(z).
-    const float mean_square = device::block_sum(owns_column && first_of_pair ? o * o : 0.0f, s_scratch) / float(dv);
-    float rounded = 0.0f;
-    const int64_t element = int64_t(t) * hv * dv + head * dv + j;
-    if (owns_column && first_of_pair) {
-      const float z = device::to_float(projected[int64_t(t) * args.projected_stride + args.z_offset + head * dv + j]);
-      const float normed = args.norm_w[j] * (o * rsqrtf(mean_square + shape.eps)) * device::silu(z);
-      const T stored = device::from_float<T>(normed);
-      static_cast<T*>(args.out)[element] = stored;
-      rounded = device::to_float(stored);
+    // Gated RMSNorm over the head's dv outputs: w * rmsnorm(o) * silu(z), and the FP8 codes' scale
+    // (the max over the head): each CTA posts its columns of o, and warp 0 of every CTA reads the
+    // whole head's (lane c: columns c, c + 32, c + 64, c + 96) and computes all of it in the same
+    // order, so the CTAs agree bit for bit; each stores its own columns. A buffer is rewritten two
+    // tokens later, after every CTA has passed the barrier between (so has read it).
+    float* posted = s_o[(t - args.layout.seq_start[seq]) & 1];
+    if (warp == 0) posted[lane] = o;
+    if (slices > 1) {
+      device::cluster_arrive();
+      device::cluster_wait();
+    } else {
+      __syncwarp();
     }
-    if (args.q_codes) {
-      const float scale = fmaxf(device::block_max(fabsf(rounded), s_scratch), 1e-10f) / 448.0f;
-      if (owns_column && first_of_pair)
-        args.q_codes[element] = __nv_fp8_e4m3(fminf(fmaxf(rounded / scale, -448.0f), 448.0f)).__x;
-      if (tid == 0) args.q_scales[int64_t(t) * hv + head] = scale;
+    if (warp == 0) {
+      float head_o[kMaxValueDim / 32], square_sum = 0.0f;
+#pragma unroll
+      for (int m = 0; m < kMaxValueDim / 32; ++m) {
+        // Columns past dv hold exact zeros (o, the weight and z), so they add nothing.
+        head_o[m] = m >= slices ? 0.0f
+                    : m == slice ? posted[lane]
+                                 : device::load_cluster(device::cluster_address(posted + lane, uint32_t(m)));
+        square_sum += head_o[m] * head_o[m];
+      }
+      const float inverse_rms = rsqrtf(device::warp_sum(square_sum) / float(dv) + shape.eps);
+      float mine = 0.0f, absmax = 0.0f;
+#pragma unroll
+      for (int m = 0; m < kMaxValueDim / 32; ++m) {
+        const float rounded =
+            device::to_float(device::from_float<T>(head_w[m] * (head_o[m] * inverse_rms) * device::silu(head_z[m])));
+        absmax = fmaxf(absmax, fabsf(rounded));
+        if (m == slice) mine = rounded;
+      }
+      const int64_t element = int64_t(t) * hv * dv + head * dv + column;
+      if (owns_column) static_cast<T*>(args.out)[element] = device::from_float<T>(mine);
+      if (args.q_codes) {
+        const float scale = fmaxf(device::warp_max(absmax), 1e-10f) / 448.0f;
+        if (owns_column) args.q_codes[element] = __nv_fp8_e4m3(fminf(fmaxf(mine / scale, -448.0f), 448.0f)).__x;
+        if (slice == 0 && lane == 0) args.q_scales[int64_t(t) * hv + head] = scale;
+      }
     }
-    __syncthreads();  // s_q / s_k are rewritten by the next token
   }
+  // No CTA leaves while another may still read its shares: the last barrier spans the stores.
+  if (slices > 1) device::cluster_arrive();
   if (owns_column)
 #pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i)
-      if (row0 + i < dk) state[(row0 + i) * dv + j] = r_s[i];
+    for (int i = 0; i < kRowsPerWarp; ++i)
+      if (row0 + i < dk) state[(row0 + i) * dv + column] = r_s[i];
+  if (slices > 1) device::cluster_wait();
 }
 
 // Grid (span, block): each block copies a strided share of its span, 16 bytes at a time where
@@ -267,8 +344,10 @@ void gdn_recurrent(void* out, float* recurrent, const float* conv_out, const voi
   if (layout.num_seqs == 0) return;
   RecurrentArgs args{out,    recurrent, conv_out, projected, projected_stride, z_offset, ba,
                      a_log,  dt_bias,   norm_w,   layout,    shape,            q_codes,  q_scales, window,
-                     int32_t(chunked_from)};
-  dim3 grid(unsigned(layout.num_seqs), unsigned(shape.num_v_heads));
+                     int32_t(chunked_from), int32_t((shape.v_dim + 31) / 32)};
+  VT_CHECK(layout.num_seqs <= 65535, "gdn_recurrent: ", layout.num_seqs, " sequences in one step (at most 65535)");
+  const dim3 grid(unsigned(shape.num_v_heads * args.slices), unsigned(layout.num_seqs));
+  const unsigned cluster = unsigned(args.slices);
   // The recurrent state [dk, dv] f32 of every (sequence, value head) read and written once; per
   // token q, k (f32), v, z, b, a in and the output (and its FP8 codes) out.
   const double tokens = double(layout.num_tokens), element = double(dtype_size(act));
@@ -281,14 +360,15 @@ void gdn_recurrent(void* out, float* recurrent, const float* conv_out, const voi
                     hv * dv * element + (q_codes ? hv * dv + hv * 4 : 0) + (window.states ? hv * dk * dv * 4 : 0)),
       tokens * hv * dk * dv * 6,
       ::vt::profile::OpGroup::kGdn};
+  const bool full = shape.k_dim == kMaxKeyDim && shape.v_dim == kMaxValueDim;
   VT_DISPATCH_ACT(act, T, {
-    if (window.states)
-      launch("sm90_gdn_recurrent", cost, sm90_gdn_recurrent<T, true>, grid, dim3(kStateThreads), 0, stream, args);
-    else if (chunked_from > 0)
-      launch("sm90_gdn_recurrent", cost, sm90_gdn_recurrent<T, false, true>, grid, dim3(kStateThreads), 0, stream,
-             args);
-    else
-      launch("sm90_gdn_recurrent", cost, sm90_gdn_recurrent<T, false>, grid, dim3(kStateThreads), 0, stream, args);
+    const auto kernel = window.states       ? (full ? sm90_gdn_recurrent<T, true, false, true>
+                                                    : sm90_gdn_recurrent<T, true, false, false>)
+                        : chunked_from > 0 ? (full ? sm90_gdn_recurrent<T, false, true, true>
+                                                    : sm90_gdn_recurrent<T, false, true, false>)
+                                           : (full ? sm90_gdn_recurrent<T, false, false, true>
+                                                    : sm90_gdn_recurrent<T, false, false, false>);
+    launch_clusters("sm90_gdn_recurrent", cost, kernel, grid, cluster, dim3(kStateThreads), 0, stream, args);
   });
 }
 
