@@ -21,7 +21,7 @@ constexpr int kMaxValueDim = 128;
 constexpr int kStateWarps = 4;  // per CTA of sm90_gdn_recurrent: 32 rows of its 32 state columns each
 constexpr int kRowsPerWarp = kMaxKeyDim / kStateWarps;
 constexpr int kStateThreads = 32 * kStateWarps;
-constexpr int kStateMinBlocks = 5;  // CTAs per SM the registers must allow: 96 each (the 128 x 128 kernels do not spill)
+constexpr int kStateMinBlocks = 6;  // CTAs per SM the registers must allow: 80 each (the 128 x 128 kernels spill 4 bytes)
 static_assert(kRowsPerWarp == 32 && kMaxKeyDim == 128, "a warp's rows are one element of each lane's q and k");
 constexpr int kMaxCopySpans = 64;  // per launch: 1.5 KB of kernel parameters
 constexpr int kCopyThreads = 256;
@@ -108,18 +108,19 @@ __global__ void __launch_bounds__(kStateThreads, kStateMinBlocks) sm90_gdn_recur
   __shared__ float s_o[2][32];  // this CTA's columns of o, by token parity, for the whole cluster
   const auto& shape = args.shape;
   const int slices = args.slices, warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int64_t seq = blockIdx.y, head = blockIdx.x / slices, slice = blockIdx.x % slices;
+  const int seq = int(blockIdx.y), head = int(blockIdx.x) / slices, slice = int(blockIdx.x) % slices;
   if constexpr (kSkipChunked) {
     // Metadata is safe before the wait, as the slot below (uploaded before the step's first kernel);
     // every CTA of the cluster has the same sequence, so the whole cluster leaves.
     if (args.layout.seq_start[seq + 1] - args.layout.seq_start[seq] >= args.chunked_from) return;
   }
-  const int64_t hk = shape.num_k_heads, hv = shape.num_v_heads;
-  const int64_t dk = kFull ? kMaxKeyDim : shape.k_dim, dv = kFull ? kMaxValueDim : shape.v_dim;
-  const int64_t key_head = head / (hv / hk), conv_dim = 2 * hk * dk + hv * dv;
-  const int64_t column = slice * 32 + lane, row0 = int64_t(warp) * kRowsPerWarp;
+  // 32-bit indices within a head's state and a token's row (fewer registers); 64-bit bases.
+  const int hk = int(shape.num_k_heads), hv = int(shape.num_v_heads);
+  const int dk = kFull ? kMaxKeyDim : int(shape.k_dim), dv = kFull ? kMaxValueDim : int(shape.v_dim);
+  const int key_head = head / (hv / hk), conv_dim = 2 * hk * dk + hv * dv;
+  const int column = slice * 32 + lane, row0 = warp * kRowsPerWarp;
   const bool owns_column = column < dv;
-  float* state = args.recurrent + (int64_t(args.layout.slots[seq]) * hv + head) * dk * dv;
+  float* state = args.recurrent + (int64_t(args.layout.slots[seq]) * hv + head) * int64_t(dk * dv);
 
   // The state is read before waiting on the previous kernel: only this kernel (of the previous
   // step) writes it, and every kernel before the previous one (sm90_gdn_conv, which waits before
@@ -142,7 +143,7 @@ __global__ void __launch_bounds__(kStateThreads, kStateMinBlocks) sm90_gdn_recur
     const int32_t first = args.window.first_entry[seq];
     if (first >= 0)
       saved = args.window.states +
-              ((int64_t(args.layout.slots[seq]) * args.window.entries + first) * hv + head) * dk * dv;
+              ((int64_t(args.layout.slots[seq]) * args.window.entries + first) * hv + head) * int64_t(dk * dv);
   }
   const float q_scale = rsqrtf(float(dk));
   const T* ba = static_cast<const T*>(args.ba);
@@ -155,21 +156,21 @@ __global__ void __launch_bounds__(kStateThreads, kStateMinBlocks) sm90_gdn_recur
     float q[kMaxKeyDim / 32], k[kMaxKeyDim / 32];
 #pragma unroll
     for (int m = 0; m < kMaxKeyDim / 32; ++m) {
-      const int64_t e = lane + 32 * m;
+      const int e = lane + 32 * m;
       q[m] = e < dk ? row[key_head * dk + e] : 0.0f;  // rows past dk contribute exact zeros
       k[m] = e < dk ? row[hk * dk + key_head * dk + e] : 0.0f;
     }
     const float v = owns_column ? row[2 * hk * dk + head * dv + column] : 0.0f;
+    const T* z_row = projected + int64_t(t) * args.projected_stride + args.z_offset + head * dv;
     float head_z[kMaxValueDim / 32];
 #pragma unroll
     for (int m = 0; m < kMaxValueDim / 32; ++m) {
-      const int64_t c = 32 * m + lane;
-      head_z[m] = warp == 0 && m < slices && c < dv
-                      ? device::to_float(projected[int64_t(t) * args.projected_stride + args.z_offset + head * dv + c])
-                      : 0.0f;
+      const int c = 32 * m + lane;
+      head_z[m] = warp == 0 && m < slices && c < dv ? device::to_float(z_row[c]) : 0.0f;
     }
-    const float b_in = device::to_float(ba[int64_t(t) * 2 * hv + head]);
-    const float a_in = device::to_float(ba[int64_t(t) * 2 * hv + hv + head]);
+    const T* ba_row = ba + int64_t(t) * 2 * hv;
+    const float b_in = device::to_float(ba_row[head]);
+    const float a_in = device::to_float(ba_row[hv + head]);
     float qq = 0.0f, kk = 0.0f;
 #pragma unroll
     for (int m = 0; m < kMaxKeyDim / 32; ++m) {
@@ -253,7 +254,7 @@ __global__ void __launch_bounds__(kStateThreads, kStateMinBlocks) sm90_gdn_recur
         absmax = fmaxf(absmax, fabsf(rounded));
         if (m == slice) mine = rounded;
       }
-      const int64_t element = int64_t(t) * hv * dv + head * dv + column;
+      const int64_t element = int64_t(t) * hv * dv + head * dv + column;  // hv * dv < 2^31
       if (owns_column) static_cast<T*>(args.out)[element] = device::from_float<T>(mine);
       if (args.q_codes) {
         const float scale = fmaxf(device::warp_max(absmax), 1e-10f) / 448.0f;
