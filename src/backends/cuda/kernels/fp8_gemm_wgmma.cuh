@@ -101,6 +101,9 @@ using device::cluster_arrive_relaxed;
 using device::cluster_rank;
 using device::cluster_size;
 using device::cluster_wait;
+using device::copy_async_16;
+using device::cp_async_commit;
+using device::cp_async_wait_all;
 using device::smem_address;
 using device::store_cluster;
 
@@ -121,13 +124,6 @@ __device__ __forceinline__ void copy_async_4(float* destination, const float* so
                "r"(valid ? 4 : 0)
                : "memory");
 }
-// 16 bytes from global to shared memory, asynchronously, through L2 (a partial another CTA wrote);
-// cp_async_commit closes this thread's group of them, cp_async_wait_all waits for its groups.
-__device__ __forceinline__ void copy_async_16(void* destination, const void* source) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_address(destination)), "l"(source) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 // An arrival on `barrier` (counted in its expected arrivals) once this thread's copies above land.
 __device__ __forceinline__ void copy_async_arrive(uint64_t* barrier) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_address(barrier)) : "memory");

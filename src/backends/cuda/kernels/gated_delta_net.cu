@@ -4,6 +4,7 @@
 // run to run. With a rollback window (speculative verification) both also save the state after
 // each token; the no-window instantiations are the decode kernels unchanged.
 #include <algorithm>
+#include <cstdlib>
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_ops.h"
@@ -21,7 +22,7 @@ constexpr int kMaxValueDim = 128;
 constexpr int kStateWarps = 4;  // per CTA of sm90_gdn_recurrent: 32 rows of its 32 state columns each
 constexpr int kRowsPerWarp = kMaxKeyDim / kStateWarps;
 constexpr int kStateThreads = 32 * kStateWarps;
-constexpr int kStateMinBlocks = 6;  // CTAs per SM the registers must allow: 80 each (the 128 x 128 kernels spill 4 bytes)
+constexpr int kStateMinBlocks = 5;  // CTAs per SM the registers must allow: 96 each
 static_assert(kRowsPerWarp == 32 && kMaxKeyDim == 128, "a warp's rows are one element of each lane's q and k");
 constexpr int kMaxCopySpans = 64;  // per launch: 1.5 KB of kernel parameters
 constexpr int kCopyThreads = 256;
@@ -88,6 +89,7 @@ struct RecurrentArgs {
   GdnWindow window;  // read by the kWindow instantiation only
   int32_t chunked_from;  // read by the kSkipChunked instantiation only
   int32_t slices;        // CTAs per value head (the cluster): ceil(dv / 32)
+  int32_t seqs_per_cta;  // sequences each cluster walks in turn (gdn_seqs_per_cta)
 };
 
 // Cluster (sequence, value head) of `slices` CTAs, CTA (slice) 32 columns of the head's state
@@ -106,30 +108,41 @@ __global__ void __launch_bounds__(kStateThreads, kStateMinBlocks) sm90_gdn_recur
   __shared__ float s_partial[2][kStateWarps][32];
   __shared__ float s_qk[kStateWarps][2][32];  // per warp: its rows of the token's normalised q and k
   __shared__ float s_o[2][32];  // this CTA's columns of o, by token parity, for the whole cluster
+  // kFull: the next sequence's state slice streams in (cp.async) while this one's is updated.
+  constexpr int kStageFloats = kFull ? kMaxKeyDim * 32 : 4;
+  __shared__ __align__(16) float s_stage[2][kStageFloats];
   const auto& shape = args.shape;
   const int slices = args.slices, warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int seq = int(blockIdx.y), head = int(blockIdx.x) / slices, slice = int(blockIdx.x) % slices;
-  if constexpr (kSkipChunked) {
-    // Metadata is safe before the wait, as the slot below (uploaded before the step's first kernel);
-    // every CTA of the cluster has the same sequence, so the whole cluster leaves.
-    if (args.layout.seq_start[seq + 1] - args.layout.seq_start[seq] >= args.chunked_from) return;
-  }
+  const int head = int(blockIdx.x) / slices, slice = int(blockIdx.x) % slices;
+  const int first_seq = int(blockIdx.y) * args.seqs_per_cta;
+  const int end_seq = min(first_seq + args.seqs_per_cta, int(args.layout.num_seqs));
   // 32-bit indices within a head's state and a token's row (fewer registers); 64-bit bases.
   const int hk = int(shape.num_k_heads), hv = int(shape.num_v_heads);
   const int dk = kFull ? kMaxKeyDim : int(shape.k_dim), dv = kFull ? kMaxValueDim : int(shape.v_dim);
   const int key_head = head / (hv / hk), conv_dim = 2 * hk * dk + hv * dv;
   const int column = slice * 32 + lane, row0 = warp * kRowsPerWarp;
   const bool owns_column = column < dv;
-  float* state = args.recurrent + (int64_t(args.layout.slots[seq]) * hv + head) * int64_t(dk * dv);
-
-  // The state is read before waiting on the previous kernel: only this kernel (of the previous
-  // step) writes it, and every kernel before the previous one (sm90_gdn_conv, which waits before
-  // it triggers this one) has finished, so the state load overlaps the conv kernel's tail. So are
-  // the layer's weights.
-  float r_s[kRowsPerWarp];
+  const auto state_of = [&](int seq) {
+    return args.recurrent + (int64_t(args.layout.slots[seq]) * hv + head) * int64_t(dk * dv);
+  };
+  // Rows of the slice are 128 bytes: eight 16-byte copies each, consecutive threads along a row.
+  const auto prefetch = [&](int seq, int stage) {
+    const float* source = state_of(seq) + slice * 32;
 #pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i)
-    r_s[i] = owns_column && row0 + i < dk ? state[(row0 + i) * dv + column] : 0.0f;
+    for (int r = 0; r < kMaxKeyDim * 8 / kStateThreads; ++r) {
+      const int chunk = int(threadIdx.x) + r * kStateThreads, row = chunk / 8, part = chunk % 8;
+      device::copy_async_16(&s_stage[stage][row * 32 + part * 4], source + row * dv + part * 4);
+    }
+  };
+
+  // The first state is requested before waiting on the previous kernel: only this kernel (of the
+  // previous step) writes it, and every kernel before the previous one (sm90_gdn_conv, which waits
+  // before it triggers this one) has finished, so the load overlaps the conv kernel's tail. So
+  // are the layer's weights.
+  if constexpr (kFull) {
+    if (first_seq < end_seq) prefetch(first_seq, 0);
+    device::cp_async_commit();
+  }
   const float a_log = args.a_log[head], dt_bias = args.dt_bias[head];
   // Warp 0 computes the whole head's gated RMSNorm (below): lane c's columns c + 32 m.
   float head_w[kMaxValueDim / 32];
@@ -137,17 +150,39 @@ __global__ void __launch_bounds__(kStateThreads, kStateMinBlocks) sm90_gdn_recur
   for (int m = 0; m < kMaxValueDim / 32; ++m)
     head_w[m] = warp == 0 && m < slices && 32 * m + lane < dv ? args.norm_w[32 * m + lane] : 0.0f;
   device::pdl_enter();
-  // This head's state in the window entry of the sequence's first token; entries are hv*dk*dv apart.
-  float* saved = nullptr;
-  if constexpr (kWindow) {
-    const int32_t first = args.window.first_entry[seq];
-    if (first >= 0)
-      saved = args.window.states +
-              ((int64_t(args.layout.slots[seq]) * args.window.entries + first) * hv + head) * int64_t(dk * dv);
-  }
   const float q_scale = rsqrtf(float(dk));
   const T* ba = static_cast<const T*>(args.ba);
   const T* projected = static_cast<const T*>(args.projected);
+  uint32_t exchanges = 0;
+  for (int seq = first_seq; seq < end_seq; ++seq) {
+    const int stage = (seq - first_seq) & 1;
+    if constexpr (kFull) {
+      __syncthreads();  // every thread has read the stage the next copy overwrites (two sequences ago)
+      if (seq + 1 < end_seq) prefetch(seq + 1, stage ^ 1);
+      device::cp_async_commit();  // perhaps empty: the wait below counts groups
+      device::cp_async_wait<1>();
+      __syncthreads();  // every thread's copies of this sequence's state have landed
+    }
+    // Prefill steps that also run gdn_chunked: its sequences are not this kernel's (the same in
+    // every CTA of the cluster, so the cluster's barriers stay matched).
+    if (kSkipChunked && args.layout.seq_start[seq + 1] - args.layout.seq_start[seq] >= args.chunked_from) continue;
+    float* state = state_of(seq);
+    float r_s[kRowsPerWarp];
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      if constexpr (kFull)
+        r_s[i] = s_stage[stage][(row0 + i) * 32 + lane];
+      else
+        r_s[i] = owns_column && row0 + i < dk ? state[(row0 + i) * dv + column] : 0.0f;
+    }
+    // This head's state in the window entry of the sequence's first token; entries are hv*dk*dv apart.
+    float* saved = nullptr;
+    if constexpr (kWindow) {
+      const int32_t first = args.window.first_entry[seq];
+      if (first >= 0)
+        saved = args.window.states +
+                ((int64_t(args.layout.slots[seq]) * args.window.entries + first) * hv + head) * int64_t(dk * dv);
+    }
   for (int32_t t = args.layout.seq_start[seq]; t < args.layout.seq_start[seq + 1]; ++t) {
     // The token's inputs first, so their latencies overlap: q and k whole (each warp normalises
     // them itself; lane c holds elements c, c + 32, c + 64, c + 96), this column's v, the head's b
@@ -227,10 +262,14 @@ __global__ void __launch_bounds__(kStateThreads, kStateMinBlocks) sm90_gdn_recur
     // whole head's (lane c: columns c, c + 32, c + 64, c + 96) and computes all of it in the same
     // order, so the CTAs agree bit for bit; each stores its own columns. A buffer is rewritten two
     // tokens later, after every CTA has passed the barrier between (so has read it).
-    float* posted = s_o[(t - args.layout.seq_start[seq]) & 1];
+    float* posted = s_o[exchanges++ & 1];
     if (warp == 0) posted[lane] = o;
     if (slices > 1) {
-      device::cluster_arrive();
+      // Only warp 0 writes what the others read, and reads theirs: the other warps arrive relaxed.
+      if (warp == 0)
+        device::cluster_arrive();
+      else
+        device::cluster_arrive_relaxed();
       device::cluster_wait();
     } else {
       __syncwarp();
@@ -263,13 +302,19 @@ __global__ void __launch_bounds__(kStateThreads, kStateMinBlocks) sm90_gdn_recur
       }
     }
   }
-  // No CTA leaves while another may still read its shares: the last barrier spans the stores.
-  if (slices > 1) device::cluster_arrive();
-  if (owns_column)
+    if (owns_column)
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i)
-      if (row0 + i < dk) state[(row0 + i) * dv + column] = r_s[i];
-  if (slices > 1) device::cluster_wait();
+      for (int i = 0; i < kRowsPerWarp; ++i)
+        if (row0 + i < dk) state[(row0 + i) * dv + column] = r_s[i];
+  }
+  // No CTA leaves while another may still read its posted outputs.
+  if (slices > 1) {
+    if (warp == 0)
+      device::cluster_arrive();
+    else
+      device::cluster_arrive_relaxed();
+    device::cluster_wait();
+  }
 }
 
 // Grid (span, block): each block copies a strided share of its span, 16 bytes at a time where
@@ -287,6 +332,24 @@ __global__ void __launch_bounds__(kCopyThreads) sm90_copy_spans(CopySpans spans)
     done = vectors * 4;
   }
   for (int64_t i = done + first; i < span.count; i += step) span.dst[i] = span.src[i];
+}
+
+// Sequences each cluster of sm90_gdn_recurrent walks: the fewest that fit the grid on the SMs at
+// kStateMinBlocks CTAs each, so every CTA is resident from the start and its next state streams in
+// while it updates the current one. VT_GDN_SEQS_PER_CTA=n fixes it (A/B runs).
+int seqs_per_cta(int64_t ctas_per_seq, int64_t seqs) {
+  static const int forced = [] {
+    const char* value = std::getenv("VT_GDN_SEQS_PER_CTA");
+    const int parsed = value ? std::atoi(value) : 0;
+    VT_CHECK(parsed >= 0, "VT_GDN_SEQS_PER_CTA='", value ? value : "", "': expected a count (0: by the grid)");
+    return parsed;
+  }();
+  if (forced > 0) return forced;
+  int device = 0, sms = 0;
+  VT_CUDA_CHECK(cudaGetDevice(&device));
+  VT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t resident = int64_t(sms) * kStateMinBlocks;
+  return int(std::max<int64_t>(1, (ctas_per_seq * seqs + resident - 1) / resident));
 }
 
 void check_shape(const DeltaNetShape& shape) {
@@ -345,9 +408,11 @@ void gdn_recurrent(void* out, float* recurrent, const float* conv_out, const voi
   if (layout.num_seqs == 0) return;
   RecurrentArgs args{out,    recurrent, conv_out, projected, projected_stride, z_offset, ba,
                      a_log,  dt_bias,   norm_w,   layout,    shape,            q_codes,  q_scales, window,
-                     int32_t(chunked_from), int32_t((shape.v_dim + 31) / 32)};
-  VT_CHECK(layout.num_seqs <= 65535, "gdn_recurrent: ", layout.num_seqs, " sequences in one step (at most 65535)");
-  const dim3 grid(unsigned(shape.num_v_heads * args.slices), unsigned(layout.num_seqs));
+                     int32_t(chunked_from), int32_t((shape.v_dim + 31) / 32), 1};
+  args.seqs_per_cta = seqs_per_cta(shape.num_v_heads * args.slices, layout.num_seqs);
+  const int64_t cluster_rows = (layout.num_seqs + args.seqs_per_cta - 1) / args.seqs_per_cta;
+  VT_CHECK(cluster_rows <= 65535, "gdn_recurrent: ", layout.num_seqs, " sequences in one step");
+  const dim3 grid(unsigned(shape.num_v_heads * args.slices), unsigned(cluster_rows));
   const unsigned cluster = unsigned(args.slices);
   // The recurrent state [dk, dv] f32 of every (sequence, value head) read and written once; per
   // token q, k (f32), v, z, b, a in and the output (and its FP8 codes) out.

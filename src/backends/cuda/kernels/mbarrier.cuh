@@ -48,4 +48,17 @@ __device__ __forceinline__ void bulk_copy(void* destination, const void* source,
                : "memory");
 }
 
+// 16 bytes from global to shared memory, asynchronously, through L2 (bypassing L1: data another
+// CTA or kernel wrote); cp_async_commit closes this thread's group of them, cp_async_wait<n> waits
+// until at most n of its groups are pending, cp_async_wait_all for all of them.
+__device__ __forceinline__ void copy_async_16(void* destination, const void* source) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_address(destination)), "l"(source) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 }  // namespace vt::cuda::device
