@@ -530,6 +530,19 @@ TEST_F(CudaKernels, GatedDeltaNetChunkedMatchesCpu) {
     const GdnRun mixed_again = gpu_gdn_core(in, layout, initial, 64, true);
     EXPECT_TRUE(same_bits(mixed_again.out, mixed.out));
     EXPECT_TRUE(same_bits(mixed_again.state, mixed.state));
+    // gdn_recurrent's clusters walking 3 and 8 sequences each (the next one's state streamed in
+    // meanwhile), the chunked ones skipped in turn: the same bits as one sequence per cluster.
+    for (const char* per_cta : {"3", "8"}) {
+      SCOPED_TRACE(std::string("VT_GDN_SEQS_PER_CTA=") + per_cta);
+      setenv("VT_GDN_SEQS_PER_CTA", per_cta, 1);
+      const GdnRun walked = gpu_gdn_core(in, layout, initial, 0, false);
+      const GdnRun walked_mixed = gpu_gdn_core(in, layout, initial, 64, true);
+      unsetenv("VT_GDN_SEQS_PER_CTA");
+      EXPECT_TRUE(same_bits(walked.out, recurrent.out));
+      EXPECT_TRUE(same_bits(walked.state, recurrent.state));
+      EXPECT_TRUE(same_bits(walked_mixed.out, mixed.out));
+      EXPECT_TRUE(same_bits(walked_mixed.state, mixed.state));
+    }
   }
 }
 

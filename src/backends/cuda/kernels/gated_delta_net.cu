@@ -336,20 +336,22 @@ __global__ void __launch_bounds__(kCopyThreads) sm90_copy_spans(CopySpans spans)
 
 // Sequences each cluster of sm90_gdn_recurrent walks: the fewest that fit the grid on the SMs at
 // kStateMinBlocks CTAs each, so every CTA is resident from the start and its next state streams in
-// while it updates the current one. VT_GDN_SEQS_PER_CTA=n fixes it (A/B runs).
+// while it updates the current one (27B, 132 SMs: 1 up to 3 sequences, 6 at 16, 11 at 32).
+// VT_GDN_SEQS_PER_CTA=n fixes it (A/B runs).
 int seqs_per_cta(int64_t ctas_per_seq, int64_t seqs) {
-  static const int forced = [] {
-    const char* value = std::getenv("VT_GDN_SEQS_PER_CTA");
-    const int parsed = value ? std::atoi(value) : 0;
-    VT_CHECK(parsed >= 0, "VT_GDN_SEQS_PER_CTA='", value ? value : "", "': expected a count (0: by the grid)");
-    return parsed;
-  }();
+  // Read per launch (decode steps replay graphs; tests set it between calls).
+  const char* value = std::getenv("VT_GDN_SEQS_PER_CTA");
+  const int forced = value ? std::atoi(value) : 0;
+  VT_CHECK(forced >= 0, "VT_GDN_SEQS_PER_CTA='", value, "': expected a count (0: by the grid)");
   if (forced > 0) return forced;
   int device = 0, sms = 0;
   VT_CUDA_CHECK(cudaGetDevice(&device));
   VT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t resident = int64_t(sms) * kStateMinBlocks;
-  return int(std::max<int64_t>(1, (ctas_per_seq * seqs + resident - 1) / resident));
+  // Whole rows of clusters (a row: every head of one sequence) that fit at once, then the
+  // sequences spread evenly over them (rounding the CTA count up instead would start a second
+  // wave of a few CTAs).
+  const int64_t rows = std::max<int64_t>(1, int64_t(sms) * kStateMinBlocks / ctas_per_seq);
+  return int(std::max<int64_t>(1, (seqs + rows - 1) / rows));
 }
 
 void check_shape(const DeltaNetShape& shape) {
