@@ -15,6 +15,15 @@ namespace vt::cuda::device {
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+// The whole barrier, where only the threads with `releases` set have shared-memory accesses that
+// other CTAs must see ordered across it: the others arrive relaxed (no fence).
+__device__ __forceinline__ void cluster_sync(bool releases) {
+  if (releases)
+    cluster_arrive();
+  else
+    cluster_arrive_relaxed();
+  cluster_wait();
+}
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t rank;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));

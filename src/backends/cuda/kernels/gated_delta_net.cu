@@ -264,16 +264,10 @@ __global__ void __launch_bounds__(kStateThreads, kStateMinBlocks) sm90_gdn_recur
     // tokens later, after every CTA has passed the barrier between (so has read it).
     float* posted = s_o[exchanges++ & 1];
     if (warp == 0) posted[lane] = o;
-    if (slices > 1) {
-      // Only warp 0 writes what the others read, and reads theirs: the other warps arrive relaxed.
-      if (warp == 0)
-        device::cluster_arrive();
-      else
-        device::cluster_arrive_relaxed();
-      device::cluster_wait();
-    } else {
+    if (slices > 1)
+      device::cluster_sync(warp == 0);  // only warp 0 writes what the others read, and reads theirs
+    else
       __syncwarp();
-    }
     if (warp == 0) {
       float head_o[kMaxValueDim / 32], square_sum = 0.0f;
 #pragma unroll
@@ -308,13 +302,7 @@ __global__ void __launch_bounds__(kStateThreads, kStateMinBlocks) sm90_gdn_recur
         if (row0 + i < dk) state[(row0 + i) * dv + column] = r_s[i];
   }
   // No CTA leaves while another may still read its posted outputs.
-  if (slices > 1) {
-    if (warp == 0)
-      device::cluster_arrive();
-    else
-      device::cluster_arrive_relaxed();
-    device::cluster_wait();
-  }
+  if (slices > 1) device::cluster_sync(warp == 0);
 }
 
 // Grid (span, block): each block copies a strided share of its span, 16 bytes at a time where
