@@ -322,9 +322,10 @@ __global__ void __launch_bounds__(kCopyThreads) sm90_copy_spans(CopySpans spans)
   for (int64_t i = done + first; i < span.count; i += step) span.dst[i] = span.src[i];
 }
 
-// Sequences each cluster of sm90_gdn_recurrent walks: the fewest that fit the grid on the SMs at
-// kStateMinBlocks CTAs each, so every CTA is resident from the start and its next state streams in
-// while it updates the current one (27B, 132 SMs: 1 up to 3 sequences, 6 at 16, 11 at 32).
+// Sequences each cluster of sm90_gdn_recurrent walks: the fewest that bring the CTA count (one
+// sequence each) down to what the SMs hold at kStateMinBlocks CTAs each, so most CTAs are resident
+// from the start and their next state streams in while they update the current one (27B, 132 SMs:
+// 1 up to 3 sequences, 5 at 16, 10 at 32).
 // VT_GDN_SEQS_PER_CTA=n fixes it (A/B runs).
 int seqs_per_cta(int64_t ctas_per_seq, int64_t seqs) {
   // Read per launch (decode steps replay graphs; tests set it between calls).
@@ -335,11 +336,11 @@ int seqs_per_cta(int64_t ctas_per_seq, int64_t seqs) {
   int device = 0, sms = 0;
   VT_CUDA_CHECK(cudaGetDevice(&device));
   VT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  // Whole rows of clusters (a row: every head of one sequence) that fit at once, then the
-  // sequences spread evenly over them (rounding the CTA count up instead would start a second
-  // wave of a few CTAs).
-  const int64_t rows = std::max<int64_t>(1, int64_t(sms) * kStateMinBlocks / ctas_per_seq);
-  return int(std::max<int64_t>(1, (seqs + rows - 1) / rows));
+  // Measured at batch 16 (27B: 192 CTAs per sequence, 660 resident): 5 sequences each (4 rows of
+  // clusters, 768 CTAs) 1,702 us per step, 6 (3 rows, all resident at once) 1,785, 8 (2 rows)
+  // 2,047: more rows beat a single wave.
+  const int64_t resident = int64_t(sms) * kStateMinBlocks;
+  return int(std::max<int64_t>(1, (ctas_per_seq * seqs + resident - 1) / resident));
 }
 
 void check_shape(const DeltaNetShape& shape) {
