@@ -7,7 +7,8 @@
 // GPU; --fp8-activations float: weight-only, the CPU reference only); per prompt: identical, or
 // the first position where they part; and perplexity of a fixed text under both.
 //   vt eval drift --model M --prompts FILE [--max-new-tokens 32] [--text FILE]
-//                 [--fp8-activations quantized|float] [--fp8-block-rows N] [--fp8-block-cols N] [--json]
+//                 [--fp8-activations quantized|float] [--fp8-block-rows N] [--fp8-block-cols N]
+//                 [--fp8-exact-columns N] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -63,7 +64,8 @@ void run_perplexity(const PerplexityArgs& args) {
 
 struct DriftArgs {
   std::string model, prompts, text, fp8_activations = "quantized";
-  int64_t max_new_tokens = 32, context = 512, max_text_tokens = 4096, fp8_block_rows = 128, fp8_block_cols = 128;
+  int64_t max_new_tokens = 32, context = 512, max_text_tokens = 4096, fp8_block_rows = 128, fp8_block_cols = 128,
+          fp8_exact_columns = 0;
   bool json = false, raw = false;
 };
 
@@ -131,12 +133,13 @@ void run_drift(const DriftArgs& args) {
   const Run stored = run("output layer as stored");
   const bool weight_only = args.fp8_activations == "float";
   model->quantize_lm_head_fp8({weight_only ? vt::Fp8Activations::kFloat : vt::Fp8Activations::kQuantized,
-                               args.fp8_block_rows, args.fp8_block_cols});
+                               args.fp8_block_rows, args.fp8_block_cols, args.fp8_exact_columns});
   const bool other_blocks = args.fp8_block_rows != 128 || args.fp8_block_cols != 128;
   const std::string variant =
       std::string(weight_only ? ", weight-only" : "") +
       (other_blocks ? ", " + std::to_string(args.fp8_block_rows) + "x" + std::to_string(args.fp8_block_cols) + " blocks"
-                    : "");
+                    : "") +
+      (args.fp8_exact_columns > 0 ? ", " + std::to_string(args.fp8_exact_columns) + " columns exact" : "");
   const Run fp8 = run(("FP8 output layer" + variant).c_str());
 
   nlohmann::json rows = nlohmann::json::array();
@@ -169,6 +172,7 @@ void run_drift(const DriftArgs& args) {
                            {"fp8_activations", args.fp8_activations},
                            {"fp8_block_rows", args.fp8_block_rows},
                            {"fp8_block_cols", args.fp8_block_cols},
+                           {"fp8_exact_columns", args.fp8_exact_columns},
                            {"rows", rows}};
   if (!text_ids.empty()) {
     report["text_tokens"] = text_ids.size();
@@ -236,6 +240,10 @@ void add_eval_commands(CLI::App& app) {
                     "columns per weight scale block (default 128, the GPU's format; others: the CPU reference only; "
                     "the input width or more: one scale per block_rows rows)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  drift->add_option("--fp8-exact-columns", drift_args->fp8_exact_columns,
+                    "keep the N input columns of largest norm as stored, the scales from the rest (default 0; the "
+                    "CPU reference only: what the output layer's few large columns cost)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
   drift->add_flag("--json", drift_args->json, "print one JSON object");
   drift->callback([drift_args] { run_drift(*drift_args); });
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
+#include <vector>
 
 #include "backends/cpu/cpu_ops.h"
 #include "ops/ops.h"
@@ -79,20 +81,37 @@ Linear Linear::to_fp8_blocks(const Fp8Quantization& quantization) const {
   const int64_t rows = out_features(), cols = in_features();
   const int64_t block_rows = quantization.block_rows, block_cols = quantization.block_cols;
   VT_CHECK(block_rows >= 1 && block_cols >= 1, "FP8 blocks of ", block_rows, " x ", block_cols);
+  VT_CHECK(quantization.exact_columns >= 0 && quantization.exact_columns <= cols, "FP8: ",
+           quantization.exact_columns, " exact columns of ", cols);
   Buffer quantized(DType::kF32, {rows, cols});
   const float* w = weight_.view().f32();
   float* q = quantized.view().f32();
+  // The exact columns: the largest by norm (ties to the lower index).
+  std::vector<char> exact(size_t(cols), 0);
+  if (quantization.exact_columns > 0) {
+    std::vector<double> norms(size_t(cols), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) norms[size_t(c)] += double(w[r * cols + c]) * double(w[r * cols + c]);
+    std::vector<int64_t> order(static_cast<size_t>(cols));
+    std::iota(order.begin(), order.end(), int64_t(0));
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return norms[size_t(a)] > norms[size_t(b)]; });
+    for (int64_t i = 0; i < quantization.exact_columns; ++i) exact[size_t(order[size_t(i)])] = 1;
+  }
   for (int64_t r0 = 0; r0 < rows; r0 += block_rows)
     for (int64_t c0 = 0; c0 < cols; c0 += block_cols) {
       const int64_t r1 = std::min(rows, r0 + block_rows), c1 = std::min(cols, c0 + block_cols);
       float absmax = 0.0f;
       for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = c0; c < c1; ++c) absmax = std::max(absmax, std::fabs(w[r * cols + c]));
+        for (int64_t c = c0; c < c1; ++c)
+          if (!exact[size_t(c)]) absmax = std::max(absmax, std::fabs(w[r * cols + c]));
       const float scale = std::max(absmax, 1e-12f) / kF8E4M3Max;
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t c = c0; c < c1; ++c)
           q[r * cols + c] =
-              f8e4m3_to_f32(f32_to_f8e4m3(std::clamp(w[r * cols + c] / scale, -kF8E4M3Max, kF8E4M3Max))) * scale;
+              exact[size_t(c)]
+                  ? w[r * cols + c]
+                  : f8e4m3_to_f32(f32_to_f8e4m3(std::clamp(w[r * cols + c] / scale, -kF8E4M3Max, kF8E4M3Max))) *
+                        scale;
     }
   return from_f32(std::move(quantized), WeightFormat::kFp8Block,
                   quantization.activations == Fp8Activations::kQuantized, group_);

@@ -27,8 +27,12 @@ enum class Fp8Activations {
 struct Fp8Quantization {
   Fp8Activations activations = Fp8Activations::kQuantized;
   int64_t block_rows = 128, block_cols = 128;
+  // The n input columns of largest norm kept as stored, the blocks' scales taken from the rest
+  // (the CPU reference only: what the output layer's few large columns cost in FP8).
+  int64_t exact_columns = 0;
   bool gpu_format() const {
-    return activations == Fp8Activations::kQuantized && block_rows == 128 && block_cols == 128;
+    return activations == Fp8Activations::kQuantized && block_rows == 128 && block_cols == 128 &&
+           exact_columns == 0;
   }
 };
 

@@ -209,8 +209,8 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
 }
 
 void Qwen35CudaModel::quantize_lm_head_fp8(const Fp8Quantization& quantization) {
-  VT_CHECK(quantization.gpu_format(), "FP8 lm_head on the GPU: 128x128 blocks run W8A8 only (weight-only and other "
-           "block shapes are the CPU reference's, for `vt eval drift`)");
+  VT_CHECK(quantization.gpu_format(), "FP8 lm_head on the GPU: 128x128 blocks run W8A8 only (weight-only, other "
+           "block shapes and exact columns are the CPU reference's, for `vt eval drift`)");
   convert_lm_head_fp8();
   graphs_ = std::make_unique<Graphs>();  // captured graphs launch the old output layer
   setup_fp8_gemms(workspace_->max_tokens);

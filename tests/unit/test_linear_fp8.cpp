@@ -54,5 +54,29 @@ TEST(LinearFp8, BlockColumnsSetTheScaleToo) {
   }
 }
 
+// Exact columns: the largest-norm column is kept as stored and no longer sets its block's scale,
+// so the small weights beside it keep e4m3's precision instead of flushing to zero.
+TEST(LinearFp8, ExactColumnsAreKeptAndLeaveTheScaleToTheRest) {
+  Buffer weight(DType::kF32, {2, 128});
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t c = 0; c < 128; ++c) weight.f32()[r * 128 + c] = (c == 5 ? 1e6f : 1.0f) * std::sin(0.1f * float(c + r + 1));
+  const Linear dense = Linear::from_f32(std::move(weight), WeightFormat::kDense, false);
+  const Linear plain = dense.to_fp8_blocks();
+  const Linear kept = dense.to_fp8_blocks({Fp8Activations::kQuantized, 128, 128, 1});
+  const float* w = dense.weight().f32();
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t c = 0; c < 128; ++c) {
+      const float want = w[r * 128 + c], got = kept.weight().f32()[r * 128 + c];
+      if (c == 5) {
+        EXPECT_EQ(got, want) << r;
+      } else {
+        EXPECT_EQ(plain.weight().f32()[r * 128 + c], 0.0f) << r << ", " << c;  // under column 5's scale
+        EXPECT_LE(std::fabs(got - want), std::ldexp(std::fabs(want), -4)) << r << ", " << c;
+      }
+    }
+  EXPECT_FALSE(Fp8Quantization({Fp8Activations::kQuantized, 128, 128, 1}).gpu_format());
+  EXPECT_THROW(dense.to_fp8_blocks({Fp8Activations::kQuantized, 128, 128, 129}), Error);
+}
+
 }  // namespace
 }  // namespace vt
