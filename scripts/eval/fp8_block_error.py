@@ -8,7 +8,8 @@ in src/model/linear.cpp), every weight is rounded to e4m3 (round to nearest even
 per block shape: the relative L2 error of the whole matrix, the median and 99th percentile of the
 rows' relative errors, the share of rows whose error exceeds 5%, the share of non-zero weights that
 land below e4m3's smallest normal (2^-6 after scaling) or round to zero, then the relative error of
-the columns (input dimensions) with the largest norms, the ones most of the logits come from.
+the columns (input dimensions) with the largest norms, how much of the matrix they hold, and
+their error per block shape.
 """
 import sys
 
@@ -18,6 +19,7 @@ import numpy as np
 
 DEFAULT_SHAPES = ["128x128", "16x128", "4x128", "2x128", "1x128", "1x576"]
 TOP_COLUMNS = 6  # columns by norm, relative to the median column's
+RANKS = (1, 4, 8, 16, 32, 64, 128)
 
 
 def output_layer(path):
@@ -68,6 +70,15 @@ def main():
         column_errors[shape] = np.linalg.norm(q - w, axis=0)[top] / np.maximum(column_norms[top], 1e-30)
         print(f"| {shape} | {error:.4%} | {np.median(row_error):.3%} | {np.percentile(row_error, 99):.3%} | "
               f"{np.mean(row_error > 0.05):.3%} | {subnormal / nonzero:.3%} | {zeroed / nonzero:.4%} |")
+    ranked = np.sort(column_norms)[::-1]
+    squares = ranked ** 2
+    print()
+    print("| largest columns | " + " | ".join(str(r) for r in RANKS) + " |")
+    print("|---|" + "---|" * len(RANKS))
+    print("| the r-th's norm / the median column's | " +
+          " | ".join(f"{ranked[r - 1] / np.median(column_norms):.2f}" for r in RANKS) + " |")
+    print("| share of the squared norm in the r largest | " +
+          " | ".join(f"{squares[:r].sum() / squares.sum():.1%}" for r in RANKS) + " |")
     print()
     print("| block | " + " | ".join(f"column {c} ({column_norms[c] / np.median(column_norms):.1f}x)" for c in top) + " |")
     print("|---|" + "---|" * len(top))
