@@ -4,6 +4,7 @@
 // run to run. With a rollback window (speculative verification) both also save the state after
 // each token; the no-window instantiations are the decode kernels unchanged.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
 #include "backends/cuda/check.h"
@@ -333,9 +334,16 @@ int seqs_per_cta(int64_t ctas_per_seq, int64_t seqs) {
   const int forced = value ? std::atoi(value) : 0;
   VT_CHECK(forced >= 0, "VT_GDN_SEQS_PER_CTA='", value, "': expected a count (0: by the grid)");
   if (forced > 0) return forced;
-  int device = 0, sms = 0;
+  // The SM count, asked once per device (tensor-parallel ranks run on several of one process).
+  static std::atomic<int> sms_of[64];
+  int device = 0;
   VT_CUDA_CHECK(cudaGetDevice(&device));
-  VT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  VT_CHECK(device < 64, "gdn_recurrent: device index ", device, " beyond 63");
+  int sms = sms_of[device].load();
+  if (sms == 0) {
+    VT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    sms_of[device].store(sms);
+  }
   // Measured at batch 16 (27B: 192 CTAs per sequence, 660 resident): 5 sequences each (4 rows of
   // clusters, 768 CTAs) 1,702 us per step, 6 (3 rows, all resident at once) 1,785, 8 (2 rows)
   // 2,047: more rows beat a single wave.
