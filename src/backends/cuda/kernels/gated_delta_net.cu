@@ -90,7 +90,7 @@ struct RecurrentArgs {
   GdnWindow window;  // read by the kWindow instantiation only
   int32_t chunked_from;  // read by the kSkipChunked instantiation only
   int32_t slices;        // CTAs per value head (the cluster): ceil(dv / 32)
-  int32_t seqs_per_cta;  // sequences each cluster walks in turn (gdn_seqs_per_cta)
+  int32_t seqs_per_cta;  // sequences each cluster walks in turn (seqs_per_cta below)
 };
 
 // Cluster (sequence, value head) of `slices` CTAs, CTA (slice) 32 columns of the head's state
@@ -99,8 +99,9 @@ struct RecurrentArgs {
 // products meet in shared memory. Four CTAs per head at dv = 128 (a 27B step of one token is 192
 // CTAs, not 48) with little state each, so the CTAs of an SM are in different phases (loading,
 // updating, storing) and the memory system stays busy. The gated RMSNorm's sum over the head (and
-// the FP8 output's max) are summed over the cluster's CTAs through distributed shared memory, in
-// rank order, so results stay bit-identical run to run.
+// the FP8 output's max) come from all the cluster's outputs, read through distributed shared
+// memory and reduced in the same order in every CTA, so results stay bit-identical run to run.
+// Each cluster walks seqs_per_cta sequences, the next one's state streaming into shared memory.
 // kSkipChunked (prefill steps that also run gdn_chunked): sequences of >= chunked_from tokens exit.
 // kFull: dk = dv = 128 (the models'), so every row and column exists and the strides are constant
 // (with runtime ones the compiler keeps 32 row addresses for the final stores and spills).
