@@ -10,6 +10,7 @@
 #include "backends/cuda/kernels/attention_args.h"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/launch.cuh"
+#include "backends/cuda/kernels/mbarrier.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -315,14 +316,8 @@ __device__ __forceinline__ void copy_16(uint32_t destination, const void* source
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(destination), "l"(source), "r"(valid ? 16 : 0)
                : "memory");
 }
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-__device__ __forceinline__ uint32_t smem_address(const void* pointer) {
-  return uint32_t(__cvta_generic_to_shared(pointer));
-}
+// Groups of these: device::cp_async_commit / cp_async_wait (mbarrier.cuh).
+using device::smem_address;
 // Two floats as a bf16 pair (the first in the low half), and x's bf16 part and its remainder's.
 __device__ __forceinline__ uint32_t pack(float low, float high) {
   const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
@@ -412,13 +407,13 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_mma
 #pragma unroll 1
   for (int b = 0; b < kStages - 1; ++b) {
     if (b < batches) issue(b);
-    mma::commit();
+    device::cp_async_commit();
   }
 #pragma unroll 1
   for (int b = 0; b < batches; ++b) {
     if (b + kStages - 1 < batches) issue(b + kStages - 1);
-    mma::commit();
-    mma::wait<kStages - 1>();
+    device::cp_async_commit();
+    device::cp_async_wait<kStages - 1>();
     __syncwarp();
     const uint8_t* stage = s_warp + (b % kStages) * 2 * kKeys * kRow;
     const int64_t base = first + int64_t(b) * kRound;
@@ -481,7 +476,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_mma
     }
     __syncwarp();  // the stage and P are read: the next batches may overwrite them
   }
-  mma::wait<0>();
+  device::cp_async_wait<0>();
   // The warp's state: sums over its keys (lanes differing in g), then per head into shared memory
   // (the stages are done: accumulators [kGroup][kDim] at the warp's own region).
 #pragma unroll
