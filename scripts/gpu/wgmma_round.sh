@@ -15,6 +15,8 @@
 # scripts/gpu/base_src.sh makes, else a git worktree) beside this one: a
 # variant that starts with "base" runs it (VARIANTS='base|none' is the same-call A/B of the two
 # commits; the variant's other words are environment assignments), and `vt bench gemm` runs on both.
+# A variant's words from the first one that starts with "--" on are vt arguments of its decode and
+# profile runs (VARIANTS='none|--lm-head fp8'). PROFILE_BATCH may list batches (1,16).
 # SWEEP=<argument> runs scripts/gpu/wgmma_explore.sh <argument> while the builds compile (before
 # anything else uses the GPU); its table is $OUT/wgmma_explore.md.
 set -uo pipefail
@@ -57,7 +59,8 @@ variant_cmd() {
     *) echo "$VT" ;;
   esac
 }
-variant_env() { local v=${1#base}; [ "$v" = none ] && v=""; echo "$v"; }
+variant_env() { local v=${1#base}; v=${v%%--*}; [ "$(echo $v)" = none ] && v=""; echo "$v"; }
+variant_args() { case "$1" in *--*) echo "--${1#*--}" ;; esac; }
 export VT_REQUIRE_GPU=1
 timeout 300 build-gpu/tests/vt_cuda_tests --gtest_filter="${TESTS:-CudaOps.*}" >"$LOGS/ops.log" 2>&1 || {
   status=1; echo "FAILED: vt_cuda_tests ${TESTS:-CudaOps.*}"; }
@@ -82,16 +85,20 @@ fi
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for index in "${!variants[@]}"; do
     env VT_CACHE_DIR="$LOGS/plan_$index" $(variant_env "${variants[$index]}") "$(variant_cmd "${variants[$index]}")" bench decode --synthetic qwen3.5-27b --weights fp8 --batch "${BATCH:-1,4,16}" \
-      --context 1024 --steps "${STEPS:-32}" --json >"$LOGS/decode_${index}_$round.json" 2>"$LOGS/decode_${index}_$round.err" || {
+      --context 1024 --steps "${STEPS:-32}" $(variant_args "${variants[$index]}") --json >"$LOGS/decode_${index}_$round.json" 2>"$LOGS/decode_${index}_$round.err" || {
       status=1; echo "FAILED: decode with ${variants[$index]}"; tail -3 "$LOGS/decode_${index}_$round.err"; }
   done
 done
-# PROFILE=1: the CUPTI attribution per variant at batch PROFILE_BATCH (GEMM rows print).
+# PROFILE=1: the CUPTI attribution per variant at each batch of PROFILE_BATCH (GEMM rows print).
+IFS=',' read -r -a profile_batches <<<"${PROFILE_BATCH:-1}"
 if [ -n "${PROFILE:-}" ]; then
   for index in "${!variants[@]}"; do
-    env VT_CACHE_DIR="$LOGS/plan_$index" $(variant_env "${variants[$index]}") "$(variant_cmd "${variants[$index]}")" profile decode \
-      --synthetic qwen3.5-27b --batch "${PROFILE_BATCH:-1}" --steps 20 >"$LOGS/profile_$index.txt" \
-      2>"$LOGS/profile_$index.err" || { status=1; echo "FAILED: profile with ${variants[$index]}"; }
+    for batch in "${profile_batches[@]}"; do
+      env VT_CACHE_DIR="$LOGS/plan_$index" $(variant_env "${variants[$index]}") "$(variant_cmd "${variants[$index]}")" profile decode \
+        --synthetic qwen3.5-27b --batch "$batch" --steps 20 $(variant_args "${variants[$index]}") \
+        >"$LOGS/profile_${index}_b$batch.txt" 2>"$LOGS/profile_${index}_b$batch.err" || {
+        status=1; echo "FAILED: profile with ${variants[$index]} at batch $batch"; }
+    done
   done
 fi
 if [ -n "${MEMCHECK:-}" ]; then
@@ -110,8 +117,10 @@ fi
 [ -f "$LOGS/gemm_27b_base.md" ] && { echo "== bench gemm, base ${BASE:-}"; grep -E "\*|bandwidth|FAIL|rror" "$LOGS/gemm_27b_base.md" | head -40; }
 if [ -n "${PROFILE:-}" ]; then
   for index in "${!variants[@]}"; do
-    echo "== profile batch ${PROFILE_BATCH:-1}, ${variants[$index]}"
-    grep -E "us/step wall|${PROFILE_ROWS:-gemm}|^\| group" "$LOGS/profile_$index.txt" | head -24
+    for batch in "${profile_batches[@]}"; do
+      echo "== profile batch $batch, ${variants[$index]}"
+      grep -E "us/step wall|${PROFILE_ROWS:-gemm}|^\| group" "$LOGS/profile_${index}_b$batch.txt" | head -24
+    done
   done
 fi
 python3 - "$LOGS" "${ROUNDS:-2}" "${variants[@]}" <<'PY'

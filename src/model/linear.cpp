@@ -70,11 +70,28 @@ Linear Linear::from_f32(Buffer weight, WeightFormat format, bool quantize_activa
 void Linear::forward(const TensorView& y, const TensorView& x) const {
   if (!quantize_activations_) {
     ops::matmul_nt(y, x, weight_, false, group_);
-    return;
+  } else {
+    Buffer quantized(DType::kF32, x.shape);
+    ops::fp8_quant_dequant(quantized, x, 128);
+    ops::matmul_nt(y, quantized, weight_, false, group_);
   }
-  Buffer quantized(DType::kF32, x.shape);
-  ops::fp8_quant_dequant(quantized, x, 128);
-  ops::matmul_nt(y, quantized, weight_, false, group_);
+  if (exact_columns_.empty()) return;
+  const int64_t k = in_features(), m = x.numel() / k, count = int64_t(exact_columns_.size());
+  Buffer picked(DType::kF32, {m, count});
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t i = 0; i < count; ++i) picked.f32()[r * count + i] = x.f32()[r * k + exact_columns_[size_t(i)]];
+  ops::matmul_nt(y.reshape({m, out_features()}), picked, exact_weight_, true, group_);
+}
+
+std::vector<int64_t> largest_columns(const std::vector<double>& sum_squares, int64_t count) {
+  VT_CHECK(count >= 0 && count <= int64_t(sum_squares.size()), count, " largest of ", sum_squares.size(), " columns");
+  std::vector<int64_t> order(sum_squares.size());
+  std::iota(order.begin(), order.end(), int64_t(0));
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return sum_squares[size_t(a)] > sum_squares[size_t(b)]; });
+  order.resize(size_t(count));
+  std::sort(order.begin(), order.end());
+  return order;
 }
 
 Linear Linear::to_fp8_blocks(const Fp8Quantization& quantization) const {
@@ -88,14 +105,13 @@ Linear Linear::to_fp8_blocks(const Fp8Quantization& quantization) const {
   float* q = quantized.view().f32();
   // The exact columns: the largest by norm (ties to the lower index).
   std::vector<char> exact(size_t(cols), 0);
+  std::vector<int64_t> exact_columns;
   if (quantization.exact_columns > 0) {
     std::vector<double> norms(size_t(cols), 0.0);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) norms[size_t(c)] += double(w[r * cols + c]) * double(w[r * cols + c]);
-    std::vector<int64_t> order(static_cast<size_t>(cols));
-    std::iota(order.begin(), order.end(), int64_t(0));
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return norms[size_t(a)] > norms[size_t(b)]; });
-    for (int64_t i = 0; i < quantization.exact_columns; ++i) exact[size_t(order[size_t(i)])] = 1;
+    exact_columns = largest_columns(norms, quantization.exact_columns);
+    for (int64_t c : exact_columns) exact[size_t(c)] = 1;
   }
   for (int64_t r0 = 0; r0 < rows; r0 += block_rows)
     for (int64_t c0 = 0; c0 < cols; c0 += block_cols) {
@@ -109,12 +125,21 @@ Linear Linear::to_fp8_blocks(const Fp8Quantization& quantization) const {
         for (int64_t c = c0; c < c1; ++c)
           q[r * cols + c] =
               exact[size_t(c)]
-                  ? w[r * cols + c]
+                  ? 0.0f
                   : f8e4m3_to_f32(f32_to_f8e4m3(std::clamp(w[r * cols + c] / scale, -kF8E4M3Max, kF8E4M3Max))) *
                         scale;
     }
-  return from_f32(std::move(quantized), WeightFormat::kFp8Block,
-                  quantization.activations == Fp8Activations::kQuantized, group_);
+  Linear linear = from_f32(std::move(quantized), WeightFormat::kFp8Block,
+                           quantization.activations == Fp8Activations::kQuantized, group_);
+  if (!exact_columns.empty()) {
+    const int64_t count = int64_t(exact_columns.size());
+    linear.exact_weight_ = Buffer(DType::kF32, {rows, count});
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < count; ++i)
+        linear.exact_weight_.f32()[r * count + i] = w[r * cols + exact_columns[size_t(i)]];
+    linear.exact_columns_ = std::move(exact_columns);
+  }
+  return linear;
 }
 
 }  // namespace vt

@@ -27,12 +27,13 @@ enum class Fp8Activations {
 struct Fp8Quantization {
   Fp8Activations activations = Fp8Activations::kQuantized;
   int64_t block_rows = 128, block_cols = 128;
-  // The n input columns of largest norm kept as stored, the blocks' scales taken from the rest
-  // (the CPU reference only: what the output layer's few large columns cost in FP8).
+  // The n input columns of largest norm kept out of FP8: zero in the FP8 matrix (so the blocks'
+  // scales come from the rest) and multiplied as stored with the unquantised input, the product
+  // added to the FP8 one (the output layer's few large columns carry most of its FP8 drift:
+  // docs/perf/2026-12-02-fp8-lm-head-weight-only.md). The GPU runs it too (a BF16 side product).
   int64_t exact_columns = 0;
   bool gpu_format() const {
-    return activations == Fp8Activations::kQuantized && block_rows == 128 && block_cols == 128 &&
-           exact_columns == 0;
+    return activations == Fp8Activations::kQuantized && block_rows == 128 && block_cols == 128;
   }
 };
 
@@ -64,8 +65,14 @@ class Linear {
   // weight-only.
   Linear to_fp8_blocks(const Fp8Quantization& quantization = {}) const;
 
-  // y [M, out] = x [M, in] @ W^T (x quantised per token in 1x128 groups first for W8A8).
+  // y [M, out] = x [M, in] @ W^T (x quantised per token in 1x128 groups first for W8A8), plus,
+  // with exact columns, x [M, exact] @ W [out, exact]^T from the unquantised x.
   void forward(const TensorView& y, const TensorView& x) const;
+
+  // The input columns kept out of FP8 (ascending) and their weights [out, count]: empty unless
+  // to_fp8_blocks kept some.
+  const std::vector<int64_t>& exact_columns() const { return exact_columns_; }
+  const Buffer& exact_weight() const { return exact_weight_; }
 
   int64_t in_features() const { return weight_.shape()[1]; }
   int64_t out_features() const { return weight_.shape()[0]; }
@@ -80,7 +87,13 @@ class Linear {
   WeightFormat format_ = WeightFormat::kDense;
   bool quantize_activations_ = false;
   profile::OpGroup group_ = profile::OpGroup::kGemmOther;
+  std::vector<int64_t> exact_columns_;
+  Buffer exact_weight_;  // f32 [out, exact_columns_.size()]
 };
+
+// The `count` columns of largest sum of squares (ties to the lower index), ascending: which input
+// columns an FP8 matrix keeps exact (the CPU reference and the GPU loader choose alike).
+std::vector<int64_t> largest_columns(const std::vector<double>& sum_squares, int64_t count);
 
 // Reads a float tensor of the checkpoint into a new f32 buffer of the given shape.
 Buffer load_f32(WeightStore& store, const std::string& name, const Shape& shape);

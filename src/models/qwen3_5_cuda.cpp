@@ -83,7 +83,8 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   info_.max_positions = std::min(config_.max_position_embeddings, options_.max_context);
   VT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_ = std::make_unique<cuda::CublasLtGemm>();
-  if (options_.fp8_lm_head && weights_.lm_head.format == WeightFormat::kDense) convert_lm_head_fp8();
+  if (options_.fp8_lm_head && weights_.lm_head.format == WeightFormat::kDense)
+    convert_lm_head_fp8(options_.lm_head_exact_columns);
   graphs_ = std::make_unique<Graphs>();
   slot_used_.assign(options_.max_sequences, false);
   if (const char* fused = std::getenv("VT_FUSED_QUANT")) {
@@ -209,9 +210,9 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
 }
 
 void Qwen35CudaModel::quantize_lm_head_fp8(const Fp8Quantization& quantization) {
-  VT_CHECK(quantization.gpu_format(), "FP8 lm_head on the GPU: 128x128 blocks run W8A8 only (weight-only, other "
-           "block shapes and exact columns are the CPU reference's, for `vt eval drift`)");
-  convert_lm_head_fp8();
+  VT_CHECK(quantization.gpu_format(), "FP8 lm_head on the GPU: 128x128 blocks run W8A8 only (weight-only and "
+           "other block shapes are the CPU reference's, for `vt eval drift`)");
+  convert_lm_head_fp8(quantization.exact_columns);
   graphs_ = std::make_unique<Graphs>();  // captured graphs launch the old output layer
   setup_fp8_gemms(workspace_->max_tokens);
 }
@@ -298,6 +299,9 @@ void Qwen35CudaModel::linear(const CudaLinear& linear, void* y, const void* x, i
       fp8_gemm_->run(backend, static_cast<char*>(y) + part.column * element, linear.n, input.codes, input.scales,
                      part.weight.as<uint8_t>(), part.scales.as<float>(), m, part.n, linear.k, act, stream_);
     }
+    if (linear.exact_count > 0)
+      cuda::exact_columns_add(y, linear.n, x, linear.exact_columns.as<int32_t>(), linear.exact_weight.data(), m,
+                              linear.n, linear.k, linear.exact_count, act, stream_);
     return;
   }
   VT_CHECK(linear.parts.size() == 1, "dense linear parts are always merged");

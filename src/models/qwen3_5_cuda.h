@@ -34,6 +34,11 @@ struct CudaLinear {
   WeightFormat format = WeightFormat::kDense;
   std::vector<Part> parts;
   int64_t n = 0, k = 0;
+  // An FP8 output layer's exact columns (Fp8Quantization::exact_columns): their indices (i32
+  // [count], ascending) and weights as stored ([n, count], act), zero in the FP8 matrix; the
+  // product with the unquantised input is added to the GEMM's (cuda::exact_columns_add).
+  cuda::DeviceBuffer exact_columns, exact_weight;
+  int64_t exact_count = 0;
   size_t bytes() const;
 };
 
@@ -97,8 +102,11 @@ struct CudaModelOptions {
   int64_t block_size = 32;        // KV block (tokens)
   int64_t max_logit_rows = 1;     // rows of logits one step can produce (all-position logits: more)
   // Output layer: as stored (BF16 in published checkpoints) or quantised at load to FP8 128x128
-  // blocks (`--lm-head fp8`; its drift is measured by `vt eval drift`).
+  // blocks (`--lm-head fp8`; its drift is measured by `vt eval drift`), with its
+  // lm_head_exact_columns input columns of largest norm kept out of FP8 (a multiple of 8, <= 64;
+  // `--lm-head-exact-columns`).
   bool fp8_lm_head = false;
+  int64_t lm_head_exact_columns = 0;
   // Time the FP8 GEMM backends on this model's shapes at start-up and keep the fastest per M
   // bucket (cached on disk); off: the built-in rule (gemv at M = 1, tensor-core MMA above).
   bool tune_gemms = true;
@@ -331,7 +339,7 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   void reduce_branch(int64_t num_tokens);  // all_reduce_ over workspace branch [T, H], when set
   std::string gemm_plan_;
   void setup_fp8_gemms(int64_t max_step_tokens);  // every linear's backend, for up to that many rows
-  void convert_lm_head_fp8();
+  void convert_lm_head_fp8(int64_t exact_columns);
   void launch_decode_graph(int64_t batch, const std::function<void()>& upload);  // capture on first use
   void copy_logits_to_host(float* destination, int64_t rows);
   const void* device_logits() const;         // the step's logits [rows, vocab] act, on the device

@@ -14,10 +14,28 @@
 
 namespace vt {
 
-// The output layer quantised on the device to FP8 128x128 blocks (BF16 in published checkpoints).
-void Qwen35CudaModel::convert_lm_head_fp8() {
+// The output layer quantised on the device to FP8 128x128 blocks (BF16 in published checkpoints),
+// its exact_columns input columns of largest norm first taken out (the CPU reference's choice,
+// model/linear.h: largest_columns).
+void Qwen35CudaModel::convert_lm_head_fp8(int64_t exact_columns) {
   CudaLinear& head = weights_.lm_head;
   VT_CHECK(head.format == WeightFormat::kDense && head.parts.size() == 1, "the LM head is already FP8");
+  if (exact_columns > 0) {
+    VT_CHECK(cuda::exact_columns_supported(exact_columns) && exact_columns <= head.k, "FP8 lm_head: ",
+             exact_columns, " exact columns; the GPU takes a multiple of 8, at most 64 and at most the ", head.k,
+             " inputs");
+    const DType dtype = head.parts[0].weight.view().dtype;
+    const std::vector<int64_t> chosen =
+        largest_columns(cuda::column_sum_squares(head.parts[0].weight.data(), dtype, head.n, head.k, stream_),
+                        exact_columns);
+    const std::vector<int32_t> indices(chosen.begin(), chosen.end());
+    head.exact_columns = cuda::DeviceBuffer(DType::kI32, {exact_columns});
+    cuda::copy_to_device(head.exact_columns.data(), indices.data(), indices.size() * sizeof(int32_t));
+    head.exact_weight = cuda::DeviceBuffer(dtype, {head.n, exact_columns});
+    cuda::take_columns(head.exact_weight.data(), head.parts[0].weight.data(), dtype, head.exact_columns.as<int32_t>(),
+                       exact_columns, head.n, head.k, stream_);
+    head.exact_count = exact_columns;
+  }
   CudaLinear::Part fp8;
   fp8.n = head.n;
   fp8.weight = cuda::DeviceBuffer(DType::kU8, {head.n, head.k});

@@ -354,6 +354,7 @@ size_t CudaMoe::expert_bytes() const {
 size_t CudaLinear::bytes() const {
   size_t total = 0;
   for (const auto& part : parts) total += part.weight.bytes() + (part.scales.data() ? part.scales.bytes() : 0);
+  if (exact_count > 0) total += exact_weight.bytes() + exact_columns.bytes();
   return total;
 }
 

@@ -19,6 +19,7 @@
 #include "engine/generate.h"
 #include "io/json_config.h"
 #include "models/qwen3_5_cuda.h"
+#include "models/registry.h"
 #include "profile/intent.h"
 #include "profile/kernel_gate.h"
 #include "profile/kernel_recorder.h"
@@ -383,6 +384,46 @@ TEST_F(CudaModel, Fp8LmHeadWithinBound) {
   std::printf("fp8 lm_head vs bf16 lm_head: logits rel L2 %.3g\n", error);
   EXPECT_GT(error, 0.0);  // it did change the output layer
   EXPECT_LE(error, numerics::kFp8W8A8RelL2);
+}
+
+// The FP8 output layer with exact columns on the GPU against the CPU reference's (the same
+// columns chosen, zero in the FP8 matrix, their product from the unquantised final hidden state),
+// f32 activations on the fp32-summing GEMMs: as close as the plain FP8 output layer is to its CPU
+// twin, and not the plain layer's logits.
+TEST_F(CudaModel, Fp8LmHeadExactColumnsMatchTheCpuReference) {
+  const std::string dir = kGolden + "qwen3_5_dense";
+  nlohmann::json reference = read_json_file(dir + "/reference.json");
+  const auto ids = reference["prompts"][1]["ids"].get<std::vector<int32_t>>();
+  const int64_t len = int64_t(ids.size());
+  const auto logits_of = [&](Model& model) {
+    auto state = model.new_sequence(len);
+    Buffer logits(DType::kF32, {len, model.info().vocab_size});
+    ForwardOptions all;
+    all.all_logits = true;
+    model.forward(ids, *state, logits, all);
+    return std::vector<float>(logits.f32(), logits.f32() + logits.numel());
+  };
+  CudaModelOptions options;
+  options.tune_gemms = false;
+  options.activations = DType::kF32;
+  options.max_context = 256;
+  options.max_step_tokens = 256;
+  options.max_logit_rows = 256;
+  std::map<int64_t, double> gpu_vs_cpu;
+  std::map<int64_t, std::vector<float>> gpu_logits;
+  for (int64_t exact : {int64_t(0), int64_t(8)}) {
+    const Fp8Quantization quantization{Fp8Activations::kQuantized, 128, 128, exact};
+    auto cpu = load_model(dir, {});
+    cpu->quantize_lm_head_fp8(quantization);
+    auto gpu = load_qwen35_cuda(dir, options);
+    gpu->quantize_lm_head_fp8(quantization);
+    gpu_logits[exact] = logits_of(*gpu);
+    gpu_vs_cpu[exact] = relative_l2(gpu_logits[exact], logits_of(*cpu));
+    std::printf("fp8 lm_head, %lld exact columns: GPU vs CPU logits rel L2 %.3g\n", (long long)exact, gpu_vs_cpu[exact]);
+  }
+  EXPECT_LE(gpu_vs_cpu[8], std::max(2.0 * gpu_vs_cpu[0], 1e-5));
+  EXPECT_GT(relative_l2(gpu_logits[8], gpu_logits[0]), 10.0 * gpu_vs_cpu[8]);
+  EXPECT_THROW(load_qwen35_cuda(dir, options)->quantize_lm_head_fp8({Fp8Activations::kQuantized, 128, 128, 12}), Error);
 }
 
 // The FP8 quantisation fused into norms, SwiGLU, the GDN output and the attention combine gives

@@ -14,6 +14,7 @@
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/fp8_gemm_registry.h"
 #include "cuda_test_support.h"
+#include "model/linear.h"
 #include "profile/intent.h"
 #include "profile/kernel_recorder.h"
 #include "backends/cuda/device_buffer.h"
@@ -139,6 +140,77 @@ TEST_F(CudaOps, DenseGemvMatchesCpu) {
   EXPECT_FALSE(cuda::dense_gemv_supports(17, 96, 5120, DType::kBF16));
   EXPECT_FALSE(cuda::dense_gemv_supports(16, 96, 5120, DType::kF32));  // 320 KB of activations
   EXPECT_FALSE(cuda::dense_gemv_supports(1, 96, 5121, DType::kBF16));
+}
+
+// An FP8 output layer's exact columns on the device against the CPU: the column sums of squares
+// (and so the choice, model/linear.h's largest_columns), the columns taken out of the matrix (zero
+// there after), and y += x[:, columns] @ w_exact^T at 1..19 rows (two passes of 16), f32 and bf16.
+TEST_F(CudaOps, ExactColumnsMatchCpu) {
+  const int64_t n = 1000, k = 264, count = 16;
+  for (DType act : {DType::kF32, DType::kBF16}) {
+    auto w = random_vector(n * k, 41);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c : {3, 77, 200, 263}) w[r * k + c] *= 8.0f;  // four columns far above the rest
+    if (act == DType::kBF16)
+      for (float& value : w) value = bf16_to_f32(f32_to_bf16(value));
+    cuda::DeviceBuffer d_w(act, {n, k});
+    DeviceVector f_w(w);
+    cuda::convert(d_w.data(), act, f_w.data, DType::kF32, n * k, nullptr);
+    std::vector<double> expected_sums(size_t(k), 0.0);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < k; ++c) expected_sums[size_t(c)] += double(w[r * k + c]) * double(w[r * k + c]);
+    const std::vector<double> sums = cuda::column_sum_squares(d_w.data(), act, n, k, nullptr);
+    ASSERT_EQ(sums.size(), size_t(k));
+    for (int64_t c = 0; c < k; ++c) EXPECT_NEAR(sums[size_t(c)], expected_sums[size_t(c)], 1e-12 * expected_sums[size_t(c)]) << c;
+    const std::vector<int64_t> columns = largest_columns(sums, count);
+    EXPECT_EQ(columns, largest_columns(expected_sums, count));
+    for (int64_t c : {3, 77, 200, 263}) EXPECT_TRUE(std::binary_search(columns.begin(), columns.end(), c)) << c;
+
+    const std::vector<int32_t> ids(columns.begin(), columns.end());
+    cuda::DeviceBuffer d_ids(DType::kI32, {count}), d_exact(act, {n, count});
+    cuda::copy_to_device(d_ids.data(), ids.data(), ids.size() * sizeof(int32_t));
+    cuda::take_columns(d_exact.data(), d_w.data(), act, d_ids.as<int32_t>(), count, n, k, nullptr);
+    DeviceVector f_exact(size_t(n * count)), f_rest(size_t(n * k));
+    cuda::convert(f_exact.data, DType::kF32, d_exact.data(), act, n * count, nullptr);
+    cuda::convert(f_rest.data, DType::kF32, d_w.data(), act, n * k, nullptr);
+    cuda::synchronize();
+    const std::vector<float> exact = f_exact.to_host(), rest = f_rest.to_host();
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < count; ++i) ASSERT_EQ(exact[r * count + i], w[r * k + columns[size_t(i)]]) << r << "," << i;
+      for (int64_t c = 0; c < k; ++c) {
+        const bool taken = std::binary_search(columns.begin(), columns.end(), c);
+        ASSERT_EQ(rest[r * k + c], taken ? 0.0f : w[r * k + c]) << r << "," << c;
+      }
+    }
+
+    for (int64_t m : {1, 7, 16, 19}) {
+      auto x = random_vector(m * k, 43 + m), y = random_vector(m * n, 44 + m);
+      if (act == DType::kBF16)
+        for (auto* v : {&x, &y})
+          for (float& value : *v) value = bf16_to_f32(f32_to_bf16(value));
+      std::vector<float> expected = y;
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = 0; j < n; ++j) {
+          float sum = 0.0f;
+          for (int64_t i = 0; i < count; ++i) sum += x[r * k + columns[size_t(i)]] * w[j * k + columns[size_t(i)]];
+          expected[r * n + j] += sum;
+        }
+      cuda::DeviceBuffer d_x(act, {m, k}), d_y(act, {m, n});
+      DeviceVector f_x(x), f_y(y), f_out(size_t(m * n));
+      cuda::convert(d_x.data(), act, f_x.data, DType::kF32, m * k, nullptr);
+      cuda::convert(d_y.data(), act, f_y.data, DType::kF32, m * n, nullptr);
+      cuda::exact_columns_add(d_y.data(), n, d_x.data(), d_ids.as<int32_t>(), d_exact.data(), m, n, k, count, act,
+                              nullptr);
+      cuda::convert(f_out.data, DType::kF32, d_y.data(), act, m * n, nullptr);
+      cuda::synchronize();
+      // bf16: y's final rounding (2^-9 of each value); f32: the sum's order.
+      EXPECT_LE(relative_l2(f_out.to_host(), expected), act == DType::kBF16 ? 4e-3 : 1e-6)
+          << dtype_name(act) << " m = " << m;
+    }
+  }
+  EXPECT_TRUE(cuda::exact_columns_supported(32));
+  EXPECT_FALSE(cuda::exact_columns_supported(12));
+  EXPECT_FALSE(cuda::exact_columns_supported(72));
 }
 
 // A BF16/F32 weight quantised to FP8 128x128 blocks at load (the FP8 lm_head) gives the codes and

@@ -54,9 +54,10 @@ TEST(LinearFp8, BlockColumnsSetTheScaleToo) {
   }
 }
 
-// Exact columns: the largest-norm column is kept as stored and no longer sets its block's scale,
-// so the small weights beside it keep e4m3's precision instead of flushing to zero.
-TEST(LinearFp8, ExactColumnsAreKeptAndLeaveTheScaleToTheRest) {
+// Exact columns: the largest-norm column leaves the FP8 matrix (zero there, so it no longer sets its
+// block's scale and the small weights beside it keep e4m3's precision instead of flushing to zero)
+// and is multiplied as stored with the unquantised input.
+TEST(LinearFp8, ExactColumnsLeaveTheFp8MatrixAndTheScaleToTheRest) {
   Buffer weight(DType::kF32, {2, 128});
   for (int64_t r = 0; r < 2; ++r)
     for (int64_t c = 0; c < 128; ++c) weight.f32()[r * 128 + c] = (c == 5 ? 1e6f : 1.0f) * std::sin(0.1f * float(c + r + 1));
@@ -64,18 +65,39 @@ TEST(LinearFp8, ExactColumnsAreKeptAndLeaveTheScaleToTheRest) {
   const Linear plain = dense.to_fp8_blocks();
   const Linear kept = dense.to_fp8_blocks({Fp8Activations::kQuantized, 128, 128, 1});
   const float* w = dense.weight().f32();
-  for (int64_t r = 0; r < 2; ++r)
+  ASSERT_EQ(kept.exact_columns(), std::vector<int64_t>{5});
+  ASSERT_EQ(kept.exact_weight().shape(), Shape({2, 1}));
+  EXPECT_TRUE(plain.exact_columns().empty());
+  for (int64_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(kept.exact_weight().f32()[r], w[r * 128 + 5]) << r;
     for (int64_t c = 0; c < 128; ++c) {
       const float want = w[r * 128 + c], got = kept.weight().f32()[r * 128 + c];
       if (c == 5) {
-        EXPECT_EQ(got, want) << r;
+        EXPECT_EQ(got, 0.0f) << r;
       } else {
         EXPECT_EQ(plain.weight().f32()[r * 128 + c], 0.0f) << r << ", " << c;  // under column 5's scale
         EXPECT_LE(std::fabs(got - want), std::ldexp(std::fabs(want), -4)) << r << ", " << c;
       }
     }
-  EXPECT_FALSE(Fp8Quantization({Fp8Activations::kQuantized, 128, 128, 1}).gpu_format());
+  }
+  // forward: the FP8 product of the rest plus column 5 times the input as given. x = 100 at column
+  // 7 (its group's scale: 100 stays exact in e4m3) and 0.3 at column 5, which the group's e4m3
+  // would round to 0.3069 (a difference of ~7e3 in y, the tolerance 1).
+  Buffer x(DType::kF32, {1, 128}), y(DType::kF32, {1, 2});
+  x.f32()[5] = 0.3f;
+  x.f32()[7] = 100.0f;
+  kept.forward(y, x);
+  for (int64_t r = 0; r < 2; ++r)
+    EXPECT_NEAR(y.f32()[r], 100.0f * kept.weight().f32()[r * 128 + 7] + 0.3f * w[r * 128 + 5], 1.0) << r;
+  EXPECT_TRUE(Fp8Quantization({Fp8Activations::kQuantized, 128, 128, 1}).gpu_format());
   EXPECT_THROW(dense.to_fp8_blocks({Fp8Activations::kQuantized, 128, 128, 129}), Error);
+}
+
+TEST(LinearFp8, LargestColumnsAreAscendingWithTiesToTheLowerIndex) {
+  EXPECT_EQ(largest_columns({1.0, 5.0, 3.0, 5.0, 0.5}, 3), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(largest_columns({2.0, 2.0, 2.0}, 2), (std::vector<int64_t>{0, 1}));
+  EXPECT_TRUE(largest_columns({1.0}, 0).empty());
+  EXPECT_THROW(largest_columns({1.0}, 2), Error);
 }
 
 }  // namespace

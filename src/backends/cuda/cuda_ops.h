@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -215,6 +216,19 @@ void fp8_gemm_release(cudaStream_t stream);  // frees them (the stream's work do
 void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
                     const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
                     Fp8GemmBackend backend = Fp8GemmBackend::kAuto);
+
+// ---- an FP8 output layer's exact columns (Fp8Quantization::exact_columns, model/linear.h) ----
+// Each column's sum of squares of w [n, k] (f32/bf16), in double, on the host (chunks of rows
+// summed on the device, the chunks in order here); synchronises the stream.
+std::vector<double> column_sum_squares(const void* w, DType dtype, int64_t n, int64_t k, cudaStream_t stream);
+// out [n, count] = w[:, columns[i]]; then those columns of w are set to zero (before w is quantised).
+void take_columns(void* out, void* w, DType dtype, const int32_t* columns, int64_t count, int64_t n, int64_t k,
+                  cudaStream_t stream);
+// y [m, n] (row stride ldy) += x [m, k] at columns @ w [n, count]^T, all act, fp32 sums; count a
+// multiple of 8, at most 64 (exact_columns_supported).
+bool exact_columns_supported(int64_t count);
+void exact_columns_add(void* y, int64_t ldy, const void* x, const int32_t* columns, const void* w, int64_t m,
+                       int64_t n, int64_t k, int64_t count, DType act, cudaStream_t stream);
 
 // ---- small dense linears ----
 // y [m, n] (act or f32) = x [m, k] act @ w [n, k]^T act, for m <= 8, or m <= 16 where the m x k
