@@ -167,7 +167,7 @@ void check_attention(int64_t hq, int64_t hkv, int64_t d, DType act, double toler
                         d_slots.as<int32_t>(), T, S, max_blocks};
   const cuda::AttentionShape shape{hq, hkv, d, rotary, block_size, theta, eps};
   std::vector<float> first_run;
-  for (int64_t splits : {1, 3, 8}) {
+  for (int64_t splits : {1, 3, 8, 40, 70}) {  // 40, 70: the combine merges chunks of 32 splits
     cuda::DeviceBuffer q(DType::kF32, {T * hq * d}), gate(act, {T * hq * d}), out(act, {T * hq * d});
     cuda::DeviceBuffer partials(DType::kF32, {T * hq * splits * (d + 2)});
     cuda::attention_prepare(q.as<float>(), gate.data(), d_k.data(), d_v.data(), d_projected.data(), d_q_norm.as<float>(),

@@ -37,15 +37,31 @@ template <typename T, bool kWindow>
 __global__ void sm90_gdn_conv(float* __restrict__ g_out, float* __restrict__ g_state, const T* __restrict__ g_projected,
                               int64_t stride, const float* __restrict__ g_weight, StepLayout layout, int64_t channels,
                               int kernel, GdnWindow window) {
+  // The weights (constant) and the channel's state are read before waiting on the previous kernel:
+  // only this kernel (of the previous step) writes the state, and when this one starts every
+  // kernel before its predecessor has finished (each waits before it triggers; not so in
+  // VT_PDL_EARLY_TRIGGER builds, where the state is read after the wait). The step's layout is
+  // copied in before its first kernel.
+  const int64_t channel = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  const bool active = channel < channels;
+  const int64_t seq = blockIdx.x, history = kernel - 1;
+  float* state = g_state + (int64_t(layout.slots[seq]) * channels + channel) * history;
+  float r_window[kMaxConvKernel], r_weight[kMaxConvKernel];
+  if (active) {
+    for (int j = 0; j < kernel; ++j) r_weight[j] = g_weight[channel * kernel + j];
+#ifndef VT_PDL_EARLY_TRIGGER
+    for (int j = 0; j < history; ++j) r_window[j] = state[j];
+#endif
+  }
   // The wait before the trigger in every build (VT_PDL_EARLY_TRIGGER too): sm90_gdn_recurrent,
   // which follows, reads its state before its own wait, so every kernel before this one must
   // have finished when it starts.
   device::pdl_wait();
   device::pdl_trigger();
-  const int64_t channel = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (channel >= channels) return;
-  const int64_t seq = blockIdx.x, history = kernel - 1;
-  float* state = g_state + (int64_t(layout.slots[seq]) * channels + channel) * history;
+  if (!active) return;
+#ifdef VT_PDL_EARLY_TRIGGER
+  for (int j = 0; j < history; ++j) r_window[j] = state[j];
+#endif
   // This channel's state in the window entry of the sequence's first token; entries are
   // channels * history apart.
   float* saved = nullptr;
@@ -54,9 +70,6 @@ __global__ void sm90_gdn_conv(float* __restrict__ g_out, float* __restrict__ g_s
     if (first >= 0)
       saved = window.states + ((int64_t(layout.slots[seq]) * window.entries + first) * channels + channel) * history;
   }
-  float r_window[kMaxConvKernel], r_weight[kMaxConvKernel];
-  for (int j = 0; j < kernel; ++j) r_weight[j] = g_weight[channel * kernel + j];
-  for (int j = 0; j < history; ++j) r_window[j] = state[j];
   for (int32_t t = layout.seq_start[seq]; t < layout.seq_start[seq + 1]; ++t) {
     r_window[history] = device::to_float(g_projected[t * stride + channel]);
     float sum = 0.0f;
