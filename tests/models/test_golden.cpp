@@ -128,7 +128,8 @@ TEST(Golden, ChunkedEqualsRecurrentThroughTheModel) {
 
 // The FP8 output layer (`vt eval drift`, `--lm-head fp8`) moves the logits by less than the W8A8
 // bound and does move them; so does it weight-only (`vt eval drift --fp8-activations float`, the
-// CPU reference), with other logits than W8A8 (the activations' rounding is the difference).
+// CPU reference), with other logits than W8A8 (the activations' rounding is the difference), and
+// with exact columns (`--fp8-exact-columns`).
 TEST(Golden, Fp8OutputLayerWithinBound) {
   for (const char* name : {"qwen3_5_dense", "qwen3_5_moe"}) {
     nlohmann::json reference = read_json_file(kGoldenDir + name + "/reference.json");
@@ -149,6 +150,13 @@ TEST(Golden, Fp8OutputLayerWithinBound) {
     EXPECT_GT(weight_only_error, 0.0) << name;
     EXPECT_LE(weight_only_error, numerics::kFp8W8A8RelL2) << name;
     EXPECT_NE(weight_only, fp8) << name << ": weight-only ran W8A8";
+
+    // With the 8 largest-norm input columns kept out of FP8: also within the bound, other logits.
+    auto exact_model = load_model(kGoldenDir + name, {});
+    exact_model->quantize_lm_head_fp8({Fp8Activations::kQuantized, 128, 128, 8});
+    auto exact = prompt_logits(*exact_model, ids, DeltaRuleChoice::kAuto);
+    EXPECT_LE(relative_l2(exact.data(), stored.data(), stored.size()), numerics::kFp8W8A8RelL2) << name;
+    EXPECT_NE(exact, fp8) << name << ": the exact columns changed nothing";
   }
 }
 
