@@ -3,7 +3,8 @@
 // The text is tokenized with the model's own tokenizer (no BOS added); windows of --context
 // tokens are scored independently (src/engine/perplexity.h).
 // `vt eval drift`: what the FP8 output layer changes. The same prompts run greedily with the
-// output layer as stored and quantised to FP8 128x128 blocks (W8A8, as `--lm-head fp8` on the
+// output layer as stored and quantised to FP8 128x128 blocks (W8A8, its 32 largest-norm input
+// columns kept out of FP8 unless --fp8-exact-columns says otherwise, as `--lm-head fp8` on the
 // GPU; --fp8-activations float: weight-only, the CPU reference only); per prompt: identical, or
 // the first position where they part; and perplexity of a fixed text under both.
 //   vt eval drift --model M --prompts FILE [--max-new-tokens 32] [--text FILE]
@@ -65,7 +66,7 @@ void run_perplexity(const PerplexityArgs& args) {
 struct DriftArgs {
   std::string model, prompts, text, fp8_activations = "quantized";
   int64_t max_new_tokens = 32, context = 512, max_text_tokens = 4096, fp8_block_rows = 128, fp8_block_cols = 128,
-          fp8_exact_columns = 0;
+          fp8_exact_columns = vt::kDefaultLmHeadExactColumns;
   bool json = false, raw = false;
 };
 
@@ -241,8 +242,9 @@ void add_eval_commands(CLI::App& app) {
                     "the input width or more: one scale per block_rows rows)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   drift->add_option("--fp8-exact-columns", drift_args->fp8_exact_columns,
-                    "keep the N input columns of largest norm as stored, the scales from the rest (default 0; the "
-                    "CPU reference only: what the output layer's few large columns cost)")
+                    "keep the N input columns of largest norm out of FP8: zero in the FP8 matrix (the scales from "
+                    "the rest), multiplied as stored with the unquantised input (default 32, as --lm-head fp8; 0: "
+                    "none)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
   drift->add_flag("--json", drift_args->json, "print one JSON object");
   drift->callback([drift_args] { run_drift(*drift_args); });

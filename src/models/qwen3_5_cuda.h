@@ -106,7 +106,7 @@ struct CudaModelOptions {
   // lm_head_exact_columns input columns of largest norm kept out of FP8 (a multiple of 8, <= 64;
   // `--lm-head-exact-columns`).
   bool fp8_lm_head = false;
-  int64_t lm_head_exact_columns = 0;
+  int64_t lm_head_exact_columns = kDefaultLmHeadExactColumns;
   // Time the FP8 GEMM backends on this model's shapes at start-up and keep the fastest per M
   // bucket (cached on disk); off: the built-in rule (gemv at M = 1, tensor-core MMA above).
   bool tune_gemms = true;
