@@ -231,10 +231,9 @@ void exact_columns_add(void* y, int64_t ldy, const void* x, const int32_t* colum
                        int64_t n, int64_t k, int64_t count, DType act, cudaStream_t stream);
 
 // ---- small dense linears ----
-// y [m, n] (act or f32) = x [m, k] act @ w [n, k]^T act, for m <= 8, or m <= 16 where a quarter
-// of the m x k activations fits in 200 KB of shared memory (and k >= 32), k % 8 == 0: one block
-// (m <= 8) or a cluster of four (a quarter of K each) per output row (the GDN b/a projections, MoE
-// routers), deterministic.
+// y [m, n] (act or f32) = x [m, k] act @ w [n, k]^T act, for m <= 8, or m <= 16 where the m x k
+// activations fit in 200 KB of shared memory, and k % 8 == 0: one block per output row (the GDN
+// b/a projections, MoE routers), deterministic.
 bool dense_gemv_supports(int64_t m, int64_t n, int64_t k, DType act);
 void dense_gemv(void* y, DType out_dtype, const void* x, const void* w, int64_t m, int64_t n, int64_t k, DType act,
                 cudaStream_t stream);

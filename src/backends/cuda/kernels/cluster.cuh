@@ -1,7 +1,7 @@
 // Thread block clusters (sm90): the cluster-wide barrier (every thread of every CTA of the cluster
 // arrives, then waits; release / acquire order the distributed shared memory accesses before it),
 // the CTA's rank, and loads and stores in another CTA's shared memory. Device code only; used by
-// the wgmma GEMM's cluster split, the Gated DeltaNet recurrent kernel and the dense GEMV's K split.
+// the wgmma GEMM's cluster split and the Gated DeltaNet recurrent kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,9 +43,6 @@ __device__ __forceinline__ uint32_t cluster_address(const void* pointer, uint32_
 __device__ __forceinline__ void store_cluster(uint32_t address, float a, float b, float c, float d) {
   asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(address), "f"(a), "f"(b), "f"(c), "f"(d)
                : "memory");
-}
-__device__ __forceinline__ void store_cluster(uint32_t address, float value) {
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(address), "f"(value) : "memory");
 }
 __device__ __forceinline__ float load_cluster(uint32_t address) {
   float value;
