@@ -20,6 +20,7 @@
 
 #include "apps/cli_lists.h"
 #include "apps/commands.h"
+#include "apps/lm_head_options.h"
 #include "core/error.h"
 #include "engine/sampler.h"
 #include "models/registry.h"
@@ -44,8 +45,9 @@
 namespace {
 
 struct BenchArgs {
-  std::string model, synthetic, weights = "fp8", batches = "1", predict, device, trace, lm_head = "bf16";
-  int64_t context = 1024, steps = 64, lm_head_exact_columns = -1;  // -1: the default with --lm-head fp8
+  std::string model, synthetic, weights = "fp8", batches = "1", predict, device, trace;
+  int64_t context = 1024, steps = 64;
+  vt::apps::LmHeadArgs lm_head;
   std::string verify, acceptance = "0.5,0.7,0.9";  // bench decode --verify: drafts per verify, acceptance rates
   int tensor_parallel = 1;
   bool json = false, no_graph = false;
@@ -167,6 +169,7 @@ CpuDecode open_cpu_decode(const BenchArgs& args, int64_t batch, int64_t steps) {
   VT_CHECK(args.context >= 1 && steps >= 1, "--context and --steps must be positive");
   CpuDecode decode;
   decode.model = vt::load_model(args.model, vt::LoadOptions{});
+  if (const auto quantization = vt::apps::lm_head_quantization(args.lm_head)) decode.model->quantize_lm_head_fp8(*quantization);
   const int64_t vocab = decode.model->info().vocab_size, capacity = args.context + steps + 1;
   VT_CHECK(capacity <= decode.model->info().max_positions, "--context ", args.context, " + --steps ", steps,
            " exceed the model's ", decode.model->info().max_positions, " positions");
@@ -273,11 +276,10 @@ vt::CudaModelOptions bench_model_options(const BenchArgs& args, const std::vecto
   options.max_sequences = max_batch;
   options.max_context = args.context + args.steps + 8;
   options.max_step_tokens = max_batch;
-  VT_CHECK(args.lm_head == "bf16" || args.lm_head == "fp8", "--lm-head: expected bf16 or fp8, got '", args.lm_head, "'");
-  options.fp8_lm_head = args.lm_head == "fp8";
-  VT_CHECK(args.lm_head_exact_columns < 0 || options.fp8_lm_head, "--lm-head-exact-columns needs --lm-head fp8");
-  options.lm_head_exact_columns =
-      args.lm_head_exact_columns < 0 ? vt::kDefaultLmHeadExactColumns : args.lm_head_exact_columns;
+  if (const auto quantization = vt::apps::lm_head_quantization(args.lm_head)) {
+    options.fp8_lm_head = true;
+    options.lm_head_exact_columns = quantization->exact_columns;
+  }
   return options;
 }
 
@@ -711,11 +713,7 @@ void add_decode_options(CLI::App* decode, BenchArgs& args, const char* batch_hel
   decode->add_option("--context", args.context, "tokens already in each sequence's cache");
   decode->add_option("--steps", args.steps, steps_help);
   decode->add_option("--device", args.device, "cuda (default where built with CUDA) or cpu (the reference)");
-  decode->add_option("--lm-head", args.lm_head, "output layer: bf16 (as stored) or fp8 (128x128 blocks, quantised at load)");
-  decode->add_option("--lm-head-exact-columns", args.lm_head_exact_columns,
-                     "with --lm-head fp8: input columns of largest norm kept out of FP8 (default 32; 0, or a multiple "
-                     "of 8 <= 64)")
-      ->check(CLI::Range(int64_t(0), int64_t(64)));
+  vt::apps::add_lm_head_options(decode, args.lm_head);
   decode->add_flag("--no-graph", args.no_graph, "launch kernels one by one instead of a CUDA graph");
   decode->add_flag("--json", args.json, "print a JSON report");
   decode->add_option("--tensor-parallel", args.tensor_parallel, "GPUs to split the model over (NCCL; bench decode)")
@@ -747,10 +745,7 @@ void add_bench_commands(CLI::App& app) {
   prefill->add_option("--tokens", prefill_args->prompt_tokens, "comma-separated prompt lengths, e.g. 1024,4096");
   prefill->add_option("--step-tokens", prefill_args->step_tokens, "tokens per forward step (longer prompts: several)");
   prefill->add_option("--repeats", prefill_args->repeats, "timed prefills per row (the median is reported)");
-  prefill->add_option("--lm-head", prefill_args->lm_head, "output layer: bf16 (as stored) or fp8");
-  prefill->add_option("--lm-head-exact-columns", prefill_args->lm_head_exact_columns,
-                      "with --lm-head fp8: input columns of largest norm kept out of FP8 (default 32)")
-      ->check(CLI::Range(int64_t(0), int64_t(64)));
+  vt::apps::add_lm_head_options(prefill, prefill_args->lm_head);
   prefill->add_option("--device", prefill_args->device, "cuda (the only device it runs on)");
   prefill->add_flag("--json", prefill_args->json, "print a JSON report");
   prefill->callback([prefill_args] { run_bench_prefill(*prefill_args); });

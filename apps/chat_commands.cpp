@@ -13,6 +13,7 @@
 #include <string>
 
 #include "apps/commands.h"
+#include "apps/lm_head_options.h"
 #include "apps/model_text.h"
 #include "core/error.h"
 #include "engine/generate.h"
@@ -25,6 +26,7 @@ struct ChatArgs {
   std::string model, prompt, system;
   int64_t max_new_tokens = 256;
   vt::SamplingParams sampling;
+  vt::apps::LmHeadArgs lm_head;
 };
 
 class Conversation {
@@ -85,7 +87,9 @@ class Conversation {
 void run_chat(const ChatArgs& args) {
   auto text = vt::apps::load_model_text(args.model);
   VT_CHECK(!text.chat_templates.templates.empty(), args.model, ": the model has no chat template");
+  const auto lm_head = vt::apps::lm_head_quantization(args.lm_head);
   auto model = vt::apps::load_model_with_progress(args.model);
+  if (lm_head) model->quantize_lm_head_fp8(*lm_head);
   Conversation conversation(args, *model, text);
   if (!args.prompt.empty()) {
     conversation.turn(args.prompt);
@@ -110,6 +114,7 @@ void add_chat_commands(CLI::App& app) {
   auto args = std::make_shared<ChatArgs>();
   auto* chat = app.add_subcommand("chat", "Chat with a model through its chat template (answers streamed)");
   chat->add_option("--model", args->model, "GGUF file or HF model folder")->required();
+  vt::apps::add_lm_head_options(chat, args->lm_head);
   chat->add_option("--prompt", args->prompt, "one user turn; without it, turns are read from stdin");
   chat->add_option("--system", args->system, "a system message to start the conversation with");
   chat->add_option("--max-new-tokens", args->max_new_tokens, "most tokens per answer")->check(CLI::PositiveNumber);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "apps/commands.h"
+#include "apps/lm_head_options.h"
 #include "apps/model_text.h"
 #include "core/error.h"
 #include "engine/generate.h"
@@ -33,6 +34,7 @@ struct PerplexityArgs {
   std::string model, file;
   int64_t context = 512, max_tokens = 0;
   bool json = false;
+  vt::apps::LmHeadArgs lm_head;
 };
 
 void run_perplexity(const PerplexityArgs& args) {
@@ -45,7 +47,9 @@ void run_perplexity(const PerplexityArgs& args) {
   encode.add_special_tokens = false;
   std::vector<int32_t> ids = text.tokenizer->encode(buffer.str(), encode);
   if (args.max_tokens > 0 && int64_t(ids.size()) > args.max_tokens) ids.resize(size_t(args.max_tokens));
+  const auto lm_head = vt::apps::lm_head_quantization(args.lm_head);
   auto model = vt::apps::load_model_with_progress(args.model);
+  if (lm_head) model->quantize_lm_head_fp8(*lm_head);
   auto result = vt::perplexity(*model, ids, args.context, [&](int64_t done, int64_t total) {
     if (!args.json) std::fprintf(stderr, "\rwindow %lld / %lld", (long long)done, (long long)total), std::fflush(stderr);
   });
@@ -212,6 +216,7 @@ void add_eval_commands(CLI::App& app) {
   auto args = std::make_shared<PerplexityArgs>();
   auto* perplexity = eval->add_subcommand("perplexity", "Perplexity of a text file (windows scored independently)");
   perplexity->add_option("--model", args->model, "GGUF file or HF model folder")->required();
+  vt::apps::add_lm_head_options(perplexity, args->lm_head);
   perplexity->add_option("--file", args->file, "text file (UTF-8)")->required();
   perplexity->add_option("--context", args->context, "tokens per window (default 512)")->check(CLI::Range(2, 1 << 20));
   perplexity->add_option("--max-tokens", args->max_tokens, "score only the first N tokens")->check(CLI::NonNegativeNumber);

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "apps/commands.h"
+#include "apps/lm_head_options.h"
 #include "apps/model_text.h"
 #include "core/error.h"
 #include "engine/generate.h"
@@ -61,6 +62,7 @@ struct GenerateArgs {
   std::string speculative, draft_model;  // speculative: "", "ngram", "draft" or "mtp"
   int64_t num_draft = 4;
   bool adaptive_draft = false;
+  vt::apps::LmHeadArgs lm_head;
 };
 
 nlohmann::json speculative_json(const vt::SpeculativeStats& stats, const std::string& drafter) {
@@ -94,6 +96,10 @@ std::unique_ptr<vt::Model> open_model(const GenerateArgs& args, int64_t context)
       options.max_logit_rows = args.num_draft + 1;
     }
     options.load_mtp = args.speculative == "mtp";
+    if (const auto quantization = vt::apps::lm_head_quantization(args.lm_head)) {
+      options.fp8_lm_head = true;
+      options.lm_head_exact_columns = quantization->exact_columns;
+    }
     return vt::load_qwen35_cuda(args.model, options);
 #else
     VT_FAIL("--device cuda: this vt was built without CUDA");
@@ -103,7 +109,10 @@ std::unique_ptr<vt::Model> open_model(const GenerateArgs& args, int64_t context)
   load_options.load_mtp = args.speculative == "mtp";
   load_options.fp8_activations =
       args.fp8_activations == "float" ? vt::Fp8Activations::kFloat : vt::Fp8Activations::kQuantized;
-  return vt::apps::load_model_with_progress(args.model, load_options);
+  const auto lm_head = vt::apps::lm_head_quantization(args.lm_head);  // bad flags refused before loading
+  auto model = vt::apps::load_model_with_progress(args.model, load_options);
+  if (lm_head) model->quantize_lm_head_fp8(*lm_head);
+  return model;
 }
 
 void run_generate(const GenerateArgs& args) {
@@ -242,6 +251,7 @@ void add_model_commands(CLI::App& app) {
   generate->add_option("--logits-out", args->logits_out,
                        "write the last prompt position's logits (float32 LE, vocab values)");
   generate->add_option("--device", args->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  vt::apps::add_lm_head_options(generate, args->lm_head);
   generate->add_option("--activations", args->activations, "CUDA activation dtype: bf16 (default) or f32")
       ->check(CLI::IsMember({"bf16", "f32"}));
   generate->add_option("--fp8-activations", args->fp8_activations,

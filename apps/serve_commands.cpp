@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "apps/commands.h"
+#include "apps/lm_head_options.h"
 #include "apps/model_text.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -48,6 +49,7 @@ struct ServeArgs {
   int64_t num_draft = 0;    // 0: not given (4 with --speculative)
   bool adaptive_draft = false;
   std::string device_sampling = "on";
+  vt::apps::LmHeadArgs lm_head;
 };
 
 // Set by SIGINT/SIGTERM on whichever thread takes the signal; a watcher thread drains and stops
@@ -90,6 +92,7 @@ void run_serve(ServeArgs args) {
     VT_CHECK(vt::WeightStore::open(args.model).contains("mtp.fc.weight"), "serve: --speculative mtp: ", args.model,
              " has no MTP head (no mtp.* weights, such as mtp.fc.weight)");
   }
+  const auto lm_head = vt::apps::lm_head_quantization(args.lm_head);
   auto text = vt::apps::load_model_text(args.tokenizer.empty() ? args.model : args.tokenizer);
   std::unique_ptr<vt::Model> model;
   if (args.device == "cuda" || !args.synthetic.empty()) {
@@ -105,6 +108,10 @@ void run_serve(ServeArgs args) {
     // MTP: the head's weights, its KV cache for every slot; the target sequences keep their hidden
     // states for it (per slot at most one step's: the engine's drafters read them every step).
     options.load_mtp = args.speculative == "mtp";
+    if (lm_head) {
+      options.fp8_lm_head = true;
+      options.lm_head_exact_columns = lm_head->exact_columns;
+    }
     if (args.tensor_parallel > 1) {
 #ifdef VT_WITH_NCCL
       if (args.synthetic.empty()) {
@@ -131,6 +138,7 @@ void run_serve(ServeArgs args) {
     vt::LoadOptions load_options;
     load_options.load_mtp = args.speculative == "mtp";
     model = vt::apps::load_model_with_progress(args.model, load_options);
+    if (lm_head) model->quantize_lm_head_fp8(*lm_head);
   }
   if (args.speculative == "mtp") {
     // Each request's head sequence lives with its drafter; a sampled request's drafts are seeded
@@ -188,6 +196,7 @@ void add_serve_commands(CLI::App& app) {
   auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)");
   serve->add_option("--model", args->model, "GGUF file or HF model folder");
   serve->add_option("--device", args->device, "cpu (the reference, default) or cuda (Qwen3.5 family)");
+  vt::apps::add_lm_head_options(serve, args->lm_head);
   serve->add_option("--synthetic", args->synthetic, "CUDA: qwen3.5-27b | qwen3.5-35b-a3b | qwen3-next-80b, random weights");
   serve->add_option("--weights", args->weights, "--synthetic weights: fp8 (128x128 blocks, default) or bf16");
   serve->add_option("--tokenizer", args->tokenizer, "folder with tokenizer.json (default: the model's own)");

@@ -36,6 +36,23 @@ want=$(json_ids "$fixtures/tiny_llama.json" greedy_ids)
 got=$(json_ids "$scratch/generate.json" output_ids 2>/dev/null)
 [ "$got" = "$want" ] && echo "ok: tiny llama greedy ids" || fail "tiny llama greedy ids $got, expected $want"
 
+# The FP8 output layer (--lm-head fp8, its 8 largest input columns exact): 16 ids of the vocabulary,
+# and the flags' errors.
+"$vt" generate --model "$fixtures/tiny_llama.gguf" --prompt-ids "$ids" --max-new-tokens 16 --json --lm-head fp8 \
+  --lm-head-exact-columns 8 >"$scratch/fp8_head.json" 2>"$scratch/fp8_head.err" ||
+  fail "generate --lm-head fp8: $(cat "$scratch/fp8_head.err")"
+python3 -c "
+import json, sys
+ids = json.load(open(sys.argv[1]))['output_ids']
+sys.exit(0 if len(ids) == 16 and all(0 <= i < 128 for i in ids) else 1)" "$scratch/fp8_head.json" &&
+  echo "ok: generate --lm-head fp8" || fail "generate --lm-head fp8: $(cat "$scratch/fp8_head.json")"
+expect_error "exact columns without --lm-head fp8" "--lm-head-exact-columns goes with --lm-head fp8" \
+  generate --model "$fixtures/tiny_llama.gguf" --prompt-ids 1 --lm-head-exact-columns 8
+expect_error "an unknown output layer format" "--lm-head: expected bf16 or fp8, got 'fp4'" \
+  generate --model "$fixtures/tiny_llama.gguf" --prompt-ids 1 --lm-head fp4
+expect_error "more exact columns than inputs" "100 exact columns of 64" \
+  generate --model "$fixtures/tiny_llama.gguf" --prompt-ids 1 --lm-head fp8 --lm-head-exact-columns 100
+
 inspect=$("$vt" inspect --model "$fixtures/tiny_llama.gguf" 2>&1)
 grep -q "architecture: llama" <<<"$inspect" && grep -q "blk.1.ffn_down.weight .*Q8_0" <<<"$inspect" &&
   echo "ok: inspect" || fail "inspect: $inspect"
@@ -72,6 +89,18 @@ print(f"vt eval perplexity {got['perplexity']:.6f} vs HF {want['perplexity']:.6f
       f"{got['predicted_tokens']} tokens in {got['seconds']:.1f} s")
 sys.exit(0 if abs(relative) <= 0.005 and got["predicted_tokens"] == want["predicted_tokens"] else 1)
 PY
+  # The FP8 output layer (32 input columns exact, the default): perplexity moves, by under 2%
+  # (+0.40% over 2,048 tokens of the tutorial, docs/perf/2026-12-02-fp8-lm-head-exact-columns.md).
+  "$vt" eval perplexity --model "$smollm2" --file "$text" --json --lm-head fp8 >"$scratch/perplexity_fp8.json" \
+    2>"$scratch/perplexity_fp8.err" || fail "eval perplexity --lm-head fp8: $(cat "$scratch/perplexity_fp8.err")"
+  python3 - "$scratch/perplexity.json" "$scratch/perplexity_fp8.json" <<'PY' && echo "ok: eval perplexity --lm-head fp8" ||
+import json, sys
+stored, fp8 = (json.load(open(path))["perplexity"] for path in sys.argv[1:3])
+relative = fp8 / stored - 1
+print(f"perplexity {stored:.4f} as stored, {fp8:.4f} with the FP8 output layer ({relative:+.2%})")
+sys.exit(0 if relative != 0 and abs(relative) < 0.02 else 1)
+PY
+    fail "eval perplexity --lm-head fp8"
   output=$("$vt" generate --model "$smollm2" --prompt "The capital of France is" --max-new-tokens 6 2>&1)
   grep -q "The capital of France is.*Paris" <<<"$output" && echo "ok: generate --prompt" || fail "generate --prompt: $output"
 else

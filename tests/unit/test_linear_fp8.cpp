@@ -93,6 +93,22 @@ TEST(LinearFp8, ExactColumnsLeaveTheFp8MatrixAndTheScaleToTheRest) {
   EXPECT_THROW(dense.to_fp8_blocks({Fp8Activations::kQuantized, 128, 128, 129}), Error);
 }
 
+// Every column exact: the FP8 matrix is all zeros and forward is the dense product of the
+// unquantised input (the columns' gather and their weights' layout, at several rows).
+TEST(LinearFp8, AllColumnsExactIsTheDenseProduct) {
+  const int64_t rows = 5, cols = 128, m = 3;
+  Buffer weight(DType::kF32, {rows, cols}), x(DType::kF32, {m, cols});
+  for (int64_t i = 0; i < rows * cols; ++i) weight.f32()[i] = std::sin(0.37f * float(i) + 0.1f) * (i % 7 == 0 ? 9.0f : 1.0f);
+  for (int64_t i = 0; i < m * cols; ++i) x.f32()[i] = std::cos(0.53f * float(i));
+  const Linear dense = Linear::from_f32(std::move(weight), WeightFormat::kDense, false);
+  const Linear exact = dense.to_fp8_blocks({Fp8Activations::kQuantized, 128, 128, cols});
+  Buffer want(DType::kF32, {m, rows}), got(DType::kF32, {m, rows});
+  dense.forward(want, x);
+  exact.forward(got, x);
+  for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(exact.weight().f32()[i], 0.0f) << i;
+  for (int64_t i = 0; i < m * rows; ++i) EXPECT_NEAR(got.f32()[i], want.f32()[i], 1e-4f * (1.0f + std::fabs(want.f32()[i]))) << i;
+}
+
 TEST(LinearFp8, LargestColumnsAreAscendingWithTiesToTheLowerIndex) {
   EXPECT_EQ(largest_columns({1.0, 5.0, 3.0, 5.0, 0.5}, 3), (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(largest_columns({2.0, 2.0, 2.0}, 2), (std::vector<int64_t>{0, 1}));
