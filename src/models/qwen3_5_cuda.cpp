@@ -82,6 +82,13 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   info_.vocab_size = config_.vocab_size;
   info_.max_positions = std::min(config_.max_position_embeddings, options_.max_context);
   VT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  const char* side = std::getenv("VT_SIDE_STREAM");
+  VT_CHECK(!side || std::string(side) == "0" || std::string(side) == "1", "VT_SIDE_STREAM='", side, "': expected 0 or 1");
+  if (!side || std::string(side) == "1") {
+    VT_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+    VT_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
+    VT_CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
+  }
   gemm_ = std::make_unique<cuda::CublasLtGemm>();
   if (options_.fp8_lm_head && weights_.lm_head.format == WeightFormat::kDense)
     convert_lm_head_fp8(options_.lm_head_exact_columns);
@@ -224,6 +231,12 @@ Qwen35CudaModel::~Qwen35CudaModel() {
     cuda::fp8_gemm_release(stream_);
     cudaStreamDestroy(stream_);
   }
+  if (side_stream_) {
+    cudaStreamSynchronize(side_stream_);
+    cudaStreamDestroy(side_stream_);
+    cudaEventDestroy(fork_event_);
+    cudaEventDestroy(join_event_);
+  }
 }
 
 std::unique_ptr<SequenceState> Qwen35CudaModel::new_sequence(int64_t capacity) const {
@@ -283,10 +296,12 @@ void Qwen35CudaModel::upload_layout(const std::vector<int32_t>& tokens, const st
   VT_CUDA_CHECK(cudaEventRecord(w.metadata_uploaded, stream_));
 }
 
-void Qwen35CudaModel::linear(const CudaLinear& linear, void* y, const void* x, int64_t m, const Fp8Rows& fused) {
+void Qwen35CudaModel::linear(const CudaLinear& linear, void* y, const void* x, int64_t m, const Fp8Rows& fused,
+                             cudaStream_t on) {
   const DType act = options_.activations;
   const size_t element = dtype_size(act);
   if (linear.format == WeightFormat::kFp8Block) {
+    VT_CHECK(!on || on == stream_, "FP8 linears run on the model's stream");
     auto& w = *workspace_;
     Fp8Rows input = fused;
     if (!input.codes) {
@@ -308,9 +323,11 @@ void Qwen35CudaModel::linear(const CudaLinear& linear, void* y, const void* x, i
   // Narrow projections at decode (GDN b/a, the shared-expert gate): one kernel where cuBLASLt
   // runs split-K + a reduction; wide ones stay with cuBLASLt (>= 90% of bandwidth at M = 1).
   if (linear.n <= kNarrowDense && cuda::dense_gemv_supports(m, linear.n, linear.k, act)) {
-    cuda::dense_gemv(y, act, x, linear.parts[0].weight.data(), m, linear.n, linear.k, act, stream_);
+    cuda::dense_gemv(y, act, x, linear.parts[0].weight.data(), m, linear.n, linear.k, act, on ? on : stream_);
     return;
   }
+  // cuBLASLt's workspace is the model stream's: no other stream uses it.
+  VT_CHECK(!on || on == stream_, "cuBLASLt linears run on the model's stream");
   gemm_->matmul(y, x, linear.parts[0].weight.data(), m, linear.n, linear.k, act, stream_);
 }
 
@@ -350,10 +367,21 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
     const Fp8Rows mixer_in = input_norm(layer, T, pending);
     if (layer.kind == LayerKind::kLinearAttention) {
       const int64_t stride = layer.in_proj.n;  // [qkv | z]
+      // The b/a projection (a dense GEMV at decode) on the side stream, beside the in_proj GEMM and
+      // the conv; joined before the delta rule reads it.
+      const CudaLinear& ba = layer.in_proj_ba;
+      const bool beside = side_stream_ && ba.format == WeightFormat::kDense && ba.n <= kNarrowDense &&
+                          cuda::dense_gemv_supports(T, ba.n, ba.k, act);
       {
         profile::OpScope op("gdn.in_proj", OpGroup::kGemmGdnIn);
+        if (beside) {
+          VT_CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
+          VT_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_event_));
+          linear(ba, w.ba.data(), w.normed.data(), T, none, side_stream_);
+          VT_CUDA_CHECK(cudaEventRecord(join_event_, side_stream_));
+        }
         linear(layer.in_proj, w.projected.data(), w.normed.data(), T, mixer_in);
-        linear(layer.in_proj_ba, w.ba.data(), w.normed.data(), T, fp8(layer.in_proj_ba) ? mixer_in : none);
+        if (!beside) linear(ba, w.ba.data(), w.normed.data(), T, fp8(ba) ? mixer_in : none);
       }
       profile::OpScope gdn_op("gdn", OpGroup::kGdn);
       // Verify steps also save each token's state into the rollback window (never in a graph).
@@ -363,6 +391,7 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
       };
       cuda::gdn_conv(w.conv_out.as<float>(), w.conv_state[i].as<float>(), w.projected.data(), stride,
                      layer.conv_weight.as<float>(), layout, delta_net, act, stream_, window(w.conv_window[i]));
+      if (beside) VT_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_event_));
       const Fp8Rows out_in = codes(fp8(layer.out_proj) && c.linear_value_head_dim == 128, inner_q);
       if (chunked_from == 0) {
         cuda::gdn_recurrent(w.mixer_out.data(), w.recurrent[i].as<float>(), w.conv_out.as<float>(), w.projected.data(),

@@ -21,6 +21,8 @@
 #include "model/mtp_head.h"
 #include "models/qwen3_5_config.h"
 
+typedef struct CUevent_st* cudaEvent_t;
+
 namespace vt {
 
 // A Linear on the device, possibly several checkpoint tensors stacked along N. Parts whose rows
@@ -255,7 +257,9 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   };
   void run_step(int64_t num_tokens, int64_t num_seqs, int64_t logit_rows);  // metadata on the device
   // y = x W^T; an FP8 linear reads `fused` when set, else quantises x itself.
-  void linear(const CudaLinear& linear, void* y, const void* x, int64_t m, const Fp8Rows& fused = {});
+  // `on`: the stream a dense linear runs on (the side stream; FP8 linears run on stream_ only).
+  void linear(const CudaLinear& linear, void* y, const void* x, int64_t m, const Fp8Rows& fused = {},
+              cudaStream_t on = nullptr);
   // Whether an FP8 linear reads codes fused into the op before it (VT_FUSED_QUANT=0: never).
   bool fused_fp8(const CudaLinear& linear) const {
     return fuse_quant_ && linear.format == WeightFormat::kFp8Block;
@@ -320,6 +324,11 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   ModelInfo info_;
   std::string description_;
   cudaStream_t stream_ = nullptr;
+  // A second stream for the GDN b/a projection at decode (a dense GEMV beside the in_proj GEMM and
+  // the conv, joined before the delta rule: a branch of the step's graph), with its fork and join
+  // events; VT_SIDE_STREAM=0 runs it in line.
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
   std::unique_ptr<cuda::Fp8GemmRegistry> fp8_gemm_;  // when any linear is FP8
   std::unique_ptr<Workspace> workspace_;
