@@ -368,16 +368,24 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
     if (layer.kind == LayerKind::kLinearAttention) {
       const int64_t stride = layer.in_proj.n;  // [qkv | z]
       // The b/a projection (a dense GEMV at decode) on the side stream, beside the in_proj GEMM and
-      // the conv; joined before the delta rule reads it.
+      // the conv; joined before the delta rule reads it. There in launches of up to 8 rows: the
+      // kernel for 9-16 rows stages all of them in 160 KB of shared memory, so it cannot share an
+      // SM with the GEMM and the delta rule waited on it (docs/perf/2026-12-02-fp8-lm-head-exact-columns.md).
       const CudaLinear& ba = layer.in_proj_ba;
+      constexpr int64_t kBesideRows = 8;
       const bool beside = side_stream_ && ba.format == WeightFormat::kDense && ba.n <= kNarrowDense &&
-                          cuda::dense_gemv_supports(T, ba.n, ba.k, act);
+                          cuda::dense_gemv_supports(T, ba.n, ba.k, act) &&
+                          cuda::dense_gemv_supports(std::min(T, kBesideRows), ba.n, ba.k, act);
       {
         profile::OpScope op("gdn.in_proj", OpGroup::kGemmGdnIn);
         if (beside) {
           VT_CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
           VT_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_event_));
-          linear(ba, w.ba.data(), w.normed.data(), T, none, side_stream_);
+          const size_t element = dtype_size(act);
+          for (int64_t r0 = 0; r0 < T; r0 += kBesideRows)
+            linear(ba, static_cast<char*>(w.ba.data()) + size_t(r0 * ba.n) * element,
+                   static_cast<const char*>(w.normed.data()) + size_t(r0 * ba.k) * element,
+                   std::min(kBesideRows, T - r0), none, side_stream_);
           VT_CUDA_CHECK(cudaEventRecord(join_event_, side_stream_));
         }
         linear(layer.in_proj, w.projected.data(), w.normed.data(), T, mixer_in);
