@@ -52,9 +52,6 @@ int64_t attention_split_keys() {
   return keys;
 }
 
-// Dense linears up to this many outputs run vt's block-per-row GEMV at small M (cuda_ops.h).
-constexpr int64_t kNarrowDense = 4096;
-
 // Sequences of a step with at least this many new tokens (a full chunk) run the chunked delta
 // rule (cuda::gdn_chunked); shorter ones, decode tokens and verify steps run token by token.
 constexpr int64_t kGdnChunkedMinTokens = cuda::kGdnChunk;
@@ -336,23 +333,14 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
   auto& w = *workspace_;
   const auto& c = config_;
   const DType act = options_.activations;
-  const int64_t T = num_tokens, H = c.hidden_size, hv = c.linear_num_value_heads;
+  const int64_t T = num_tokens, H = c.hidden_size;
   const float eps = c.rms_norm_eps;
-  cuda::StepLayout layout = w.layout;
-  layout.num_tokens = T;
-  layout.num_seqs = num_seqs;
-  const cuda::DeltaNetShape delta_net{c.linear_num_key_heads, hv, c.linear_key_head_dim, c.linear_value_head_dim,
-                                      c.linear_conv_kernel, eps};
   {
     profile::OpScope op("embed", OpGroup::kEmbed);
     cuda::embedding(w.x.data(), act, w.token_ids, T, weights_.embed_tokens.data(), weights_.embed_tokens.view().dtype,
                     H, stream_);
   }
   const void* pending = nullptr;  // the previous block's output, added to x by the next norm
-  // FP8 activations made by the op before a W8A8 linear (VT_FUSED_QUANT=0: each linear quantises).
-  const auto fp8 = [&](const CudaLinear& linear) { return fused_fp8(linear); };
-  const Fp8Rows none, inner_q{w.inner.as<uint8_t>(), w.inner_scales.as<float>()};
-  const auto codes = [](bool fused, const Fp8Rows& rows) { return fused ? rows : Fp8Rows{}; };
   // GDN: sequences of >= chunked_from tokens take the chunked delta rule; 0: all token by token
   // (decode steps and their graphs, steps that save rollback windows, VT_GDN_CHUNKED=0).
   int64_t chunked_from = 0;
@@ -366,64 +354,7 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
     const CudaLayer& layer = weights_.layers[i];
     const Fp8Rows mixer_in = input_norm(layer, T, pending);
     if (layer.kind == LayerKind::kLinearAttention) {
-      const int64_t stride = layer.in_proj.n;  // [qkv | z]
-      // The b/a projection (a dense GEMV at decode) on the side stream, beside the in_proj GEMM and
-      // the conv; joined before the delta rule reads it. There in launches of up to 8 rows: the
-      // kernel for 9-16 rows stages all of them in 160 KB of shared memory, so it cannot share an
-      // SM with the GEMM and the delta rule waited on it (docs/perf/2026-12-02-fp8-lm-head-exact-columns.md).
-      const CudaLinear& ba = layer.in_proj_ba;
-      constexpr int64_t kBesideRows = 8;
-      const bool beside = side_stream_ && ba.format == WeightFormat::kDense && ba.n <= kNarrowDense &&
-                          cuda::dense_gemv_supports(T, ba.n, ba.k, act) &&
-                          cuda::dense_gemv_supports(std::min(T, kBesideRows), ba.n, ba.k, act);
-      {
-        profile::OpScope op("gdn.in_proj", OpGroup::kGemmGdnIn);
-        if (beside) {
-          VT_CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
-          VT_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_event_));
-          const size_t element = dtype_size(act);
-          for (int64_t r0 = 0; r0 < T; r0 += kBesideRows)
-            linear(ba, static_cast<char*>(w.ba.data()) + size_t(r0 * ba.n) * element,
-                   static_cast<const char*>(w.normed.data()) + size_t(r0 * ba.k) * element,
-                   std::min(kBesideRows, T - r0), none, side_stream_);
-          VT_CUDA_CHECK(cudaEventRecord(join_event_, side_stream_));
-        }
-        linear(layer.in_proj, w.projected.data(), w.normed.data(), T, mixer_in);
-        if (!beside) linear(ba, w.ba.data(), w.normed.data(), T, fp8(ba) ? mixer_in : none);
-      }
-      profile::OpScope gdn_op("gdn", OpGroup::kGdn);
-      // Verify steps also save each token's state into the rollback window (never in a graph).
-      const auto window = [&](const cuda::DeviceBuffer& states) {
-        return w.writes_window ? cuda::GdnWindow{states.as<float>(), w.window_entry, w.window_entries}
-                               : cuda::GdnWindow{};
-      };
-      cuda::gdn_conv(w.conv_out.as<float>(), w.conv_state[i].as<float>(), w.projected.data(), stride,
-                     layer.conv_weight.as<float>(), layout, delta_net, act, stream_, window(w.conv_window[i]));
-      if (beside) VT_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_event_));
-      const Fp8Rows out_in = codes(fp8(layer.out_proj) && c.linear_value_head_dim == 128, inner_q);
-      if (chunked_from == 0) {
-        cuda::gdn_recurrent(w.mixer_out.data(), w.recurrent[i].as<float>(), w.conv_out.as<float>(), w.projected.data(),
-                            stride, c.conv_dim(), w.ba.data(), layer.a_log.as<float>(), layer.dt_bias.as<float>(),
-                            layer.gdn_norm.as<float>(), layout, delta_net, act, stream_,
-                            const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales),
-                            window(w.recurrent_window[i]));
-      } else {
-        // Short sequences (decode tokens) token by token, the long ones in chunks.
-        if (w.shortest_seq < chunked_from)
-          cuda::gdn_recurrent(w.mixer_out.data(), w.recurrent[i].as<float>(), w.conv_out.as<float>(),
-                              w.projected.data(), stride, c.conv_dim(), w.ba.data(), layer.a_log.as<float>(),
-                              layer.dt_bias.as<float>(), layer.gdn_norm.as<float>(), layout, delta_net, act, stream_,
-                              const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales), {},
-                              chunked_from);
-        cuda::gdn_chunked(w.mixer_out.data(), w.recurrent[i].as<float>(), w.conv_out.as<float>(), w.projected.data(),
-                          stride, c.conv_dim(), w.ba.data(), layer.a_log.as<float>(), layer.dt_bias.as<float>(),
-                          layer.gdn_norm.as<float>(), layout, delta_net, act, stream_,
-                          w.gdn_chunk_scratch.as<float>(), w.gdn_chunk_scratch.shape().numel(), chunked_from,
-                          const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales));
-      }
-      profile::OpScope out_op("gdn.out_proj", OpGroup::kGemmOut);
-      linear(layer.out_proj, w.branch.data(), w.mixer_out.data(), T, out_in);
-      reduce_branch(T);
+      gated_delta_net(layer, i, T, num_seqs, mixer_in, chunked_from);
     } else {
       attention(layer, w.k_cache[i].data(), w.v_cache[i].data(), T, num_seqs, mixer_in);
     }

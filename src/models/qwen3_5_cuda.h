@@ -256,6 +256,8 @@ class Qwen35CudaModel final : public Model, public MtpHead {
     ~SamplingBuffers();
   };
   void run_step(int64_t num_tokens, int64_t num_seqs, int64_t logit_rows);  // metadata on the device
+  // Dense linears up to this many outputs run vt's block-per-row GEMV at small M (cuda_ops.h).
+  static constexpr int64_t kNarrowDense = 4096;
   // y = x W^T; an FP8 linear reads `fused` when set, else quantises x itself.
   // `on`: the stream a dense linear runs on (the side stream; FP8 linears run on stream_ only).
   void linear(const CudaLinear& linear, void* y, const void* x, int64_t m, const Fp8Rows& fused = {},
@@ -274,6 +276,10 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   cuda::AttentionShape attention_shape() const;
   void attention(const CudaLayer& layer, void* k_cache, void* v_cache, int64_t num_tokens, int64_t num_seqs,
                  const Fp8Rows& mixer_in);
+  // The Gated DeltaNet mixer of layer `index` into branch (qwen3_5_cuda_gdn.cpp); sequences of
+  // >= chunked_from tokens take the chunked delta rule (0: all token by token).
+  void gated_delta_net(const CudaLayer& layer, size_t index, int64_t num_tokens, int64_t num_seqs,
+                       const Fp8Rows& mixer_in, int64_t chunked_from);
   void ffn(const CudaLayer& layer, int64_t num_tokens);
   // One MTP step over the uploaded pairs of one head sequence in `mtp_slot`: hidden [T, H] act on
   // the device; leaves the last pair's output in the slot's row of mtp_output and its logits.

@@ -1,0 +1,92 @@
+// The Gated DeltaNet mixer of one layer (Qwen35CudaModel::gated_delta_net): the in_proj GEMM with
+// the b/a projection beside it on the side stream, the causal conv, the delta rule (token by token,
+// or in chunks for long prefill sequences) and out_proj into branch.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backends/cuda/check.h"
+#include "core/error.h"
+#include "models/qwen3_5_cuda.h"
+#include "models/qwen3_5_cuda_workspace.h"
+#include "profile/intent.h"
+
+namespace vt {
+
+using profile::OpGroup;
+
+void Qwen35CudaModel::gated_delta_net(const CudaLayer& layer, size_t i, int64_t T, int64_t num_seqs,
+                                      const Fp8Rows& mixer_in, int64_t chunked_from) {
+  auto& w = *workspace_;
+  const auto& c = config_;
+  const DType act = options_.activations;
+  cuda::StepLayout layout = w.layout;
+  layout.num_tokens = T;
+  layout.num_seqs = num_seqs;
+  const cuda::DeltaNetShape delta_net{c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim,
+                                      c.linear_value_head_dim, c.linear_conv_kernel, c.rms_norm_eps};
+  // FP8 activations made by the op before a W8A8 linear (VT_FUSED_QUANT=0: each linear quantises).
+  const auto fp8 = [&](const CudaLinear& linear) { return fused_fp8(linear); };
+  const Fp8Rows none, inner_q{w.inner.as<uint8_t>(), w.inner_scales.as<float>()};
+  const auto codes = [](bool fused, const Fp8Rows& rows) { return fused ? rows : Fp8Rows{}; };
+  const int64_t stride = layer.in_proj.n;  // [qkv | z]
+  // The b/a projection (a dense GEMV at decode) on the side stream, beside the in_proj GEMM and
+  // the conv; joined before the delta rule reads it. There in launches of up to 8 rows: the
+  // kernel for 9-16 rows stages all of them in 160 KB of shared memory, so it cannot share an
+  // SM with the GEMM and the delta rule waited on it (docs/perf/2026-12-02-fp8-lm-head-exact-columns.md).
+  const CudaLinear& ba = layer.in_proj_ba;
+  constexpr int64_t kBesideRows = 8;
+  const bool beside = side_stream_ && ba.format == WeightFormat::kDense && ba.n <= kNarrowDense &&
+                      cuda::dense_gemv_supports(T, ba.n, ba.k, act) &&
+                      cuda::dense_gemv_supports(std::min(T, kBesideRows), ba.n, ba.k, act);
+  {
+    profile::OpScope op("gdn.in_proj", OpGroup::kGemmGdnIn);
+    if (beside) {
+      VT_CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
+      VT_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_event_));
+      const size_t element = dtype_size(act);
+      for (int64_t r0 = 0; r0 < T; r0 += kBesideRows)
+        linear(ba, static_cast<char*>(w.ba.data()) + size_t(r0 * ba.n) * element,
+               static_cast<const char*>(w.normed.data()) + size_t(r0 * ba.k) * element,
+               std::min(kBesideRows, T - r0), none, side_stream_);
+      VT_CUDA_CHECK(cudaEventRecord(join_event_, side_stream_));
+    }
+    linear(layer.in_proj, w.projected.data(), w.normed.data(), T, mixer_in);
+    if (!beside) linear(ba, w.ba.data(), w.normed.data(), T, fp8(ba) ? mixer_in : none);
+  }
+  profile::OpScope gdn_op("gdn", OpGroup::kGdn);
+  // Verify steps also save each token's state into the rollback window (never in a graph).
+  const auto window = [&](const cuda::DeviceBuffer& states) {
+    return w.writes_window ? cuda::GdnWindow{states.as<float>(), w.window_entry, w.window_entries}
+                           : cuda::GdnWindow{};
+  };
+  cuda::gdn_conv(w.conv_out.as<float>(), w.conv_state[i].as<float>(), w.projected.data(), stride,
+                 layer.conv_weight.as<float>(), layout, delta_net, act, stream_, window(w.conv_window[i]));
+  if (beside) VT_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_event_));
+  const Fp8Rows out_in = codes(fp8(layer.out_proj) && c.linear_value_head_dim == 128, inner_q);
+  if (chunked_from == 0) {
+    cuda::gdn_recurrent(w.mixer_out.data(), w.recurrent[i].as<float>(), w.conv_out.as<float>(), w.projected.data(),
+                        stride, c.conv_dim(), w.ba.data(), layer.a_log.as<float>(), layer.dt_bias.as<float>(),
+                        layer.gdn_norm.as<float>(), layout, delta_net, act, stream_,
+                        const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales),
+                        window(w.recurrent_window[i]));
+  } else {
+    // Short sequences (decode tokens) token by token, the long ones in chunks.
+    if (w.shortest_seq < chunked_from)
+      cuda::gdn_recurrent(w.mixer_out.data(), w.recurrent[i].as<float>(), w.conv_out.as<float>(),
+                          w.projected.data(), stride, c.conv_dim(), w.ba.data(), layer.a_log.as<float>(),
+                          layer.dt_bias.as<float>(), layer.gdn_norm.as<float>(), layout, delta_net, act, stream_,
+                          const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales), {},
+                          chunked_from);
+    cuda::gdn_chunked(w.mixer_out.data(), w.recurrent[i].as<float>(), w.conv_out.as<float>(), w.projected.data(),
+                      stride, c.conv_dim(), w.ba.data(), layer.a_log.as<float>(), layer.dt_bias.as<float>(),
+                      layer.gdn_norm.as<float>(), layout, delta_net, act, stream_,
+                      w.gdn_chunk_scratch.as<float>(), w.gdn_chunk_scratch.shape().numel(), chunked_from,
+                      const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales));
+  }
+  profile::OpScope out_op("gdn.out_proj", OpGroup::kGemmOut);
+  linear(layer.out_proj, w.branch.data(), w.mixer_out.data(), T, out_in);
+  reduce_branch(T);
+}
+
+}  // namespace vt
