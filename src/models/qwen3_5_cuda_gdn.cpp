@@ -3,8 +3,6 @@
 // or in chunks for long prefill sequences) and out_proj into branch.
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
 #include "backends/cuda/check.h"
 #include "core/error.h"
 #include "models/qwen3_5_cuda.h"
@@ -31,24 +29,20 @@ void Qwen35CudaModel::gated_delta_net(const CudaLayer& layer, size_t i, int64_t 
   const auto codes = [](bool fused, const Fp8Rows& rows) { return fused ? rows : Fp8Rows{}; };
   const int64_t stride = layer.in_proj.n;  // [qkv | z]
   // The b/a projection (a dense GEMV at decode) on the side stream, beside the in_proj GEMM and
-  // the conv; joined before the delta rule reads it. There in launches of up to 8 rows: the
-  // kernel for 9-16 rows stages all of them in 160 KB of shared memory, so it cannot share an
-  // SM with the GEMM and the delta rule waited on it (docs/perf/2026-12-02-fp8-lm-head-exact-columns.md).
+  // the conv, up to 8 rows; joined before the delta rule reads it. Measured (H200, 27B): -0.21 to
+  // -0.25 ms per step at batch 4 and 8; at 12 and 16 rows no faster, neither as the staged kernel
+  // (160 KB of shared memory: it runs after the GEMM) nor as launches of 8 rows
+  // (docs/perf/2026-12-02-fp8-lm-head-exact-columns.md), so those run in line.
   const CudaLinear& ba = layer.in_proj_ba;
   constexpr int64_t kBesideRows = 8;
-  const bool beside = side_stream_ && ba.format == WeightFormat::kDense && ba.n <= kNarrowDense &&
-                      cuda::dense_gemv_supports(T, ba.n, ba.k, act) &&
-                      cuda::dense_gemv_supports(std::min(T, kBesideRows), ba.n, ba.k, act);
+  const bool beside = side_stream_ && T <= kBesideRows && ba.format == WeightFormat::kDense &&
+                      ba.n <= kNarrowDense && cuda::dense_gemv_supports(T, ba.n, ba.k, act);
   {
     profile::OpScope op("gdn.in_proj", OpGroup::kGemmGdnIn);
     if (beside) {
       VT_CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
       VT_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_event_));
-      const size_t element = dtype_size(act);
-      for (int64_t r0 = 0; r0 < T; r0 += kBesideRows)
-        linear(ba, static_cast<char*>(w.ba.data()) + size_t(r0 * ba.n) * element,
-               static_cast<const char*>(w.normed.data()) + size_t(r0 * ba.k) * element,
-               std::min(kBesideRows, T - r0), none, side_stream_);
+      linear(ba, w.ba.data(), w.normed.data(), T, none, side_stream_);
       VT_CUDA_CHECK(cudaEventRecord(join_event_, side_stream_));
     }
     linear(layer.in_proj, w.projected.data(), w.normed.data(), T, mixer_in);

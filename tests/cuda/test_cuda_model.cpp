@@ -250,18 +250,18 @@ TEST_F(CudaModel, SyntheticRealShapesDecode) {
   for (int32_t id : next) EXPECT_TRUE(id >= 0 && id < config.vocab_size);
 }
 
-// The GDN b/a projection on the side stream (at 12 sequences: launches of 8 and 4 rows, a branch
-// of the step's graph) gives the logits of running it in line (VT_SIDE_STREAM=0: one 12-row staged
-// launch), within the bound of dense kernels that sum in other orders, through the FP8 layers.
+// The GDN b/a projection on the side stream (a branch of the step's graph, joined before the delta
+// rule) gives the logits of running it in line (VT_SIDE_STREAM=0), bit for bit: the same kernel on
+// the same inputs, at 8 sequences (the most it runs beside).
 TEST_F(CudaModel, SideStreamBranchMatchesInLine) {
   Qwen35Config config = reduced_config("qwen3.5-27b", 4);  // three GDN layers and an attention one
   config.vocab_size = 2048;
   CudaModelOptions options;
-  options.max_sequences = 12;
+  options.max_sequences = 8;
   options.max_context = 64;
-  options.max_step_tokens = 12;
+  options.max_step_tokens = 8;
   std::vector<int32_t> tokens, positions;
-  for (int32_t i = 0; i < 12; ++i) tokens.push_back(i + 1), positions.push_back(3 + 2 * i);
+  for (int32_t i = 0; i < 8; ++i) tokens.push_back(i + 1), positions.push_back(3 + 2 * i);
   std::vector<std::vector<float>> logits;
   for (const char* side : {"1", "0"}) {
     setenv("VT_SIDE_STREAM", side, 1);
@@ -269,12 +269,10 @@ TEST_F(CudaModel, SideStreamBranchMatchesInLine) {
     model.randomize_state(9);
     std::vector<int32_t> next;
     model.decode_step(tokens, positions, &next, true);
-    logits.push_back(model.last_logits(12));
+    logits.push_back(model.last_logits(8));
   }
   unsetenv("VT_SIDE_STREAM");
-  const double error = relative_l2(logits[0], logits[1]);
-  std::printf("b/a projection beside / in line: logits rel L2 %.3g\n", error);
-  EXPECT_LE(error, numerics::kFp8W8A8RelL2);
+  EXPECT_EQ(logits[0], logits[1]);
 }
 
 // Synthetic 35B-A3B (MoE) at real shapes, four layers: routed decode runs and yields valid ids.
