@@ -388,6 +388,13 @@ Fp8Rows Qwen35CudaModel::input_norm(const CudaLayer& layer, int64_t T, const voi
   return mixer_in;
 }
 
+cuda::StepLayout Qwen35CudaModel::step_layout(int64_t num_tokens, int64_t num_seqs) const {
+  cuda::StepLayout layout = workspace_->layout;
+  layout.num_tokens = num_tokens;
+  layout.num_seqs = num_seqs;
+  return layout;
+}
+
 cuda::AttentionShape Qwen35CudaModel::attention_shape() const {
   const auto& c = config_;
   return {c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim, options_.block_size, c.rope_theta, c.rms_norm_eps};
@@ -400,9 +407,7 @@ void Qwen35CudaModel::attention(const CudaLayer& layer, void* k_cache, void* v_c
   auto& w = *workspace_;
   const auto& c = config_;
   const DType act = options_.activations;
-  cuda::StepLayout layout = w.layout;
-  layout.num_tokens = T;
-  layout.num_seqs = num_seqs;
+  const cuda::StepLayout layout = step_layout(T, num_seqs);
   const cuda::AttentionShape shape = attention_shape();
   // Static per (T, max_context), so a captured graph stays valid as positions grow.
   const int64_t splits = std::clamp<int64_t>(attention_blocks_ / (T * c.num_kv_heads), 1,

@@ -272,6 +272,8 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   // linear; attention runs the gated attention over the paged caches k_cache/v_cache into branch;
   // ffn adds branch, norms and runs the FFN into branch.
   Fp8Rows input_norm(const CudaLayer& layer, int64_t num_tokens, const void* pending);
+  // The uploaded step's layout (device arrays) for `num_tokens` tokens of `num_seqs` sequences.
+  cuda::StepLayout step_layout(int64_t num_tokens, int64_t num_seqs) const;
   // The gated attention layers' shape (heads, head_dim, RoPE, the cache's block size).
   cuda::AttentionShape attention_shape() const;
   void attention(const CudaLayer& layer, void* k_cache, void* v_cache, int64_t num_tokens, int64_t num_seqs,

@@ -18,9 +18,7 @@ void Qwen35CudaModel::gated_delta_net(const CudaLayer& layer, size_t i, int64_t 
   auto& w = *workspace_;
   const auto& c = config_;
   const DType act = options_.activations;
-  cuda::StepLayout layout = w.layout;
-  layout.num_tokens = T;
-  layout.num_seqs = num_seqs;
+  const cuda::StepLayout layout = step_layout(T, num_seqs);
   const cuda::DeltaNetShape delta_net{c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim,
                                       c.linear_value_head_dim, c.linear_conv_kernel, c.rms_norm_eps};
   // FP8 activations made by the op before a W8A8 linear (VT_FUSED_QUANT=0: each linear quantises).
