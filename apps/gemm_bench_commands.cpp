@@ -7,6 +7,10 @@
 // (cuda::step_producer; their own time, measured alone, is taken off); CUPTI then checks that each
 // backend's kernel ran as often as launched. Beside them, the floor at each size: a pure read of
 // the same weight bytes, launched and timed the same way ("of read": that time over the GEMM's).
+// The block output projections (o_proj, the GDN out_proj, the MLP down) feed a norm in the model:
+// for them every FP8 backend is also timed with that norm after it (cuda::NormConsumer; the norm's
+// own time after the producer taken off), beside wgmma_partials, whose sum the norm does ("+norm"
+// rows; the registry chooses among those for these linears).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -44,6 +48,7 @@ struct GemmArgs {
 struct GemmShape {
   std::string name;
   int64_t n, k;
+  bool feeds_norm = false;  // its output goes straight into add_rms_norm (project_branch)
 };
 
 // The decode GEMMs of a Qwen3.5-family config as vt merges them (models/qwen3_5_cuda_weights.cpp).
@@ -51,12 +56,12 @@ std::vector<GemmShape> decode_shapes(const Qwen35Config& c) {
   std::vector<GemmShape> shapes;
   const int64_t h = c.hidden_size;
   shapes.push_back({"gdn.in_proj (qkv+z)", c.conv_dim() + c.linear_value_dim(), h});
-  shapes.push_back({"gdn.out_proj", h, c.linear_value_dim()});
+  shapes.push_back({"gdn.out_proj", h, c.linear_value_dim(), true});
   shapes.push_back({"attn.qkv (q+gate+k+v)", c.num_heads * c.head_dim * 2 + 2 * c.num_kv_heads * c.head_dim, h});
-  shapes.push_back({"attn.o_proj", h, c.num_heads * c.head_dim});
+  shapes.push_back({"attn.o_proj", h, c.num_heads * c.head_dim, true});
   if (c.num_experts == 0) {
     shapes.push_back({"mlp.gate_up", 2 * c.intermediate_size, h});
-    shapes.push_back({"mlp.down", h, c.intermediate_size});
+    shapes.push_back({"mlp.down", h, c.intermediate_size, true});
   } else {
     shapes.push_back({"shared.gate_up", 2 * c.shared_expert_intermediate_size, h});
     shapes.push_back({"shared.down", h, c.shared_expert_intermediate_size});
@@ -155,8 +160,7 @@ void run_bench_gemm(const GemmArgs& args) {
         // vt's kernels are counted by name; cuBLASLt's (names vary) through the scale transpose
         // vt launches in front of each of its calls.
         const bool cublas = backend == cuda::GemmBackend::kCublasLt;
-        const char* kernel = cublas ? "sm90_transpose_scales"
-                                    : cuda::fp8_gemm_kernel_name(cuda::kernel_backend(backend));
+        const char* kernel = cuda::gemm_backend_kernel(backend);
         const int64_t launches = cublas ? 1 : cuda::fp8_gemm_launches(cuda::kernel_backend(backend), m);
         registry.run(backend, y.data(), n, codes.as<uint8_t>(), x_scales.as<float>(), weights[0].as<uint8_t>(),
                      scales[0].as<float>(), m, n, k, DType::kBF16, stream);  // plans outside the capture
@@ -189,15 +193,55 @@ void run_bench_gemm(const GemmArgs& args) {
         if (t.us - producer_us < floor.us) floor = t, floor.us = t.us - producer_us;
       }
       results.push_back({"read_floor", floor, size_t(n * k) / 16 * 16});
-      std::string best;
-      double best_us = 1e30;
-      for (const auto& r : results)
-        if (r.backend.rfind("fp8_", 0) == 0 && r.timing.us < best_us) best_us = r.timing.us, best = r.backend;
+      // With the norm after it: the norm's time after the producer taken off.
+      if (shape.feeds_norm) {
+        cuda::NormConsumer norm(m, n, DType::kBF16, stream);
+        const double norm_us = time_graph(stream, args.iters, copies, nullptr, 0, [&](int64_t) {
+                                 produce();
+                                 norm.run(y.data(), m, stream);
+                               }).us;
+        for (cuda::GemmBackend backend : cuda::kAllGemmBackends) {
+          const bool partials = backend == cuda::GemmBackend::kWgmmaPartials;
+          if (partials ? !registry.supports_partials(m, n, k, DType::kBF16)
+                       : !registry.supports(backend, m, n, k, n, DType::kBF16))
+            continue;
+          const auto call = [&](int64_t copy) {
+            produce();
+            if (partials) {
+              const cuda::GemmPartials sum = registry.run_partials(codes.as<uint8_t>(), x_scales.as<float>(),
+                                                                   weights[copy].as<uint8_t>(),
+                                                                   scales[copy].as<float>(), m, n, k, stream);
+              norm.run(&sum, m, stream);
+              return;
+            }
+            registry.run(backend, y.data(), n, codes.as<uint8_t>(), x_scales.as<float>(), weights[copy].as<uint8_t>(),
+                         scales[copy].as<float>(), m, n, k, DType::kBF16, stream);
+            norm.run(y.data(), m, stream);
+          };
+          call(0);  // plans outside the capture
+          const bool cublas = backend == cuda::GemmBackend::kCublasLt;
+          const int64_t launches =
+              cublas || partials ? 1 : cuda::fp8_gemm_launches(cuda::kernel_backend(backend), m);
+          Timing timing = time_graph(stream, args.iters, copies, cuda::gemm_backend_kernel(backend), launches, call);
+          timing.us -= norm_us;
+          results.push_back({std::string("fp8_") + cuda::gemm_backend_name(backend) + "+norm", timing, fp8_bytes});
+        }
+      }
+      // The fastest FP8 backend, alone and (for these shapes) with the norm.
+      std::string best, best_norm;
+      double best_us = 1e30, best_norm_us = 1e30;
+      for (const auto& r : results) {
+        if (r.backend.rfind("fp8_", 0) != 0) continue;
+        const bool with_norm = r.backend.size() > 5 && r.backend.compare(r.backend.size() - 5, 5, "+norm") == 0;
+        if (!with_norm && r.timing.us < best_us) best_us = r.timing.us, best = r.backend;
+        if (with_norm && r.timing.us < best_norm_us) best_norm_us = r.timing.us, best_norm = r.backend;
+      }
       for (const auto& r : results) {
         const double gbps = double(r.bytes) / (r.timing.us * 1e3);
         const bool ran = r.timing.kernels_expected == 0 || r.timing.kernels_ran == r.timing.kernels_expected;
         if (!ran) ++failures;
-        const std::string name = r.backend + (r.backend == best ? " *" : "");
+        const bool chosen = r.backend == best || r.backend == best_norm;
+        const std::string name = r.backend + (chosen ? " *" : "");
         if (!args.json)
           std::printf("| %s | %lld x %lld | %lld | %s | %.1f | %.0f | %.0f%% | %.0f%% | %.2f | %s |\n",
                       shape.name.c_str(), (long long)n, (long long)k, (long long)m, name.c_str(), r.timing.us, gbps,
@@ -206,7 +250,7 @@ void run_bench_gemm(const GemmArgs& args) {
                           ? "(not counted)"
                           : (std::to_string(r.timing.kernels_ran) + "/" + std::to_string(r.timing.kernels_expected)).c_str());
         rows.push_back({{"shape", shape.name}, {"n", n}, {"k", k}, {"m", m}, {"backend", r.backend},
-                        {"chosen", r.backend == best}, {"us", r.timing.us}, {"gbps", gbps},
+                        {"chosen", chosen}, {"us", r.timing.us}, {"gbps", gbps},
                         {"bandwidth_fraction", gbps / bandwidth}, {"read_floor_fraction", floor.us / r.timing.us},
                         {"speedup_vs_cublaslt_bf16", bf16.us / r.timing.us},
                         {"kernels_ran", r.timing.kernels_ran}, {"kernels_expected", r.timing.kernels_expected}});

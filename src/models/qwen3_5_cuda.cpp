@@ -340,7 +340,7 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
     cuda::embedding(w.x.data(), act, w.token_ids, T, weights_.embed_tokens.data(), weights_.embed_tokens.view().dtype,
                     H, stream_);
   }
-  const void* pending = nullptr;  // the previous block's output, added to x by the next norm
+  cuda::Branch pending = nullptr;  // the previous block's output, added to x by the next norm
   // GDN: sequences of >= chunked_from tokens take the chunked delta rule; 0: all token by token
   // (decode steps and their graphs, steps that save rollback windows, VT_GDN_CHUNKED=0).
   int64_t chunked_from = 0;
@@ -359,7 +359,7 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
       attention(layer, w.k_cache[i].data(), w.v_cache[i].data(), T, num_seqs, mixer_in);
     }
     ffn(layer, T);
-    pending = w.branch.data();
+    pending = branch_input();
   }
   profile::OpScope final_op("final_norm", OpGroup::kNorm);
   cuda::add_rms_norm(w.normed.data(), w.x.data(), pending, weights_.final_norm.as<float>(), T, H, eps, 1.0f, act,
@@ -375,7 +375,7 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
   cuda::argmax_rows(w.next_tokens.as<int32_t>(), w.logits.data(), rows, c.vocab_size, act, stream_);
 }
 
-Fp8Rows Qwen35CudaModel::input_norm(const CudaLayer& layer, int64_t T, const void* pending) {
+Fp8Rows Qwen35CudaModel::input_norm(const CudaLayer& layer, int64_t T, cuda::Branch pending) {
   auto& w = *workspace_;
   const int64_t H = config_.hidden_size;
   const CudaLinear& first = layer.kind == LayerKind::kLinearAttention ? layer.in_proj : layer.qkv;
@@ -427,8 +427,33 @@ void Qwen35CudaModel::attention(const CudaLayer& layer, void* k_cache, void* v_c
                         v_cache, layout, shape, splits, keys_per_split, act, stream_, const_cast<uint8_t*>(o_in.codes),
                         const_cast<float*>(o_in.scales), w.kv_tokens);
   profile::OpScope out_op("attn.o_proj", OpGroup::kGemmOut);
-  linear(layer.o_proj, w.branch.data(), w.mixer_out.data(), T, o_in);
+  project_branch(layer.o_proj, w.mixer_out.data(), T, o_in);
+}
+
+void Qwen35CudaModel::project_branch(const CudaLinear& linear, const void* x, int64_t T, const Fp8Rows& fused) {
+  auto& w = *workspace_;
+  const DType act = options_.activations;
+  w.branch_partials.reset();
+  if (fp8_gemm_ && !all_reduce_ && linear.format == WeightFormat::kFp8Block && linear.parts.size() == 1 &&
+      linear.exact_count == 0 && fp8_gemm_->choose_for_norm(T, linear.n, linear.k, act) == cuda::GemmBackend::kWgmmaPartials) {
+    Fp8Rows input = fused;
+    if (!input.codes) {
+      input = {w.scratch.as<uint8_t>(), w.scratch_scales.as<float>()};
+      cuda::fp8_quantize_rows(w.scratch.as<uint8_t>(), w.scratch_scales.as<float>(), x, T, linear.k, act, stream_);
+    }
+    const auto& part = linear.parts[0];
+    w.branch_partials = fp8_gemm_->run_partials(input.codes, input.scales, part.weight.as<uint8_t>(),
+                                                part.scales.as<float>(), T, linear.n, linear.k, stream_);
+    return;
+  }
+  this->linear(linear, w.branch.data(), x, T, fused);
   reduce_branch(T);
+}
+
+cuda::Branch Qwen35CudaModel::branch_input() const {
+  const auto& w = *workspace_;
+  if (w.branch_partials) return &*w.branch_partials;
+  return w.branch.data();
 }
 
 // x += branch; normed = post_attention_norm(x); branch = ffn(normed) (SwiGLU MLP or MoE).
@@ -443,10 +468,11 @@ void Qwen35CudaModel::ffn(const CudaLayer& layer, int64_t T) {
       H % 128 == 0 && ffn_fp8 ? Fp8Rows{w.quantized.as<uint8_t>(), w.scales.as<float>()} : Fp8Rows{};
   {
     profile::OpScope op("post_attention_norm", OpGroup::kNorm);
-    cuda::add_rms_norm(w.normed.data(), w.x.data(), w.branch.data(), layer.post_attention_norm.as<float>(), T, H,
+    cuda::add_rms_norm(w.normed.data(), w.x.data(), branch_input(), layer.post_attention_norm.as<float>(), T, H,
                        c.rms_norm_eps, 1.0f, act, stream_, const_cast<uint8_t*>(ffn_in.codes),
                        const_cast<float*>(ffn_in.scales));
   }
+  w.branch_partials.reset();  // taken: the FFN's output goes to branch
   if (layer.is_moe) {
     moe(layer.moe, T, ffn_in);
   } else {
@@ -461,9 +487,10 @@ void Qwen35CudaModel::ffn(const CudaLayer& layer, int64_t T) {
                      const_cast<uint8_t*>(down_in.codes), const_cast<float*>(down_in.scales));
     }
     profile::OpScope down_op("mlp.down", OpGroup::kGemmMlp);
-    linear(layer.mlp.down, w.branch.data(), w.mixer_out.data(), T, down_in);
+    project_branch(layer.mlp.down, w.mixer_out.data(), T, down_in);  // summed over ranks there
+    return;
   }
-  reduce_branch(T);  // the FFN's partial (dense down or MoE combine)
+  reduce_branch(T);  // the MoE combine's partial
 }
 
 void Qwen35CudaModel::set_all_reduce(DeviceAllReduce all_reduce) {

@@ -271,7 +271,13 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   // block's output; null: none) and norms, returning the FP8 codes it fused for the mixer's first
   // linear; attention runs the gated attention over the paged caches k_cache/v_cache into branch;
   // ffn adds branch, norms and runs the FFN into branch.
-  Fp8Rows input_norm(const CudaLayer& layer, int64_t num_tokens, const void* pending);
+  Fp8Rows input_norm(const CudaLayer& layer, int64_t num_tokens, cuda::Branch pending);
+  // A block's output projection (o_proj, the GDN out_proj, the MLP down) into the residual branch:
+  // left as the GEMM's partials for the norm after it where the GEMM registry measured that
+  // fastest with its norm (no tensor-parallel sum between), else written into branch (and summed
+  // over ranks). branch_input() is what the next norm adds.
+  void project_branch(const CudaLinear& linear, const void* x, int64_t num_tokens, const Fp8Rows& fused);
+  cuda::Branch branch_input() const;
   // The uploaded step's layout (device arrays) for `num_tokens` tokens of `num_seqs` sequences.
   cuda::StepLayout step_layout(int64_t num_tokens, int64_t num_seqs) const;
   // The gated attention layers' shape (heads, head_dim, RoPE, the cache's block size).

@@ -77,8 +77,7 @@ void Qwen35CudaModel::gated_delta_net(const CudaLayer& layer, size_t i, int64_t 
                       const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales));
   }
   profile::OpScope out_op("gdn.out_proj", OpGroup::kGemmOut);
-  linear(layer.out_proj, w.branch.data(), w.mixer_out.data(), T, out_in);
-  reduce_branch(T);
+  project_branch(layer.out_proj, w.mixer_out.data(), T, out_in);
 }
 
 }  // namespace vt

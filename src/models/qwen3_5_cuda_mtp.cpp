@@ -289,7 +289,7 @@ void Qwen35CudaModel::run_mtp_step(int64_t T, const void* hidden, int64_t mtp_sl
   ffn(mtp.layer, T);
   {
     profile::OpScope op("mtp.norm", OpGroup::kNorm);
-    cuda::add_rms_norm(w.normed.data(), w.x.data(), w.branch.data(), mtp.norm.as<float>(), T, H, eps, 1.0f, act,
+    cuda::add_rms_norm(w.normed.data(), w.x.data(), branch_input(), mtp.norm.as<float>(), T, H, eps, 1.0f, act,
                        stream_);
   }
   // The last pair's output: the logits' input (at the start of last_hidden, aligned as the GEMMs

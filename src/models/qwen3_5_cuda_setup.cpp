@@ -53,21 +53,23 @@ void Qwen35CudaModel::convert_lm_head_fp8(int64_t exact_columns) {
 void Qwen35CudaModel::setup_fp8_gemms(int64_t max_step_tokens) {
   std::map<std::pair<int64_t, int64_t>, cuda::GemmTuneShape> shapes;
   int64_t widest_k = 0;
-  const auto add = [&](const CudaLinear& linear) {
+  // feeds_norm: a block's output projection (project_branch), whose output may stay as partials.
+  const auto add = [&](const CudaLinear& linear, bool feeds_norm = false) {
     if (linear.format != WeightFormat::kFp8Block) return;
     for (const auto& part : linear.parts) {
       auto& shape = shapes[{part.n, linear.k}];
       shape.n = part.n;
       shape.k = linear.k;
+      shape.feeds_norm = shape.feeds_norm || (feeds_norm && linear.parts.size() == 1 && linear.exact_count == 0);
       shape.weights.emplace_back(part.weight.as<uint8_t>(), part.scales.as<float>());
       widest_k = std::max(widest_k, linear.k);
     }
   };
   const auto add_layer = [&](const CudaLayer& layer) {
-    for (const CudaLinear* linear : {&layer.in_proj, &layer.in_proj_ba, &layer.out_proj, &layer.qkv, &layer.o_proj,
-                                     &layer.mlp.gate_up, &layer.mlp.down, &layer.moe.shared.gate_up,
-                                     &layer.moe.shared.down, &layer.moe.shared_gate})
+    for (const CudaLinear* linear : {&layer.in_proj, &layer.in_proj_ba, &layer.qkv, &layer.mlp.gate_up,
+                                     &layer.moe.shared.gate_up, &layer.moe.shared.down, &layer.moe.shared_gate})
       add(*linear);
+    for (const CudaLinear* linear : {&layer.out_proj, &layer.o_proj, &layer.mlp.down}) add(*linear, true);
   };
   for (const auto& layer : weights_.layers) add_layer(layer);
   add(weights_.lm_head);
@@ -82,9 +84,11 @@ void Qwen35CudaModel::setup_fp8_gemms(int64_t max_step_tokens) {
   std::vector<cuda::GemmTuneShape> list;
   for (auto& [key, shape] : shapes) list.push_back(std::move(shape));
   if (const auto forced = fp8_gemm_->forced()) {
+    // wgmma_partials runs the others (and where it does not serve) on wgmma.
+    const cuda::GemmBackend serving = *forced == cuda::GemmBackend::kWgmmaPartials ? cuda::GemmBackend::kWgmma : *forced;
     for (const auto& shape : list)
       for (int64_t m : {int64_t(1), max_m})
-        VT_CHECK(fp8_gemm_->supports(*forced, m, shape.n, shape.k, shape.n, options_.activations),
+        VT_CHECK(fp8_gemm_->supports(serving, m, shape.n, shape.k, shape.n, options_.activations),
                  "the forced GEMM backend ", cuda::gemm_backend_name(*forced),
                  " (VT_GEMM_BACKEND / VT_FP8_GEMM) cannot serve the ", shape.n, " x ", shape.k,
                  " FP8 GEMM at M = ", m, "; unset it or pick a backend that can");

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <optional>
 #include <vector>
 
 #include "backends/cuda/cuda_ops.h"
@@ -54,6 +55,8 @@ struct Qwen35CudaModel::Workspace {
   // capturing a decode graph never advances a live sequence's state.
   int64_t state_slots = 0;
   cuda::DeviceBuffer x, normed, branch;   // [T, H] act: residual stream, norm output, block output
+  // The block output as an FP8 GEMM's partials instead of in `branch` (project_branch), when set.
+  std::optional<cuda::GemmPartials> branch_partials;
   cuda::DeviceBuffer projected;           // [T, widest projection] act
   cuda::DeviceBuffer ba;                  // [T, 2*Hv] act
   cuda::DeviceBuffer conv_out;            // [T, conv_dim] f32

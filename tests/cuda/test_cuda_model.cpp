@@ -102,11 +102,12 @@ TEST_F(CudaModel, GoldenF32MatchesHf) {
 
 // W8A8 on the fp32-summing kernels, then on each wgmma split forced for every GEMM (their 128-K
 // block accumulator keeps ~14 bits, which the activation re-quantisation amplifies:
-// kFp8W8A8WgmmaRelL2).
+// kFp8W8A8WgmmaRelL2); wgmma_partials: the block output projections left as partials for the
+// norms after them (the others on wgmma).
 TEST_F(CudaModel, GoldenFp8W8A8WithinBound) {
   auto result = run_case("qwen3_5_fp8", "w8a8", DType::kF32);
   EXPECT_LE(result.worst_error, numerics::kFp8W8A8RelL2);
-  for (const char* backend : {"wgmma", "wgmma_cluster"}) {
+  for (const char* backend : {"wgmma", "wgmma_cluster", "wgmma_partials"}) {
     setenv("VT_GEMM_BACKEND", backend, 1);
     std::printf("VT_GEMM_BACKEND=%s:\n", backend);
     result = run_case("qwen3_5_fp8", "w8a8", DType::kF32);

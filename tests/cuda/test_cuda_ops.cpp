@@ -18,6 +18,7 @@
 #include "profile/intent.h"
 #include "profile/kernel_recorder.h"
 #include "backends/cuda/device_buffer.h"
+#include "core/dtype.h"
 
 namespace vt {
 namespace {
@@ -299,6 +300,101 @@ TEST_F(CudaOps, Fp8BlockGemmMatchesCpu) {
     if (k % 128 == 0 && n % 128 == 0 && m >= 16) {
       EXPECT_TRUE(registry.supports(cuda::GemmBackend::kCublasLt, m, n, k, n, DType::kF32))
           << "cuBLASLt refused " << m << "x" << n << "x" << k;
+    }
+  }
+}
+
+// A host f32 vector as act on the device, and back.
+void upload_as(cuda::DeviceBuffer& buffer, const std::vector<float>& host, DType act) {
+  if (act == DType::kF32) {
+    cuda::copy_to_device(buffer.data(), host.data(), host.size() * sizeof(float));
+    return;
+  }
+  std::vector<uint16_t> bits(host.size());
+  for (size_t i = 0; i < host.size(); ++i) bits[i] = f32_to_bf16(host[i]);
+  cuda::copy_to_device(buffer.data(), bits.data(), bits.size() * sizeof(uint16_t));
+}
+std::vector<float> download_as_f32(const cuda::DeviceBuffer& buffer, DType act, size_t count) {
+  std::vector<float> host(count);
+  if (act == DType::kF32) {
+    cuda::copy_to_host(host.data(), buffer.data(), count * sizeof(float));
+    return host;
+  }
+  std::vector<uint16_t> bits(count);
+  cuda::copy_to_host(bits.data(), buffer.data(), count * sizeof(uint16_t));
+  for (size_t i = 0; i < count; ++i) host[i] = bf16_to_f32(bits[i]);
+  return host;
+}
+
+// A GEMM left as partials and summed by the norm after it (wgmma_partials + add_rms_norm) against
+// the same GEMM written out and then normed: within the wgmma bound everywhere, the branch itself
+// against the CPU product, and bit for bit where the written-out GEMM runs the same stream-K split
+// (n = 8704: 68 tiles, neither one per tile nor the receivers split on an H100 / H200), run to
+// run identical; f32 and bf16 activations.
+TEST_F(CudaOps, GemmPartialsSummedByTheNorm) {
+  for (DType act : {DType::kF32, DType::kBF16}) {
+    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 512}, {7, 5120, 6144}, {16, 5120, 17408},
+                           {13, 8704, 1040}, {64, 384, 5120}, {3, 128, 128}, {9, 1280, 4112}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(act) << " " << m << "x" << n << "x" << k);
+      const int64_t kb = (k + 127) / 128, nb = n / 128;
+      std::vector<uint8_t> codes(n * k);
+      std::mt19937_64 rng(n + k);
+      for (auto& code : codes) {
+        code = uint8_t(rng());
+        if ((code & 0x7F) == 0x7F) code ^= 1;
+      }
+      std::vector<float> scales(nb * kb);
+      for (size_t i = 0; i < scales.size(); ++i) scales[i] = 1e-3f * float(1 + i % 5);
+      const auto x = random_vector(m * k, 21 + m), residual0 = random_vector(m * n, 22 + n), w = random_vector(n, 23);
+      std::vector<float> x_q(m * k), w_f(n * k), product(m * n);
+      cpu::fp8_quant_dequant_rows(x_q.data(), x.data(), m, k, 128);
+      cpu::fp8_block_dequant(w_f.data(), codes.data(), scales.data(), DType::kF32, n, k, 128, 128);
+      cpu::matmul_nt(product.data(), x_q.data(), w_f.data(), m, n, k);
+
+      DeviceVector d_x(x), d_scales(scales), d_w(w);
+      cuda::DeviceBuffer d_codes(DType::kU8, {n, k}), d_q(DType::kU8, {m, k}), d_a_scales(DType::kF32, {m, kb});
+      cuda::copy_to_device(d_codes.data(), codes.data(), codes.size());
+      cuda::fp8_quantize_rows(d_q.as<uint8_t>(), d_a_scales.as<float>(), d_x.data, m, k, DType::kF32, nullptr);
+      cuda::DeviceBuffer x_act(act, {m, k}), residual(act, {m, n}), y(act, {m, n}), out(act, {m, n});
+      cuda::DeviceBuffer norm_q(DType::kU8, {m, n}), norm_scales(DType::kF32, {m, nb});
+      cuda::Fp8GemmRegistry registry(m, k);
+      ASSERT_TRUE(registry.supports_partials(m, n, k, act));
+      // [residual after the add, norm output, its FP8 codes] as f32 / bytes on the host.
+      struct Result {
+        std::vector<float> residual, out;
+        std::vector<uint8_t> q;
+      };
+      const auto norm = [&](cuda::Branch branch) {
+        upload_as(residual, residual0, act);
+        cuda::add_rms_norm(out.data(), residual.data(), branch, d_w.data, m, n, 1e-6f, 1.0f, act, nullptr,
+                           norm_q.as<uint8_t>(), norm_scales.as<float>());
+        cuda::synchronize();
+        return Result{download_as_f32(residual, act, size_t(m * n)), download_as_f32(out, act, size_t(m * n)),
+                      download_bytes(norm_q)};
+      };
+      registry.run(cuda::GemmBackend::kWgmma, y.data(), n, d_q.as<uint8_t>(), d_a_scales.as<float>(),
+                   d_codes.as<uint8_t>(), d_scales.data, m, n, k, act, nullptr);
+      const Result written = norm(y.data());
+      std::vector<Result> deferred;
+      for (int run = 0; run < 2; ++run) {
+        const cuda::GemmPartials partials = registry.run_partials(
+            d_q.as<uint8_t>(), d_a_scales.as<float>(), d_codes.as<uint8_t>(), d_scales.data, m, n, k, nullptr);
+        deferred.push_back(norm(&partials));
+      }
+      EXPECT_TRUE(deferred[0].residual == deferred[1].residual && deferred[0].q == deferred[1].q)
+          << "not deterministic";
+      // The branch the norm added: residual after - before, against the CPU product.
+      upload_as(residual, residual0, act);
+      const std::vector<float> before = download_as_f32(residual, act, size_t(m * n));
+      std::vector<float> added(m * n);
+      for (int64_t i = 0; i < m * n; ++i) added[i] = deferred[0].residual[i] - before[i];
+      const double rounding = act == DType::kBF16 ? 1e-2 : 0.0;  // the sum rounded to bf16 twice
+      EXPECT_LE(relative_l2(added, product), numerics::kFp8GemmWgmmaRelL2 + rounding);
+      EXPECT_LE(relative_l2(deferred[0].out, written.out), 2 * numerics::kFp8GemmWgmmaRelL2 + rounding);
+      if (n == 8704) {
+        EXPECT_TRUE(deferred[0].residual == written.residual) << "not the in-kernel stream-K sum bit for bit";
+        EXPECT_TRUE(deferred[0].out == written.out && deferred[0].q == written.q);
+      }
     }
   }
 }

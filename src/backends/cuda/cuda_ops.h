@@ -3,6 +3,7 @@
 // accumulation is fp32 everywhere. Shapes in comments are row-major.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -32,11 +33,32 @@ void silu_mul_f32(float* out, const float* gate_up, int64_t rows, int64_t n, cud
 void embedding(void* out, DType act, const int32_t* ids, int64_t tokens, const void* table,
                DType table_dtype, int64_t hidden, cudaStream_t stream);
 
-// residual [rows, n] += branch (skipped when branch is null); out = rmsnorm(residual) * (offset + w).
+// A GEMM output [rows, n] left as the stream-K split's fp32 partials (fp8_gemm_wgmma_partials): the
+// consumer adds each tile's shares in the order the GEMM's own sum would (fp8_gemm_split.h), so
+// the result is that GEMM's output bit for bit, without the GEMM's CTAs waiting on each other.
+struct GemmPartials {
+  const float* words = nullptr;  // slots of [rows][128] words, ctas x per_cta of them
+  int32_t rows = 0, n = 0, k_blocks = 0, ctas = 0, per_cta = 0;
+};
+// Whether fp8_gemm_wgmma_partials serves an M x N x K GEMM on the current device.
+bool fp8_gemm_wgmma_partials_serves(int64_t m, int64_t n, int64_t k);
+
+// What a norm adds to the residual: rows of act values, a GEMM's partials (rounded to act as the
+// GEMM would store them), or nothing (null values).
+struct Branch {
+  const void* values = nullptr;
+  const GemmPartials* partials = nullptr;
+  Branch(std::nullptr_t) {}             // NOLINT: no branch
+  Branch(const void* v) : values(v) {}  // NOLINT: a plain pointer is the usual branch
+  Branch(const GemmPartials* p) : partials(p) {}
+  bool empty() const { return !values && !partials; }
+};
+
+// residual [rows, n] += branch (skipped when it is empty); out = rmsnorm(residual) * (offset + w).
 // w is f32 [n]. out may not alias residual. With q set (n % 128 == 0), also writes out's FP8
 // quantisation for the next W8A8 linear: q [rows, n] e4m3, q_scales [rows, n/128] (as
-// fp8_quantize_rows would, bit for bit).
-void add_rms_norm(void* out, void* residual, const void* branch, const float* w, int64_t rows,
+// fp8_quantize_rows would, bit for bit). A partials branch needs n % 128 == 0.
+void add_rms_norm(void* out, void* residual, Branch branch, const float* w, int64_t rows,
                   int64_t n, float eps, float weight_offset, DType act, cudaStream_t stream,
                   uint8_t* q = nullptr, float* q_scales = nullptr);
 
@@ -216,6 +238,10 @@ void fp8_gemm_release(cudaStream_t stream);  // frees them (the stream's work do
 void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
                     const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
                     Fp8GemmBackend backend = Fp8GemmBackend::kAuto);
+// The same product left as the wgmma stream-K split's partials for add_rms_norm (GemmPartials;
+// fp8_gemm_wgmma_partials_serves says where): valid until the next such call on the stream.
+GemmPartials fp8_block_gemm_partials(const uint8_t* q, const float* a_scales, const uint8_t* w, const float* w_scales,
+                                     int64_t m, int64_t n, int64_t k, cudaStream_t stream);
 
 // ---- an FP8 output layer's exact columns (Fp8Quantization::exact_columns, model/linear.h) ----
 // Each column's sum of squares of w [n, k] (f32/bf16), in double, on the host (chunks of rows

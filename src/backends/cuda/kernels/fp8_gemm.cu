@@ -479,6 +479,32 @@ int64_t fp8_gemm_launches(Fp8GemmBackend backend, int64_t m) {
 }
 
 void fp8_gemm_prepare(cudaStream_t stream) { fp8_gemm_wgmma_prepare(stream); }
+
+namespace {
+
+// What every backend must move: the weights and their scales once, the activation codes and
+// scales, the output; 2mnk FLOPs.
+::vt::profile::LaunchCost gemm_cost(const char* backend_name, int64_t rows, int64_t n, int64_t k, DType act) {
+  const double k_blocks = double((k + kGroup - 1) / kGroup), n_blocks = double((n + kGroup - 1) / kGroup);
+  return ::vt::profile::LaunchCost{backend_name,
+                                   {rows, n, k, 0},
+                                   double(n) * double(k) + n_blocks * k_blocks * 4 + double(rows) * double(k) +
+                                       double(rows) * k_blocks * 4 + double(rows) * double(n) * double(dtype_size(act)),
+                                   2.0 * double(rows) * double(n) * double(k),
+                                   ::vt::profile::OpGroup::kGemmOther};
+}
+
+}  // namespace
+
+GemmPartials fp8_block_gemm_partials(const uint8_t* q, const float* a_scales, const uint8_t* w, const float* w_scales,
+                                     int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+  VT_CHECK(k % kBytesPerLane == 0, "fp8_block_gemm_partials: K = ", k, " must be a multiple of ", kBytesPerLane);
+  VT_CHECK(reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0,
+           "fp8_block_gemm_partials: operands must be 16-byte aligned");
+  // The output's must-move bytes as fp32 (what the norm reads is more: each tile's shares).
+  return fp8_gemm_wgmma_partials(q, a_scales, w, w_scales, m, n, k, stream,
+                                 gemm_cost("wgmma_partials", m, n, k, DType::kF32));
+}
 void fp8_gemm_release(cudaStream_t stream) { fp8_gemm_wgmma_release(stream); }
 
 void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
@@ -494,18 +520,7 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
   // VT_GEMM_BACKEND / VT_FP8_GEMM overrides, are the GEMM registry's (fp8_gemm_registry.h).
   VT_CHECK(backend != Fp8GemmBackend::kGemv || m == 1, "fp8_block_gemm: the gemv backend serves M = 1, not ", m);
   if (backend == Fp8GemmBackend::kAuto) backend = m == 1 ? Fp8GemmBackend::kGemv : Fp8GemmBackend::kMma;
-  // What every backend must move: the weights and their scales once, the activation codes and
-  // scales, the output; 2mnk FLOPs.
-  const auto cost_rows = [&](const char* backend_name, int64_t rows) {
-    const double k_blocks = double((k + kGroup - 1) / kGroup), n_blocks = double((n + kGroup - 1) / kGroup);
-    return ::vt::profile::LaunchCost{backend_name,
-                                     {rows, n, k, 0},
-                                     double(n) * double(k) + n_blocks * k_blocks * 4 + double(rows) * double(k) +
-                                         double(rows) * k_blocks * 4 +
-                                         double(rows) * double(n) * double(dtype_size(act)),
-                                     2.0 * double(rows) * double(n) * double(k),
-                                     ::vt::profile::OpGroup::kGemmOther};
-  };
+  const auto cost_rows = [&](const char* backend_name, int64_t rows) { return gemm_cost(backend_name, rows, n, k, act); };
   const auto cost = [&](const char* backend_name) { return cost_rows(backend_name, m); };
   if (backend == Fp8GemmBackend::kWgmma) {
     fp8_gemm_wgmma(y, ldy, q, a_scales, w, w_scales, m, n, k, act, stream,

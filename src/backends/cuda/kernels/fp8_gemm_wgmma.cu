@@ -72,7 +72,11 @@ int waves() {
 struct Workspace {
   int sms = 0;
   uint32_t* partials = nullptr;
+  float* deferred = nullptr;  // fp8_gemm_wgmma_partials' output: kDeferredSlots x 64 x 128 words per SM
 };
+// Partial slots per SM for the deferred sum (fp8_gemm_split.h's partial_slots_per_cta is 2 on
+// every 27B shape that feeds a norm; 3 leaves room for narrower K).
+constexpr int64_t kDeferredSlots = 3;
 std::mutex g_workspace_mutex;
 std::map<std::pair<int, cudaStream_t>, Workspace> g_workspaces;
 
@@ -95,6 +99,8 @@ const Workspace& workspace(cudaStream_t stream) {
     VT_CUDA_CHECK(cudaMemset(memory, 0xFF, bytes));
     VT_CUDA_CHECK(cudaDeviceSynchronize());
     slot.partials = static_cast<uint32_t*>(memory);
+    VT_CUDA_CHECK(cudaMalloc(&memory, size_t(slot.sms) * kDeferredSlots * kMaxTokens * kTileRows * sizeof(float)));
+    slot.deferred = static_cast<float*>(memory);
   }
   return slot;
 }
@@ -306,6 +312,7 @@ void fp8_gemm_wgmma_release(cudaStream_t stream) {
       continue;
     }
     cudaFree(it->second.partials);  // a destructor's path: no throw
+    cudaFree(it->second.deferred);
     it = g_workspaces.erase(it);
   }
 }
@@ -338,6 +345,52 @@ void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
     };
     by_tokens(rows, run);
   }
+}
+
+namespace {
+
+// The deferred sum's launch geometry for a call (no launch): CTAs and slots per CTA.
+struct PartialsPlan {
+  int64_t ctas = 0, per_cta = 0;
+};
+PartialsPlan partials_plan(int64_t m, int64_t n, int64_t k, int sms) {
+  const int64_t k_blocks = (k + wg::kBlockK - 1) / wg::kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
+  const int64_t ctas = std::min<int64_t>(tiles * k_blocks, sms);
+  const int64_t per_cta = wg::partial_slots_per_cta(tiles, k_blocks, ctas);
+  if (m < 1 || m > kMaxTokens || n < 1 || k < 1 || k % 16 != 0 || n > INT32_MAX || k > INT32_MAX ||
+      per_cta > kDeferredSlots)
+    return {};
+  return {ctas, per_cta};
+}
+
+}  // namespace
+
+bool fp8_gemm_wgmma_partials_serves(int64_t m, int64_t n, int64_t k) {
+  return n % kTileRows == 0 && partials_plan(m, n, k, device_limits(current_device()).sms).ctas > 0;
+}
+
+GemmPartials fp8_gemm_wgmma_partials(const uint8_t* q, const float* a_scales, const uint8_t* w,
+                                     const float* w_scales, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
+                                     const ::vt::profile::LaunchCost& cost) {
+  const Workspace& space = workspace(stream);
+  const PartialsPlan plan = partials_plan(m, n, k, space.sms);
+  VT_CHECK(plan.ctas > 0 && n % kTileRows == 0, "fp8 wgmma GEMM: the deferred sum does not serve ", m, " x ", n,
+           " x ", k, " (see fp8_gemm_wgmma_partials_serves)");
+  const int64_t k_blocks = (k + wg::kBlockK - 1) / wg::kBlockK;
+  by_tokens(m, [&](auto tokens) {
+    constexpr int kTokens = decltype(tokens)::value;
+    auto kernel = wg::sm90_fp8_gemm_wgmma_partials<kTokens, kStages, kHalves>;
+    static std::atomic<uint64_t> devices{0};
+    allow_dynamic_shared(kernel, shared_bytes<kTokens>(), devices, "sm90_fp8_gemm_wgmma_partials");
+    launch("sm90_fp8_gemm_wgmma_partials", cost, kernel, dim3(unsigned(plan.ctas)), dim3(wg::kThreads),
+           shared_bytes<kTokens>(), stream, tensor_map(w, n, k, kTileRows), tensor_map(q, m, k, kTokens), a_scales,
+           w_scales, space.deferred, int(m), int(n), int(k), int(plan.per_cta));
+  });
+  GemmPartials out;
+  out.words = space.deferred;
+  out.rows = int32_t(m), out.n = int32_t(n), out.k_blocks = int32_t(k_blocks);
+  out.ctas = int32_t(plan.ctas), out.per_cta = int32_t(plan.per_cta);
+  return out;
 }
 
 bool fp8_gemm_wgmma_cluster_serves(int64_t m, int64_t n, int64_t k, DType act) {

@@ -208,7 +208,10 @@ __device__ __forceinline__ void fence_registers(float* d) {
 // unchecked (kNoPoll) and / or not set back (kNoReset), or not read at all (kNoRead: the partners
 // still store theirs); kStamps (results right) records when each CTA passed the points below.
 enum Mode {
-  kFull = 0, kNoFixup = 1, kStreamOnly = 2, kNoMultiplies = 4, kNoPoll = 8, kNoReset = 16, kNoRead = 32, kStamps = 64
+  kFull = 0, kNoFixup = 1, kStreamOnly = 2, kNoMultiplies = 4, kNoPoll = 8, kNoReset = 16, kNoRead = 32, kStamps = 64,
+  // Not a diagnostic: every tile share written as an fp32 partial, summed by the consumer
+  // (sm90_fp8_gemm_wgmma_partials; fp8_gemm_split.h's partial_slot).
+  kPartialsOut = 128
 };
 // kStamps: %globaltimer (ns) per CTA when its consumer starts (after the programmatic-launch wait),
 // when it has multiplied its last unit, when its summer has every partner's words, and when it
@@ -223,7 +226,7 @@ __device__ __forceinline__ void stamp(int index) {
   g_stamps[index] = now;
 }
 __host__ __device__ constexpr bool sums_tiles(int mode) {
-  return (mode & (kNoFixup | kStreamOnly | kNoMultiplies)) == 0;
+  return (mode & (kNoFixup | kStreamOnly | kNoMultiplies | kPartialsOut)) == 0;
 }
 
 // The accumulator fragment of m64nN (per thread, N / 2 floats): register 4c + 2h + e holds row
@@ -238,11 +241,14 @@ __host__ __device__ constexpr bool sums_tiles(int mode) {
 // the programmatic-launch wait, or this call's value). 0: no prefetch.
 // kClustered: the cluster split instead (launched in clusters of c CTAs, one per tile; partials
 // through distributed shared memory, no g_partials).
+// kPartialsOut (stream-K, receive_units 0): g_partials is the output, slots_per_cta slots of
+// [m][kTileRows] fp32 words per CTA (fp8_gemm_split.h's partial_slot); g_y is not written.
 template <typename T, int kTokens, int kStages, int kHalves, int kMode, bool kClustered>
 __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const CUtensorMap& activation_map,
                                           T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales,
                                           const float* __restrict__ g_w_scales, uint32_t* __restrict__ g_partials,
-                                          int m, int n, int k, int receive_units, int prefetch_lead) {
+                                          int m, int n, int k, int receive_units, int prefetch_lead,
+                                          int slots_per_cta = 0) {
   static_assert(kTokens == 8 || kTokens == 16 || kTokens == 32 || kTokens == 64, "wgmma N of 8..64 tokens");
   static_assert(kHalves == 1 || kHalves == 2, "tiles of 64 or 128 weight rows");
   constexpr int kTileRows = 64 * kHalves;
@@ -264,6 +270,9 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
   const Walk walk =
       kClustered ? cluster_walk(cta, cluster_size(), k_blocks) : walk_of(cta, ctas, tiles, k_blocks, receive_units);
   const int64_t begin = walk.begin, end = walk.end;
+  constexpr bool kDeferred = (kMode & kPartialsOut) != 0;
+  static_assert(!kDeferred || !kClustered, "the deferred sum is the stream-K split's");
+  const int64_t first_slot = kDeferred ? cta * slots_per_cta - Cursor(walk, begin).tile : 0;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -423,6 +432,20 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
           if (column < n && token < m) g_y[token * ldy + column] = device::from_float<T>(values[h][r]);
         }
     };
+    if constexpr (kDeferred) {
+      // Every share is a partial for the consumer: [token][column in tile] words, tokens < m.
+      float* mine = reinterpret_cast<float*>(g_partials) + (first_slot + tile) * int64_t(m) * kTileRows;
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h)
+#pragma unroll
+        for (int r = 0; r < kRegs; ++r) {
+          const int column = h * 64 + 16 * warp + lane / 4 + 8 * ((r / 2) % 2);
+          const int token = 8 * (r / 4) + 2 * quad + (r % 2);
+          if (token < m) mine[token * kTileRows + column] = r_total[h][r];
+          r_total[h][r] = 0.0f;
+        }
+      continue;
+    }
     if constexpr (kClustered) {
       // The cluster's CTAs stream one tile each: ranks > 0 store their partials into rank 0's
       // shared memory, rank 0 adds them in rank order (deterministic) and writes the tile.
@@ -549,6 +572,17 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma(
     uint32_t* __restrict__ g_partials, int m, int n, int k, int receive_units, int prefetch_lead) {
   gemm_body<T, kTokens, kStages, kHalves, kMode, false>(weight_map, activation_map, g_y, ldy, g_a_scales, g_w_scales,
                                                         g_partials, m, n, k, receive_units, prefetch_lead);
+}
+
+// The stream-K split with the sum left to the consumer (kPartialsOut): partials out, no y.
+template <int kTokens, int kStages, int kHalves>
+__global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma_partials(
+    const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap activation_map,
+    const float* __restrict__ g_a_scales, const float* __restrict__ g_w_scales, float* __restrict__ g_out, int m,
+    int n, int k, int slots_per_cta) {
+  gemm_body<__nv_bfloat16, kTokens, kStages, kHalves, kPartialsOut, false>(
+      weight_map, activation_map, nullptr, 0, g_a_scales, g_w_scales, reinterpret_cast<uint32_t*>(g_out), m, n, k, 0, 0,
+      slots_per_cta);
 }
 
 // The cluster split (fp8_gemm_split.h's cluster_walk): launched in clusters of 2..8 CTAs, one

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "backends/cuda/cuda_ops.h"
 #include "core/dtype.h"
 #include "profile/intent.h"
 
@@ -23,6 +24,13 @@ int64_t fp8_gemm_wgmma_launches(int64_t m);
 void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
                     const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream,
                     const std::function<::vt::profile::LaunchCost(int64_t rows)>& cost);
+
+// The stream-K split with its sum left to the consumer: y [m, n] as fp32 partials (GemmPartials,
+// cuda_ops.h) in the stream's workspace, valid until the next such call on the stream; m <= 64,
+// n % 128 == 0 (fp8_gemm_wgmma_partials_serves, cuda_ops.h).
+GemmPartials fp8_gemm_wgmma_partials(const uint8_t* q, const float* a_scales, const uint8_t* w,
+                                     const float* w_scales, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
+                                     const ::vt::profile::LaunchCost& cost);
 
 // The cluster split of the same kernel (Fp8GemmBackend::kWgmmaCluster): clusters of 2..8 CTAs,
 // one per 128-row tile, where the tiles fill at most half the SMs (fp8_gemm_wgmma_cluster_serves,

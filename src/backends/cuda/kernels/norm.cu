@@ -4,10 +4,12 @@
 // (W8A8) linear is fused in: one kernel instead of norm + quantise. Also two rows normed into one
 // (the MTP head's fc input).
 #include <algorithm>
+#include <type_traits>
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/fp8_gemm_split.h"
 #include "backends/cuda/kernels/launch.cuh"
 
 namespace vt::cuda {
@@ -38,13 +40,45 @@ __global__ void sm90_add_rms_norm(T* __restrict__ g_out, T* __restrict__ g_resid
     g_out[blockIdx.x * n + i] = device::from_float<T>(device::to_float(row[i]) * scale * (weight_offset + g_w[i]));
 }
 
+// Eight values of a row of a GEMM output left as partials (GemmPartials): the shares of the
+// chunk's 128-column tile added in CTA order (fp8_gemm_split.h), each owner's 8 words read before
+// any is added (one round trip for up to kOwnersAtOnce owners), then rounded to T as the GEMM
+// stores its output.
+constexpr int kOwnersAtOnce = 6;
+template <typename T>
+__device__ __forceinline__ void load8_partials(const GemmPartials& p, int64_t row, int64_t column, float* out) {
+  namespace wg = wgmma_gemm;
+  const int64_t tiles = p.n / 128, tile = column / 128;
+  const wg::TileOwners owners = wg::tile_owners(tile, tiles, p.k_blocks, p.ctas);
+  float sum[8] = {};
+  for (int64_t first = owners.first; first <= owners.last; first += kOwnersAtOnce) {
+    float words[kOwnersAtOnce][8];
+#pragma unroll
+    for (int o = 0; o < kOwnersAtOnce; ++o) {
+      if (first + o > owners.last) break;
+      const int64_t slot = wg::partial_slot(first + o, tile, tiles, p.k_blocks, p.ctas, p.per_cta);
+      device::load8(p.words + (slot * p.rows + row) * 128 + column % 128, words[o]);
+    }
+#pragma unroll
+    for (int o = 0; o < kOwnersAtOnce; ++o) {
+      if (first + o > owners.last) break;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sum[i] = first + o == owners.first ? words[o][i] : sum[i] + words[o][i];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) out[i] = device::to_float(device::from_float<T>(sum[i]));
+}
+
 // n % 128 == 0; thread t holds chunks t, t + blockDim, ... (8 values each). With g_q set, also
 // writes the output's e4m3 codes [rows, n] and 1x128 scales [rows, n/128] from the rounded
-// output values (bit-identical to quantising the stored output afterwards).
-template <typename T>
+// output values (bit-identical to quantising the stored output afterwards). kPartials: the branch
+// is a GEMM's partials (partials), not g_branch.
+template <typename T, bool kPartials>
 __global__ void __launch_bounds__(kThreads) sm90_add_rms_norm_quant(
-    T* __restrict__ g_out, T* __restrict__ g_residual, const T* __restrict__ g_branch, const float* __restrict__ g_w,
-    uint8_t* __restrict__ g_q, float* __restrict__ g_scales, int64_t n, float eps, float weight_offset) {
+    T* __restrict__ g_out, T* __restrict__ g_residual, const T* __restrict__ g_branch, const GemmPartials partials,
+    const float* __restrict__ g_w, uint8_t* __restrict__ g_q, float* __restrict__ g_scales, int64_t n, float eps,
+    float weight_offset) {
   __shared__ float s_scratch[kThreads / 32];
   const int64_t chunks = n / 8;
   // The weights are constant: the first chunk's (all of them up to n = 8192) are read while the
@@ -61,9 +95,10 @@ __global__ void __launch_bounds__(kThreads) sm90_add_rms_norm_quant(
     const int64_t chunk = threadIdx.x + int64_t(c) * blockDim.x;
     if (chunk >= chunks) break;
     device::load8(row + chunk * 8, r_x[c]);
-    if (branch) {
+    if (kPartials || branch) {
       float r_b[8];
-      device::load8(branch + chunk * 8, r_b);
+      if constexpr (kPartials) load8_partials<T>(partials, blockIdx.x, chunk * 8, r_b);
+      else device::load8(branch + chunk * 8, r_b);
 #pragma unroll
       for (int i = 0; i < 8; ++i) r_x[c][i] = device::round_to(r_x[c][i] + r_b[i], row);
       device::store8(row + chunk * 8, r_x[c]);
@@ -138,33 +173,49 @@ void rms_norm_concat(void* out, const void* a, const float* w_a, const void* b, 
                          n, eps, weight_offset));
 }
 
-void add_rms_norm(void* out, void* residual, const void* branch, const float* w, int64_t rows, int64_t n, float eps,
+void add_rms_norm(void* out, void* residual, Branch branch, const float* w, int64_t rows, int64_t n, float eps,
                   float weight_offset, DType act, cudaStream_t stream, uint8_t* q, float* q_scales) {
   VT_CHECK(rows >= 0 && rows <= INT32_MAX && n > 0, "add_rms_norm: rows ", rows, " n ", n);
   VT_CHECK(out != residual, "add_rms_norm: out must not alias the residual");
   const bool vector = n % 128 == 0 && n / 8 <= int64_t(kMaxChunks) * kThreads;
   VT_CHECK(!q || vector, "add_rms_norm: fused FP8 output needs n % 128 == 0 (n = ", n, ")");
+  const GemmPartials* partials = branch.partials;
+  VT_CHECK(!partials || (vector && partials->rows == rows && partials->n == n && partials->ctas > 0),
+           "add_rms_norm: a partials branch of [", partials ? partials->rows : 0, ", ", partials ? partials->n : 0,
+           "] for ", rows, " x ", n, " rows (it needs n % 128 == 0)");
   if (rows == 0) return;
-  // Residual read (and written back when a branch is added), branch read, output written, weight.
+  // Residual read (and written back when a branch is added), branch read (partials: each tile's
+  // shares, fp32), output written, weight.
   const double row_bytes = double(n) * double(dtype_size(act));
-  const ::vt::profile::LaunchCost cost{
-      "cuda",
-      {rows, n, 0, 0},
-      double(rows) * row_bytes * (branch ? 4 : 2) + double(n) * 4 + (q ? double(rows) * double(n) * (1 + 4.0 / 128) : 0),
-      0,
-      ::vt::profile::OpGroup::kNorm};
+  const double branch_bytes =
+      partials ? double(rows) * double(n) * 4 *
+                     (double(partials->ctas) / double(n / 128) + 1)  // owners per tile, about
+               : branch.values ? double(rows) * row_bytes : 0;
+  const ::vt::profile::LaunchCost cost{"cuda",
+                                       {rows, n, 0, 0},
+                                       double(rows) * row_bytes * (branch.empty() ? 2 : 3) + branch_bytes +
+                                           double(n) * 4 + (q ? double(rows) * double(n) * (1 + 4.0 / 128) : 0),
+                                       0,
+                                       ::vt::profile::OpGroup::kNorm};
   if (vector) {
     const int threads = int(std::min<int64_t>(kThreads, (n / 8 + 31) / 32 * 32));
-    VT_DISPATCH_ACT(act, T,
-                    launch("sm90_add_rms_norm_quant", cost, sm90_add_rms_norm_quant<T>, dim3(unsigned(rows)), dim3(threads),
-                           0, stream, static_cast<T*>(out), static_cast<T*>(residual), static_cast<const T*>(branch), w,
-                           q, q_scales, n, eps, weight_offset));
+    const GemmPartials none{};
+    const auto run = [&](auto with_partials) {
+      constexpr bool kPartials = decltype(with_partials)::value;
+      VT_DISPATCH_ACT(act, T,
+                      launch(kPartials ? "sm90_add_rms_norm_quant_partials" : "sm90_add_rms_norm_quant", cost,
+                             sm90_add_rms_norm_quant<T, kPartials>, dim3(unsigned(rows)), dim3(threads), 0, stream,
+                             static_cast<T*>(out), static_cast<T*>(residual), static_cast<const T*>(branch.values),
+                             partials ? *partials : none, w, q, q_scales, n, eps, weight_offset));
+    };
+    if (partials) run(std::true_type{});
+    else run(std::false_type{});
     return;
   }
   VT_DISPATCH_ACT(act, T,
                   launch("sm90_add_rms_norm", cost, sm90_add_rms_norm<T>, dim3(unsigned(rows)), dim3(kThreads), 0, stream,
-                         static_cast<T*>(out), static_cast<T*>(residual), static_cast<const T*>(branch), w, n, eps,
-                         weight_offset));
+                         static_cast<T*>(out), static_cast<T*>(residual), static_cast<const T*>(branch.values), w, n,
+                         eps, weight_offset));
 }
 
 void rms_norm_f32(float* out, const float* x, const float* w, int64_t rows, int64_t n, float eps,
