@@ -225,6 +225,17 @@ void run_bench_gemm(const GemmArgs& args) {
           Timing timing = time_graph(stream, args.iters, copies, cuda::gemm_backend_kernel(backend), launches, call);
           timing.us -= norm_us;
           results.push_back({std::string("fp8_") + cuda::gemm_backend_name(backend) + "+norm", timing, fp8_bytes});
+          if (partials) {  // its GEMM alone (no sum anywhere): what the norm's extra reading is measured against
+            Timing alone = time_graph(stream, args.iters, copies, cuda::gemm_backend_kernel(backend), 1,
+                                      [&](int64_t copy) {
+                                        produce();
+                                        registry.run_partials(codes.as<uint8_t>(), x_scales.as<float>(),
+                                                              weights[copy].as<uint8_t>(), scales[copy].as<float>(),
+                                                              m, n, k, stream);
+                                      });
+            alone.us -= producer_us;
+            results.push_back({"wgmma_partials_alone", alone, fp8_bytes});
+          }
         }
       }
       // The fastest FP8 backend, alone and (for these shapes) with the norm.

@@ -107,7 +107,7 @@ if [ -n "${MEMCHECK:-}" ]; then
 fi
 tar -czf "$OUT/wgmma_round.tar.gz" -C "$LOGS" .
 echo "== vt_cuda_tests ${TESTS:-CudaOps.*}"; grep -E "^\[  (FAILED|PASSED) |^wgmma" "$LOGS/ops.log" | head -40
-[ -f "$LOGS/gemm_27b.md" ] && { echo "== bench gemm (chosen rows marked *)"; grep -E "\*|read_floor|\+norm|bandwidth|FAIL|rror" "$LOGS/gemm_27b.md" | head -140; }
+[ -f "$LOGS/gemm_27b.md" ] && { echo "== bench gemm (chosen rows marked *)"; grep -E "\*|read_floor|\+norm|alone|bandwidth|FAIL|rror" "$LOGS/gemm_27b.md" | head -160; }
 if [ -n "${GEMM_VARIANTS:-}" ]; then
   for index in "${!variants[@]}"; do
     echo "== bench gemm, ${variants[$index]} (wgmma rows and the chosen)"

@@ -187,12 +187,12 @@ namespace vt {
 namespace {
 
 // The deferred sum (fp8_gemm_wgmma_partials + add_rms_norm): walking every CTA's stream-K range as
-// the kernel does, each (CTA, tile) share goes to its own slot within ctas x per_cta, and the
-// consumer's owners of each tile are exactly the CTAs that hold a share of it, in CTA order, the
-// first being the one whose share the in-kernel summer starts from.
+// the kernel does, each (CTA, tile) share goes to its own slot within tiles x max_owners, and the
+// consumer's owners of each tile (its 32-bit arithmetic) are exactly the CTAs that hold a share
+// of it, in CTA order, the first being the one whose share the in-kernel summer starts from.
 void check_deferred(int64_t tiles, int64_t k_blocks, int64_t ctas) {
   SCOPED_TRACE(testing::Message() << tiles << " tiles x " << k_blocks << " K blocks over " << ctas << " CTAs");
-  const int64_t per_cta = wg::partial_slots_per_cta(tiles, k_blocks, ctas);
+  const int64_t max_owners = wg::max_tile_owners(tiles, k_blocks, ctas), units = tiles * k_blocks;
   std::map<int64_t, std::pair<int64_t, int64_t>> slots;  // slot -> (cta, tile)
   std::vector<std::vector<int64_t>> holders(static_cast<size_t>(tiles));
   for (int64_t cta = 0; cta < ctas; ++cta) {
@@ -200,32 +200,34 @@ void check_deferred(int64_t tiles, int64_t k_blocks, int64_t ctas) {
     wg::Cursor at(walk, walk.begin);
     for (int64_t u = walk.begin; u < walk.end; ++u, at.advance()) {
       if (!at.last_of_tile() && u + 1 != walk.end) continue;
-      const int64_t slot = wg::partial_slot(cta, at.tile, tiles, k_blocks, ctas, per_cta);
-      ASSERT_GE(slot, cta * per_cta) << "CTA " << cta << " tile " << at.tile;
-      ASSERT_LT(slot, (cta + 1) * per_cta) << "CTA " << cta << " tile " << at.tile << ": beyond its slots";
+      const int64_t first_owner = wg::unit_owner(at.tile * k_blocks, units, ctas);  // as the kernel
+      const int64_t slot = wg::partial_slot(at.tile, cta, first_owner, max_owners);
+      ASSERT_GE(slot, at.tile * max_owners) << "CTA " << cta << " tile " << at.tile;
+      ASSERT_LT(slot, (at.tile + 1) * max_owners) << "CTA " << cta << " tile " << at.tile << ": beyond its slots";
       ASSERT_EQ(slots.count(slot), 0u) << "slot " << slot << " written twice";
       slots[slot] = {cta, at.tile};
       holders[size_t(at.tile)].push_back(cta);
     }
   }
   for (int64_t tile = 0; tile < tiles; ++tile) {
-    const wg::TileOwners owners = wg::tile_owners(tile, tiles, k_blocks, ctas);
+    const wg::TileOwners owners =
+        wg::tile_owners(uint32_t(tile), uint32_t(k_blocks), uint32_t(units), uint32_t(ctas));
     std::vector<int64_t> expected;
-    for (int64_t o = owners.first; o <= owners.last; ++o) expected.push_back(o);
+    for (int64_t o = owners.first; o <= int64_t(owners.last); ++o) expected.push_back(o);
     ASSERT_EQ(holders[size_t(tile)], expected) << "tile " << tile;
     // The in-kernel summer's order starts from the same first owner.
     const wg::Walk walk = wg::walk_of(owners.first, ctas, tiles, k_blocks, 0);
     const wg::TileShares shares = wg::tile_shares(tile, tiles, k_blocks, ctas, 0, walk);
-    EXPECT_EQ(shares.first, owners.first);
-    EXPECT_EQ(shares.last, owners.last);
+    EXPECT_EQ(shares.first, int64_t(owners.first));
+    EXPECT_EQ(shares.last, int64_t(owners.last));
   }
 }
 
 TEST(GemmSplit, DeferredSum) {
-  // The 27B shapes that feed a norm, on 132 SMs: two slots per CTA.
+  // The 27B shapes that feed a norm, on 132 SMs: five slots per tile.
   for (const auto& [n, k] : {std::pair<int64_t, int64_t>{5120, 6144}, {5120, 17408}}) {
     const int64_t tiles = n / 128, k_blocks = k / 128;
-    EXPECT_EQ(wg::partial_slots_per_cta(tiles, k_blocks, 132), 2) << n << " x " << k;
+    EXPECT_EQ(wg::max_tile_owners(tiles, k_blocks, 132), 5) << n << " x " << k;
     check_deferred(tiles, k_blocks, 132);
   }
   std::mt19937_64 rng(13);

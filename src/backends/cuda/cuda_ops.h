@@ -37,8 +37,8 @@ void embedding(void* out, DType act, const int32_t* ids, int64_t tokens, const v
 // consumer adds each tile's shares in the order the GEMM's own sum would (fp8_gemm_split.h), so
 // the result is that GEMM's output bit for bit, without the GEMM's CTAs waiting on each other.
 struct GemmPartials {
-  const float* words = nullptr;  // slots of [rows][128] words, ctas x per_cta of them
-  int32_t rows = 0, n = 0, k_blocks = 0, ctas = 0, per_cta = 0;
+  const float* words = nullptr;  // slots of [rows][128] words, n / 128 x max_owners of them
+  int32_t rows = 0, n = 0, k_blocks = 0, ctas = 0, max_owners = 0;
 };
 // Whether fp8_gemm_wgmma_partials serves an M x N x K GEMM on the current device.
 bool fp8_gemm_wgmma_partials_serves(int64_t m, int64_t n, int64_t k);

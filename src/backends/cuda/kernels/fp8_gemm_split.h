@@ -105,31 +105,26 @@ VT_SPLIT_FN int64_t cluster_size_for(int64_t tiles, int64_t k_blocks, int64_t sm
 }
 
 // The stream-K split with its sum left to the consumer (fp8_gemm_wgmma_partials; add_rms_norm
-// adds the shares): every CTA writes each tile share it holds as an fp32 partial, [rows][128] words
-// in slot cta x per_cta + (tile - the CTA's first tile), and nobody waits. The consumer adds a
-// tile's owners' partials in CTA order, the order the in-kernel summer uses (its own share, the
-// first owner's, then the later owners'), so the sum is the in-kernel stream-K sum bit for bit.
-// At most this many tiles meet one CTA's range (ranges of at most ceil(units / ctas) units).
-VT_SPLIT_FN int64_t partial_slots_per_cta(int64_t tiles, int64_t k_blocks, int64_t ctas) {
-  const int64_t units = tiles * k_blocks, range = (units + ctas - 1) / ctas;
-  return range < 1 ? 1 : (range + k_blocks - 2) / k_blocks + 1;
+// adds the shares): every CTA writes each tile share it holds as an fp32 partial, [rows][128]
+// words, in slot tile x max_owners + (cta - the tile's first owner), and nobody waits. The
+// consumer adds a tile's owners' partials in CTA order, the order the in-kernel summer uses (its
+// own share, the first owner's, then the later owners'), so the sum is the in-kernel stream-K sum
+// bit for bit. Ranges hold at least floor(units / ctas) units, so a tile of k_blocks units meets
+// at most this many of them.
+VT_SPLIT_FN int64_t max_tile_owners(int64_t tiles, int64_t k_blocks, int64_t ctas) {
+  const int64_t shortest = tiles * k_blocks / ctas;
+  return shortest < 1 ? ctas : (k_blocks + shortest - 1) / shortest + 1;
 }
-// The first tile of CTA `cta`'s stream-K range.
-VT_SPLIT_FN int64_t first_tile_of(int64_t cta, int64_t tiles, int64_t k_blocks, int64_t ctas) {
-  return unit_begin(cta, tiles * k_blocks, ctas) / k_blocks;
-}
-// Where CTA `cta` writes its share of `tile` (a tile its range meets).
-VT_SPLIT_FN int64_t partial_slot(int64_t cta, int64_t tile, int64_t tiles, int64_t k_blocks, int64_t ctas,
-                                 int64_t per_cta) {
-  return cta * per_cta + tile - first_tile_of(cta, tiles, k_blocks, ctas);
-}
-// The CTAs holding shares of `tile`, in the consumer's order: first..last.
+// The CTAs holding shares of `tile`, in the consumer's order: first..last. 32-bit arithmetic
+// (the consumer runs it per thread): the caller keeps units x ctas below 2^32.
 struct TileOwners {
-  int64_t first, last;
+  uint32_t first, last;
 };
-VT_SPLIT_FN TileOwners tile_owners(int64_t tile, int64_t tiles, int64_t k_blocks, int64_t ctas) {
-  const int64_t units = tiles * k_blocks;
-  return {unit_owner(tile * k_blocks, units, ctas), unit_owner(tile * k_blocks + k_blocks - 1, units, ctas)};
+VT_SPLIT_FN TileOwners tile_owners(uint32_t tile, uint32_t k_blocks, uint32_t units, uint32_t ctas) {
+  return {((tile * k_blocks + 1) * ctas - 1) / units, ((tile * k_blocks + k_blocks) * ctas - 1) / units};
+}
+VT_SPLIT_FN int64_t partial_slot(int64_t tile, int64_t owner, int64_t first_owner, int64_t max_owners) {
+  return tile * max_owners + owner - first_owner;
 }
 
 // A partial word not yet written this call (the workspace starts filled with it; the summer puts

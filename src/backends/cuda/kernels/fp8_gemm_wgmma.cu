@@ -74,8 +74,8 @@ struct Workspace {
   uint32_t* partials = nullptr;
   float* deferred = nullptr;  // fp8_gemm_wgmma_partials' output: kDeferredSlots x 64 x 128 words per SM
 };
-// Partial slots per SM for the deferred sum (fp8_gemm_split.h's partial_slots_per_cta is 2 on
-// every 27B shape that feeds a norm; 3 leaves room for narrower K).
+// The deferred sum's workspace in [64][128]-word slots per SM: the 27B shapes that feed a norm
+// need tiles x max_tile_owners = 40 x 5 of 132 x 3.
 constexpr int64_t kDeferredSlots = 3;
 std::mutex g_workspace_mutex;
 std::map<std::pair<int, cudaStream_t>, Workspace> g_workspaces;
@@ -349,18 +349,18 @@ void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
 
 namespace {
 
-// The deferred sum's launch geometry for a call (no launch): CTAs and slots per CTA.
+// The deferred sum's launch geometry for a call (no launch): CTAs and slots per tile; none where
+// the slots would not fit the workspace or the consumer's 32-bit owner arithmetic would overflow.
 struct PartialsPlan {
-  int64_t ctas = 0, per_cta = 0;
+  int64_t ctas = 0, max_owners = 0;
 };
 PartialsPlan partials_plan(int64_t m, int64_t n, int64_t k, int sms) {
+  if (m < 1 || m > kMaxTokens || n < 1 || k < 1 || k % 16 != 0 || n > INT32_MAX || k > INT32_MAX) return {};
   const int64_t k_blocks = (k + wg::kBlockK - 1) / wg::kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
   const int64_t ctas = std::min<int64_t>(tiles * k_blocks, sms);
-  const int64_t per_cta = wg::partial_slots_per_cta(tiles, k_blocks, ctas);
-  if (m < 1 || m > kMaxTokens || n < 1 || k < 1 || k % 16 != 0 || n > INT32_MAX || k > INT32_MAX ||
-      per_cta > kDeferredSlots)
-    return {};
-  return {ctas, per_cta};
+  const int64_t max_owners = wg::max_tile_owners(tiles, k_blocks, ctas);
+  if (tiles * max_owners > int64_t(sms) * kDeferredSlots || tiles * k_blocks * ctas >= (int64_t(1) << 32)) return {};
+  return {ctas, max_owners};
 }
 
 }  // namespace
@@ -384,12 +384,12 @@ GemmPartials fp8_gemm_wgmma_partials(const uint8_t* q, const float* a_scales, co
     allow_dynamic_shared(kernel, shared_bytes<kTokens>(), devices, "sm90_fp8_gemm_wgmma_partials");
     launch("sm90_fp8_gemm_wgmma_partials", cost, kernel, dim3(unsigned(plan.ctas)), dim3(wg::kThreads),
            shared_bytes<kTokens>(), stream, tensor_map(w, n, k, kTileRows), tensor_map(q, m, k, kTokens), a_scales,
-           w_scales, space.deferred, int(m), int(n), int(k), int(plan.per_cta));
+           w_scales, space.deferred, int(m), int(n), int(k), int(plan.max_owners));
   });
   GemmPartials out;
   out.words = space.deferred;
   out.rows = int32_t(m), out.n = int32_t(n), out.k_blocks = int32_t(k_blocks);
-  out.ctas = int32_t(plan.ctas), out.per_cta = int32_t(plan.per_cta);
+  out.ctas = int32_t(plan.ctas), out.max_owners = int32_t(plan.max_owners);
   return out;
 }
 

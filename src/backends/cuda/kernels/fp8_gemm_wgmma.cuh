@@ -241,14 +241,14 @@ __host__ __device__ constexpr bool sums_tiles(int mode) {
 // the programmatic-launch wait, or this call's value). 0: no prefetch.
 // kClustered: the cluster split instead (launched in clusters of c CTAs, one per tile; partials
 // through distributed shared memory, no g_partials).
-// kPartialsOut (stream-K, receive_units 0): g_partials is the output, slots_per_cta slots of
-// [m][kTileRows] fp32 words per CTA (fp8_gemm_split.h's partial_slot); g_y is not written.
+// kPartialsOut (stream-K, receive_units 0): g_partials is the output, max_owners slots of
+// [m][kTileRows] fp32 words per tile (fp8_gemm_split.h's partial_slot); g_y is not written.
 template <typename T, int kTokens, int kStages, int kHalves, int kMode, bool kClustered>
 __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const CUtensorMap& activation_map,
                                           T* __restrict__ g_y, int64_t ldy, const float* __restrict__ g_a_scales,
                                           const float* __restrict__ g_w_scales, uint32_t* __restrict__ g_partials,
                                           int m, int n, int k, int receive_units, int prefetch_lead,
-                                          int slots_per_cta = 0) {
+                                          int max_owners = 0) {
   static_assert(kTokens == 8 || kTokens == 16 || kTokens == 32 || kTokens == 64, "wgmma N of 8..64 tokens");
   static_assert(kHalves == 1 || kHalves == 2, "tiles of 64 or 128 weight rows");
   constexpr int kTileRows = 64 * kHalves;
@@ -272,7 +272,6 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
   const int64_t begin = walk.begin, end = walk.end;
   constexpr bool kDeferred = (kMode & kPartialsOut) != 0;
   static_assert(!kDeferred || !kClustered, "the deferred sum is the stream-K split's");
-  const int64_t first_slot = kDeferred ? cta * slots_per_cta - Cursor(walk, begin).tile : 0;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -434,7 +433,9 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
     };
     if constexpr (kDeferred) {
       // Every share is a partial for the consumer: [token][column in tile] words, tokens < m.
-      float* mine = reinterpret_cast<float*>(g_partials) + (first_slot + tile) * int64_t(m) * kTileRows;
+      const int64_t first_owner = unit_owner(tile * k_blocks, tiles * k_blocks, ctas);
+      float* mine = reinterpret_cast<float*>(g_partials) +
+                    partial_slot(tile, cta, first_owner, max_owners) * int64_t(m) * kTileRows;
 #pragma unroll
       for (int h = 0; h < kHalves; ++h)
 #pragma unroll
@@ -579,10 +580,10 @@ template <int kTokens, int kStages, int kHalves>
 __global__ void __launch_bounds__(kThreads, 1) sm90_fp8_gemm_wgmma_partials(
     const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap activation_map,
     const float* __restrict__ g_a_scales, const float* __restrict__ g_w_scales, float* __restrict__ g_out, int m,
-    int n, int k, int slots_per_cta) {
+    int n, int k, int max_owners) {
   gemm_body<__nv_bfloat16, kTokens, kStages, kHalves, kPartialsOut, false>(
       weight_map, activation_map, nullptr, 0, g_a_scales, g_w_scales, reinterpret_cast<uint32_t*>(g_out), m, n, k, 0, 0,
-      slots_per_cta);
+      max_owners);
 }
 
 // The cluster split (fp8_gemm_split.h's cluster_walk): launched in clusters of 2..8 CTAs, one

@@ -44,26 +44,26 @@ __global__ void sm90_add_rms_norm(T* __restrict__ g_out, T* __restrict__ g_resid
 // chunk's 128-column tile added in CTA order (fp8_gemm_split.h), each owner's 8 words read before
 // any is added (one round trip for up to kOwnersAtOnce owners), then rounded to T as the GEMM
 // stores its output.
-constexpr int kOwnersAtOnce = 6;
+constexpr int kOwnersAtOnce = 4;
 template <typename T>
-__device__ __forceinline__ void load8_partials(const GemmPartials& p, int64_t row, int64_t column, float* out) {
+__device__ __forceinline__ void load8_partials(const GemmPartials& p, int row, int column, float* out) {
   namespace wg = wgmma_gemm;
-  const int64_t tiles = p.n / 128, tile = column / 128;
-  const wg::TileOwners owners = wg::tile_owners(tile, tiles, p.k_blocks, p.ctas);
+  const uint32_t tile = uint32_t(column) / 128, k_blocks = uint32_t(p.k_blocks);
+  const wg::TileOwners owners = wg::tile_owners(tile, k_blocks, uint32_t(p.n / 128) * k_blocks, uint32_t(p.ctas));
+  const float* words0 = p.words + (int64_t(tile) * p.max_owners * p.rows + row) * 128 + column % 128;
+  const int64_t slot_words = int64_t(p.rows) * 128;
+  const int count = int(owners.last - owners.first) + 1;
   float sum[8] = {};
-  for (int64_t first = owners.first; first <= owners.last; first += kOwnersAtOnce) {
+  for (int first = 0; first < count; first += kOwnersAtOnce) {
     float words[kOwnersAtOnce][8];
 #pragma unroll
-    for (int o = 0; o < kOwnersAtOnce; ++o) {
-      if (first + o > owners.last) break;
-      const int64_t slot = wg::partial_slot(first + o, tile, tiles, p.k_blocks, p.ctas, p.per_cta);
-      device::load8(p.words + (slot * p.rows + row) * 128 + column % 128, words[o]);
-    }
+    for (int o = 0; o < kOwnersAtOnce; ++o)
+      if (first + o < count) device::load8(words0 + (first + o) * slot_words, words[o]);
 #pragma unroll
     for (int o = 0; o < kOwnersAtOnce; ++o) {
-      if (first + o > owners.last) break;
+      if (first + o >= count) break;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) sum[i] = first + o == owners.first ? words[o][i] : sum[i] + words[o][i];
+      for (int i = 0; i < 8; ++i) sum[i] = first + o == 0 ? words[o][i] : sum[i] + words[o][i];
     }
   }
 #pragma unroll
@@ -73,9 +73,11 @@ __device__ __forceinline__ void load8_partials(const GemmPartials& p, int64_t ro
 // n % 128 == 0; thread t holds chunks t, t + blockDim, ... (8 values each). With g_q set, also
 // writes the output's e4m3 codes [rows, n] and 1x128 scales [rows, n/128] from the rounded
 // output values (bit-identical to quantising the stored output afterwards). kPartials: the branch
-// is a GEMM's partials (partials), not g_branch.
-template <typename T, bool kPartials>
-__global__ void __launch_bounds__(kThreads) sm90_add_rms_norm_quant(
+// is a GEMM's partials (partials), not g_branch. kChunks: the most chunks a thread holds (1 where
+// n / 8 <= kPartialThreads, whose narrower block leaves the registers the partials' loads need).
+constexpr int kPartialThreads = 768;
+template <typename T, bool kPartials, int kChunks = kMaxChunks>
+__global__ void __launch_bounds__(kChunks == 1 ? kPartialThreads : kThreads) sm90_add_rms_norm_quant(
     T* __restrict__ g_out, T* __restrict__ g_residual, const T* __restrict__ g_branch, const GemmPartials partials,
     const float* __restrict__ g_w, uint8_t* __restrict__ g_q, float* __restrict__ g_scales, int64_t n, float eps,
     float weight_offset) {
@@ -88,16 +90,16 @@ __global__ void __launch_bounds__(kThreads) sm90_add_rms_norm_quant(
   device::pdl_enter();
   T* row = g_residual + blockIdx.x * n;
   const T* branch = g_branch ? g_branch + blockIdx.x * n : nullptr;
-  float r_x[kMaxChunks][8];
+  float r_x[kChunks][8];
   float sum = 0.0f;
 #pragma unroll
-  for (int c = 0; c < kMaxChunks; ++c) {
+  for (int c = 0; c < kChunks; ++c) {
     const int64_t chunk = threadIdx.x + int64_t(c) * blockDim.x;
     if (chunk >= chunks) break;
     device::load8(row + chunk * 8, r_x[c]);
     if (kPartials || branch) {
       float r_b[8];
-      if constexpr (kPartials) load8_partials<T>(partials, blockIdx.x, chunk * 8, r_b);
+      if constexpr (kPartials) load8_partials<T>(partials, int(blockIdx.x), int(chunk * 8), r_b);
       else device::load8(branch + chunk * 8, r_b);
 #pragma unroll
       for (int i = 0; i < 8; ++i) r_x[c][i] = device::round_to(r_x[c][i] + r_b[i], row);
@@ -108,7 +110,7 @@ __global__ void __launch_bounds__(kThreads) sm90_add_rms_norm_quant(
   }
   const float scale = rsqrtf(device::block_sum(sum, s_scratch) / float(n) + eps);
 #pragma unroll
-  for (int c = 0; c < kMaxChunks; ++c) {
+  for (int c = 0; c < kChunks; ++c) {
     const int64_t chunk = threadIdx.x + int64_t(c) * blockDim.x;
     if (c * blockDim.x >= chunks) break;  // uniform over the block: the half-warp shuffles need every lane
     float r_y[8];
@@ -200,16 +202,19 @@ void add_rms_norm(void* out, void* residual, Branch branch, const float* w, int6
   if (vector) {
     const int threads = int(std::min<int64_t>(kThreads, (n / 8 + 31) / 32 * 32));
     const GemmPartials none{};
-    const auto run = [&](auto with_partials) {
+    const auto run = [&](auto with_partials, auto chunks) {
       constexpr bool kPartials = decltype(with_partials)::value;
+      constexpr int kChunks = decltype(chunks)::value;
       VT_DISPATCH_ACT(act, T,
                       launch(kPartials ? "sm90_add_rms_norm_quant_partials" : "sm90_add_rms_norm_quant", cost,
-                             sm90_add_rms_norm_quant<T, kPartials>, dim3(unsigned(rows)), dim3(threads), 0, stream,
-                             static_cast<T*>(out), static_cast<T*>(residual), static_cast<const T*>(branch.values),
-                             partials ? *partials : none, w, q, q_scales, n, eps, weight_offset));
+                             sm90_add_rms_norm_quant<T, kPartials, kChunks>, dim3(unsigned(rows)), dim3(threads), 0,
+                             stream, static_cast<T*>(out), static_cast<T*>(residual),
+                             static_cast<const T*>(branch.values), partials ? *partials : none, w, q, q_scales, n, eps,
+                             weight_offset));
     };
-    if (partials) run(std::true_type{});
-    else run(std::false_type{});
+    if (!partials) run(std::false_type{}, std::integral_constant<int, kMaxChunks>{});
+    else if (n / 8 <= kPartialThreads) run(std::true_type{}, std::integral_constant<int, 1>{});
+    else run(std::true_type{}, std::integral_constant<int, kMaxChunks>{});
     return;
   }
   VT_DISPATCH_ACT(act, T,
