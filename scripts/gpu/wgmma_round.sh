@@ -111,7 +111,7 @@ echo "== vt_cuda_tests ${TESTS:-CudaOps.*}"; grep -E "^\[  (FAILED|PASSED) |^wgm
 if [ -n "${GEMM_VARIANTS:-}" ]; then
   for index in "${!variants[@]}"; do
     echo "== bench gemm, ${variants[$index]} (wgmma rows and the chosen)"
-    grep -E "\*|fp8_wgmma |read_floor" "$LOGS/gemm_27b_v$index.md" | awk -F'|' '$4+0 <= 16' | head -40
+    grep -E "\*|fp8_wgmma |read_floor|partials" "$LOGS/gemm_27b_v$index.md" | awk -F'|' '$4+0 <= 16' | head -40
   done
 fi
 [ -f "$LOGS/gemm_27b_base.md" ] && { echo "== bench gemm, base ${BASE:-}"; grep -E "\*|bandwidth|FAIL|rror" "$LOGS/gemm_27b_base.md" | head -40; }
