@@ -167,7 +167,7 @@ template <typename T>
 __global__ void __launch_bounds__(kPartialThreads) sm90_add_rms_norm_partials_cluster(
     T* __restrict__ g_out, T* __restrict__ g_residual, const GemmPartials partials, const float* __restrict__ g_w,
     uint8_t* __restrict__ g_q, float* __restrict__ g_scales, int64_t n, float eps, float weight_offset) {
-  __shared__ float s_warps[kThreads / 32];  // the row's warp sums, [rank x warps + warp]
+  __shared__ float s_warps[kMaxChunks * kThreads / 32];  // the row's warp sums, [rank x warps + warp]: n / 256
   device::cluster_arrive_relaxed();          // phase 0: this CTA's shared memory may be written
   const uint32_t rank = device::cluster_rank(), size = device::cluster_size();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
@@ -214,6 +214,7 @@ int partials_row_ctas(int64_t n) {
   const char* value = std::getenv("VT_NORM_ROW_CTAS");
   int ctas = value && *value ? std::atoi(value) : kPartialRowCtas;
   VT_CHECK(ctas >= 1 && ctas <= 8, "VT_NORM_ROW_CTAS=", ctas, ": 1..8");
+  // (n <= 32,768 for any vector norm: its warps fit the kernel's s_warps.)
   while (ctas > 1 && ((n / 8) % (32 * ctas) != 0 || n / 8 / ctas > kPartialThreads)) --ctas;
   return ctas;
 }
