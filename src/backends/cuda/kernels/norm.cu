@@ -161,8 +161,9 @@ __global__ void __launch_bounds__(kChunks == 1 ? kPartialThreads : kThreads) sm9
 // The partials' norm with each row spread over a cluster of CTAs, one chunk per thread (n / 8 =
 // CTAs x blockDim): at decode the rows alone (16 at batch 16) would leave most SMs idle while each
 // of those reads a row's ~90 KB of partials. Every warp's sum of squares goes into every CTA of
-// the cluster (distributed shared memory) and is added in the single-CTA kernel's warp order, so
-// the scale, and every output, is that kernel's bit for bit.
+// the cluster (distributed shared memory) and is added in global warp order, so the scale, and
+// every output, is the one-CTA kernel's bit for bit where that holds one chunk per thread
+// (n <= 5,120; wider rows: the same sum in another order).
 template <typename T>
 __global__ void __launch_bounds__(kPartialThreads) sm90_add_rms_norm_partials_cluster(
     T* __restrict__ g_out, T* __restrict__ g_residual, const GemmPartials partials, const float* __restrict__ g_w,
