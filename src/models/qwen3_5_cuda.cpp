@@ -105,6 +105,7 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
     VT_CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_join_, cudaEventDisableTiming));
     prefetch_rows_ = env_int("VT_L2_PREFETCH_ROWS", kPrefetchRows, 0, 1 << 20);
     prefetch_bytes_ = env_int("VT_L2_PREFETCH_MB", kPrefetchMegabytes, 1, 1 << 16) << 20;
+    prefetch_join_before_ = env_int("VT_L2_PREFETCH_JOIN", 1, 0, 1) == 1;
   }
   gemm_ = std::make_unique<cuda::CublasLtGemm>();
   if (options_.fp8_lm_head && weights_.lm_head.format == WeightFormat::kDense)
@@ -395,6 +396,7 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
   }
   profile::OpScope sampling_op("argmax", OpGroup::kSampling);
   cuda::argmax_rows(w.next_tokens.as<int32_t>(), w.logits.data(), rows, c.vocab_size, act, stream_);
+  join_prefetch(true);
 }
 
 Fp8Rows Qwen35CudaModel::input_norm(const CudaLayer& layer, int64_t T, cuda::Branch pending) {
@@ -450,7 +452,7 @@ void Qwen35CudaModel::attention(const CudaLayer& layer, void* k_cache, void* v_c
                         v_cache, layout, shape, splits, keys_per_split, act, stream_, const_cast<uint8_t*>(o_in.codes),
                         const_cast<float*>(o_in.scales), w.kv_tokens);
   profile::OpScope out_op("attn.o_proj", OpGroup::kGemmOut);
-  if (prefetched) join_prefetch();
+  if (prefetched) join_prefetch(false);
   project_branch(layer.o_proj, w.mixer_out.data(), T, o_in);
 }
 
@@ -486,10 +488,15 @@ bool Qwen35CudaModel::prefetch_beside(const CudaLinear& linear, int64_t T) {
     if ((budget -= bytes) <= 0) break;
   }
   VT_CUDA_CHECK(cudaEventRecord(prefetch_join_, side_stream_));
+  prefetch_unjoined_ = true;
   return true;
 }
 
-void Qwen35CudaModel::join_prefetch() { VT_CUDA_CHECK(cudaStreamWaitEvent(stream_, prefetch_join_)); }
+void Qwen35CudaModel::join_prefetch(bool at_end) {
+  if (!prefetch_unjoined_ || (!at_end && !prefetch_join_before_)) return;
+  VT_CUDA_CHECK(cudaStreamWaitEvent(stream_, prefetch_join_));  // the side stream's latest: all before it too
+  prefetch_unjoined_ = false;
+}
 
 cuda::Branch Qwen35CudaModel::branch_input() const {
   const auto& w = *workspace_;

@@ -78,7 +78,7 @@ void Qwen35CudaModel::gated_delta_net(const CudaLayer& layer, size_t i, int64_t 
                       const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales));
   }
   profile::OpScope out_op("gdn.out_proj", OpGroup::kGemmOut);
-  if (prefetched) join_prefetch();
+  if (prefetched) join_prefetch(false);
   project_branch(layer.out_proj, w.mixer_out.data(), T, out_in);
 }
 

@@ -252,9 +252,9 @@ TEST_F(CudaModel, SyntheticRealShapesDecode) {
 }
 
 // The GDN b/a projection on the side stream (a branch of the step's graph, joined before the delta
-// rule) and the out projections' L2 prefetch beside the mixers give the logits of running without
-// them (VT_L2_PREFETCH_ROWS=0; VT_SIDE_STREAM=0: neither), bit for bit, at 8 sequences (the most
-// b/a runs beside), graphed and not.
+// rule) and the out projections' L2 prefetch beside the mixers (joined before each GEMM or at the
+// step's end) give the logits of running without them (VT_L2_PREFETCH_ROWS=0; VT_SIDE_STREAM=0:
+// neither), bit for bit, at 8 sequences (the most b/a runs beside), graphed and not.
 TEST_F(CudaModel, SideStreamBranchMatchesInLine) {
   Qwen35Config config = reduced_config("qwen3.5-27b", 4);  // three GDN layers and an attention one
   config.vocab_size = 2048;
@@ -266,9 +266,10 @@ TEST_F(CudaModel, SideStreamBranchMatchesInLine) {
   for (int32_t i = 0; i < 8; ++i) tokens.push_back(i + 1), positions.push_back(3 + 2 * i);
   std::vector<std::vector<float>> logits;
   for (bool graph : {true, false})
-    for (const char* setting : {"side", "side without prefetch", "in line"}) {
-      setenv("VT_SIDE_STREAM", setting == std::string("in line") ? "0" : "1", 1);
-      setenv("VT_L2_PREFETCH_ROWS", setting == std::string("side") ? "8" : "0", 1);
+    for (const std::string setting : {"side", "side, prefetch joined at the end", "side without prefetch", "in line"}) {
+      setenv("VT_SIDE_STREAM", setting == "in line" ? "0" : "1", 1);
+      setenv("VT_L2_PREFETCH_ROWS", setting.starts_with("side,") || setting == "side" ? "8" : "0", 1);
+      setenv("VT_L2_PREFETCH_JOIN", setting.ends_with("at the end") ? "0" : "1", 1);
       Qwen35CudaModel model(config, synthetic_cuda_weights(config, true, 13), options, "synthetic");
       model.randomize_state(9);
       std::vector<int32_t> next;
@@ -277,6 +278,7 @@ TEST_F(CudaModel, SideStreamBranchMatchesInLine) {
     }
   unsetenv("VT_SIDE_STREAM");
   unsetenv("VT_L2_PREFETCH_ROWS");
+  unsetenv("VT_L2_PREFETCH_JOIN");
   for (size_t i = 1; i < logits.size(); ++i) EXPECT_EQ(logits[0], logits[i]) << "setting " << i;
 }
 
