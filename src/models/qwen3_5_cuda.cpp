@@ -52,22 +52,6 @@ int64_t attention_split_keys() {
   return keys;
 }
 
-// An integer environment setting in [low, high] (A/B runs), else `fallback` where it is unset.
-int64_t env_int(const char* name, int64_t fallback, int64_t low, int64_t high) {
-  const char* value = std::getenv(name);
-  if (!value) return fallback;
-  char* end = nullptr;
-  const long long parsed = std::strtoll(value, &end, 10);
-  VT_CHECK(*value && !*end && parsed >= low && parsed <= high, name, "='", value, "': expected an integer in ", low,
-           "..", high);
-  return parsed;
-}
-
-// The out projection's weights are prefetched into L2 beside the mixer for steps of up to this
-// many tokens (VT_L2_PREFETCH_ROWS), at most this many MB (VT_L2_PREFETCH_MB).
-constexpr int64_t kPrefetchRows = 64;
-constexpr int64_t kPrefetchMegabytes = 40;
-
 // Sequences of a step with at least this many new tokens (a full chunk) run the chunked delta
 // rule (cuda::gdn_chunked); shorter ones, decode tokens and verify steps run token by token.
 constexpr int64_t kGdnChunkedMinTokens = cuda::kGdnChunk;
@@ -101,11 +85,6 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
     VT_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
     VT_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
     VT_CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
-    VT_CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_fork_, cudaEventDisableTiming));
-    VT_CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_join_, cudaEventDisableTiming));
-    prefetch_rows_ = env_int("VT_L2_PREFETCH_ROWS", kPrefetchRows, 0, 1 << 20);
-    prefetch_bytes_ = env_int("VT_L2_PREFETCH_MB", kPrefetchMegabytes, 1, 1 << 16) << 20;
-    prefetch_join_before_ = env_int("VT_L2_PREFETCH_JOIN", 1, 0, 1) == 1;
   }
   gemm_ = std::make_unique<cuda::CublasLtGemm>();
   if (options_.fp8_lm_head && weights_.lm_head.format == WeightFormat::kDense)
@@ -254,8 +233,6 @@ Qwen35CudaModel::~Qwen35CudaModel() {
     cudaStreamDestroy(side_stream_);
     cudaEventDestroy(fork_event_);
     cudaEventDestroy(join_event_);
-    cudaEventDestroy(prefetch_fork_);
-    cudaEventDestroy(prefetch_join_);
   }
 }
 
@@ -396,7 +373,6 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
   }
   profile::OpScope sampling_op("argmax", OpGroup::kSampling);
   cuda::argmax_rows(w.next_tokens.as<int32_t>(), w.logits.data(), rows, c.vocab_size, act, stream_);
-  join_prefetch(true);
 }
 
 Fp8Rows Qwen35CudaModel::input_norm(const CudaLayer& layer, int64_t T, cuda::Branch pending) {
@@ -441,7 +417,6 @@ void Qwen35CudaModel::attention(const CudaLayer& layer, void* k_cache, void* v_c
     profile::OpScope op("attn.qkv", OpGroup::kGemmAttnQkv);
     linear(layer.qkv, w.projected.data(), w.normed.data(), T, mixer_in);
   }
-  const bool prefetched = prefetch_beside(layer.o_proj, T);
   profile::OpScope attention_op("attention", OpGroup::kAttention);
   cuda::attention_prepare(w.q.as<float>(), w.gate.data(), k_cache, v_cache, w.projected.data(),
                           layer.q_norm.as<float>(), layer.k_norm.as<float>(), layout, shape, act, stream_);
@@ -452,7 +427,6 @@ void Qwen35CudaModel::attention(const CudaLayer& layer, void* k_cache, void* v_c
                         v_cache, layout, shape, splits, keys_per_split, act, stream_, const_cast<uint8_t*>(o_in.codes),
                         const_cast<float*>(o_in.scales), w.kv_tokens);
   profile::OpScope out_op("attn.o_proj", OpGroup::kGemmOut);
-  if (prefetched) join_prefetch(false);
   project_branch(layer.o_proj, w.mixer_out.data(), T, o_in);
 }
 
@@ -474,28 +448,6 @@ void Qwen35CudaModel::project_branch(const CudaLinear& linear, const void* x, in
   }
   this->linear(linear, w.branch.data(), x, T, fused);
   reduce_branch(T);
-}
-
-bool Qwen35CudaModel::prefetch_beside(const CudaLinear& linear, int64_t T) {
-  if (!side_stream_ || T > prefetch_rows_ || linear.parts.empty()) return false;
-  profile::OpScope op("l2_prefetch", OpGroup::kOther);
-  VT_CUDA_CHECK(cudaEventRecord(prefetch_fork_, stream_));
-  VT_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, prefetch_fork_));
-  int64_t budget = prefetch_bytes_;
-  for (const auto& part : linear.parts) {
-    const int64_t bytes = std::min<int64_t>(budget, int64_t(part.weight.bytes()));
-    cuda::prefetch_l2(part.weight.data(), bytes, side_stream_);
-    if ((budget -= bytes) <= 0) break;
-  }
-  VT_CUDA_CHECK(cudaEventRecord(prefetch_join_, side_stream_));
-  prefetch_unjoined_ = true;
-  return true;
-}
-
-void Qwen35CudaModel::join_prefetch(bool at_end) {
-  if (!prefetch_unjoined_ || (!at_end && !prefetch_join_before_)) return;
-  VT_CUDA_CHECK(cudaStreamWaitEvent(stream_, prefetch_join_));  // the side stream's latest: all before it too
-  prefetch_unjoined_ = false;
 }
 
 cuda::Branch Qwen35CudaModel::branch_input() const {

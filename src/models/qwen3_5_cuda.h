@@ -343,20 +343,6 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   // events; VT_SIDE_STREAM=0 runs it in line.
   cudaStream_t side_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
-  // The out projection's weights requested into L2 on the side stream while the mixer's
-  // latency-bound kernels run (conv + delta rule, attention), joined before the GEMM; steps of up
-  // to prefetch_rows_ tokens (VT_L2_PREFETCH_ROWS; 0: never), at most prefetch_bytes_ per linear
-  // (VT_L2_PREFETCH_MB).
-  cudaEvent_t prefetch_fork_ = nullptr, prefetch_join_ = nullptr;
-  // VT_L2_PREFETCH_JOIN=0: the prefetches join the step at its end, not each before its GEMM.
-  int64_t prefetch_rows_ = 0, prefetch_bytes_ = 0;
-  bool prefetch_join_before_ = true, prefetch_unjoined_ = false;
-  // Starts the prefetch of `linear` after the work enqueued so far when T is in range; returns
-  // whether it did (then join_prefetch(false) before the linear runs).
-  bool prefetch_beside(const CudaLinear& linear, int64_t T);
-  // Joins the side stream's prefetches into the model's stream: before the GEMM (unless they join
-  // at the end) or, at_end, those still unjoined.
-  void join_prefetch(bool at_end);
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
   std::unique_ptr<cuda::Fp8GemmRegistry> fp8_gemm_;  // when any linear is FP8
   std::unique_ptr<Workspace> workspace_;

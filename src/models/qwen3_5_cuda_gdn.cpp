@@ -46,7 +46,6 @@ void Qwen35CudaModel::gated_delta_net(const CudaLayer& layer, size_t i, int64_t 
     linear(layer.in_proj, w.projected.data(), w.normed.data(), T, mixer_in);
     if (!beside) linear(ba, w.ba.data(), w.normed.data(), T, fp8(ba) ? mixer_in : none);
   }
-  const bool prefetched = prefetch_beside(layer.out_proj, T);
   profile::OpScope gdn_op("gdn", OpGroup::kGdn);
   // Verify steps also save each token's state into the rollback window (never in a graph).
   const auto window = [&](const cuda::DeviceBuffer& states) {
@@ -78,7 +77,6 @@ void Qwen35CudaModel::gated_delta_net(const CudaLayer& layer, size_t i, int64_t 
                       const_cast<uint8_t*>(out_in.codes), const_cast<float*>(out_in.scales));
   }
   profile::OpScope out_op("gdn.out_proj", OpGroup::kGemmOut);
-  if (prefetched) join_prefetch(false);
   project_branch(layer.out_proj, w.mixer_out.data(), T, out_in);
 }
 

@@ -243,10 +243,6 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
 GemmPartials fp8_block_gemm_partials(const uint8_t* q, const float* a_scales, const uint8_t* w, const float* w_scales,
                                      int64_t m, int64_t n, int64_t k, cudaStream_t stream);
 
-// Requests bytes at data (16-byte aligned; constant, e.g. a GEMM's weights) into L2, issued on
-// `stream` without a programmatic-launch attribute (kernels/prefetch.cu). Writes nothing.
-void prefetch_l2(const void* data, int64_t bytes, cudaStream_t stream);
-
 // ---- an FP8 output layer's exact columns (Fp8Quantization::exact_columns, model/linear.h) ----
 // Each column's sum of squares of w [n, k] (f32/bf16), in double, on the host (chunks of rows
 // summed on the device, the chunks in order here); synchronises the stream.

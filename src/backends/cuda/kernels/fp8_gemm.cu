@@ -112,60 +112,61 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sm90_fp8_gemm_warp_rows(
 
 
 // M = 1 (single-stream decode), CUDA cores: a warp owns kCols consecutive output columns and a
-// 1/kSplit slice of K (whole 512-byte pieces); every lane loads one 16-byte piece of each of its
-// rows per step (a warp load is 512 contiguous bytes of one row) into a ring of kAhead steps:
-// the step kAhead on is requested before this one is used; the activation codes are converted
-// once per step for all kCols rows. kSplit warps of a block share a column group and meet in
-// shared memory in a fixed order (deterministic). The ring's first kAhead steps are loaded before
-// the PDL wait (weights are constant): where the kernel before runs long on few SMs (the delta
-// rule, attention) a resident GEMV has that much of its weights on chip when its inputs land.
-// scripts/gpu/gemv_explore.cu's back-to-back sweep (docs/perf/2026-11-29-gemv-sweep.md) found
-// (kWarps, kCols, kSplit) = (4, 2, 1) best on the wide 27B shapes and (4, 4, 2) on the N = 5120
-// ones, with two steps in flight (kAhead = 2); kAhead is chosen per call (gemv_ahead()).
-template <typename T, int kWarps, int kAhead, int kCols, int kSplit>
+// 1/kSplit slice of K (whole 512-byte pieces); each round every lane loads kUnroll 16-byte pieces
+// of each of its rows (a warp load is 512 contiguous bytes of one row) and the next round's loads
+// are issued before this round is used; the activation codes are converted once per round for
+// all kCols rows. kSplit warps of a block share a column group and meet in shared memory in a
+// fixed order (deterministic). The first round is loaded before the PDL wait (weights are
+// constant). Few bytes per warp in flight and many warps beat deep per-warp unrolling on the H200:
+// scripts/gpu/gemv_explore.cu's sweep (docs/perf/2026-11-29-gemv-sweep.md) found (kWarps, kUnroll,
+// kCols, kSplit) = (4, 1, 2, 1) best on the wide 27B shapes and (4, 1, 4, 2) on the N = 5120 ones.
+template <typename T, int kWarps, int kUnroll, int kCols, int kSplit>
 __device__ __forceinline__ void fp8_gemv_columns(
     T* __restrict__ g_y, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
     const uint8_t* __restrict__ g_w, const float* __restrict__ g_w_scales, int64_t n, int64_t k) {
-  static_assert(kWarps % kSplit == 0 && kCols <= 32 && kAhead >= 1, "whole column groups per block");
-  constexpr int64_t kPiece = 32 * kBytesPerLane;
+  static_assert(kWarps % kSplit == 0 && kCols <= 32, "whole column groups per block");
+  constexpr int64_t kPiece = 32 * kBytesPerLane, kRound = int64_t(kUnroll) * kPiece;
   __shared__ float s_partial[kWarps][kCols];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, slice = warp % kSplit;
   const int64_t column0 = (int64_t(blockIdx.x) * (kWarps / kSplit) + warp / kSplit) * kCols;
   const int64_t pieces = (k + kPiece - 1) / kPiece, per = (pieces + kSplit - 1) / kSplit;
   const int64_t begin = min(k, slice * per * kPiece), end = min(k, (slice + 1) * per * kPiece);
-  uint4 r_ring[kAhead][kCols];
-  const auto load_step = [&](int64_t at, uint4(&r_slot)[kCols]) {
-    const int64_t k0 = at + lane * kBytesPerLane;
+  uint4 r_next[kCols][kUnroll];
+  const auto load_round = [&](int64_t round) {
 #pragma unroll
     for (int c = 0; c < kCols; ++c)
-      r_slot[c] = k0 < end && column0 + c < n ? __ldcs(reinterpret_cast<const uint4*>(g_w + (column0 + c) * k + k0))
-                                              : make_uint4(0, 0, 0, 0);
-  };
 #pragma unroll
-  for (int a = 0; a < kAhead; ++a) load_step(begin + a * kPiece, r_ring[a]);
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k0 = round + u * kPiece + lane * kBytesPerLane;
+        r_next[c][u] = k0 < end && column0 + c < n
+                           ? __ldcs(reinterpret_cast<const uint4*>(g_w + (column0 + c) * k + k0))
+                           : make_uint4(0, 0, 0, 0);
+      }
+  };
+  if (begin < end) load_round(begin);
   device::pdl_enter();
   const int64_t k_blocks = (k + kGroup - 1) / kGroup;
   float r_acc[kCols];
 #pragma unroll
   for (int c = 0; c < kCols; ++c) r_acc[c] = 0.0f;
-  for (int64_t base = begin; base < end; base += kAhead * kPiece) {
+  for (int64_t round = begin; round < end; round += kRound) {
+    uint4 r_w[kCols][kUnroll];
 #pragma unroll
-    for (int a = 0; a < kAhead; ++a) {
-      const int64_t at = base + a * kPiece;
-      if (at >= end) break;  // uniform over the warp
-      uint4 r_w[kCols];
+    for (int c = 0; c < kCols; ++c)
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) r_w[c] = r_ring[a][c];
-      load_step(at + kAhead * kPiece, r_ring[a]);
-      const int64_t k0 = at + lane * kBytesPerLane;
-      if (k0 >= end) continue;
+      for (int u = 0; u < kUnroll; ++u) r_w[c][u] = r_next[c][u];
+    if (round + kRound < end) load_round(round + kRound);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k0 = round + u * kPiece + lane * kBytesPerLane;
+      if (k0 >= end) break;
       float r_af[kBytesPerLane];
       device::fp8x16_to_float(*reinterpret_cast<const uint4*>(g_a + k0), r_af);
       const float a_scale = g_a_scales[k0 / kGroup];
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
         float r_wf[kBytesPerLane];
-        device::fp8x16_to_float(r_w[c], r_wf);
+        device::fp8x16_to_float(r_w[c][u], r_wf);
         float dot = 0.0f;
 #pragma unroll
         for (int e = 0; e < kBytesPerLane; ++e) dot += r_af[e] * r_wf[e];
@@ -192,38 +193,22 @@ __device__ __forceinline__ void fp8_gemv_columns(
   }
 }
 
-// The two M = 1 CUDA-core backends, (kWarps, kCols, kSplit) = (4, 2, 1) and (4, 4, 2).
+// The two M = 1 CUDA-core backends, (kWarps, kUnroll, kCols, kSplit) = (4, 1, 2, 1) and (4, 1, 4, 2).
 constexpr int kGemvWarps = 4, kGemvCols = 2, kGemvSplitCols = 4, kGemvSplit = 2;
 
-template <typename T, int kAhead>
+template <typename T>
 __global__ void __launch_bounds__(kGemvWarps * 32) sm90_fp8_gemv(
     T* __restrict__ g_y, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
     const uint8_t* __restrict__ g_w, const float* __restrict__ g_w_scales, int64_t n, int64_t k) {
-  fp8_gemv_columns<T, kGemvWarps, kAhead, kGemvCols, 1>(g_y, g_a, g_a_scales, g_w, g_w_scales, n, k);
+  fp8_gemv_columns<T, kGemvWarps, 1, kGemvCols, 1>(g_y, g_a, g_a_scales, g_w, g_w_scales, n, k);
 }
 
-template <typename T, int kAhead>
+template <typename T>
 __global__ void __launch_bounds__(kGemvWarps * 32) sm90_fp8_gemv_splitk(
     T* __restrict__ g_y, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,
     const uint8_t* __restrict__ g_w, const float* __restrict__ g_w_scales, int64_t n, int64_t k) {
-  fp8_gemv_columns<T, kGemvWarps, kAhead, kGemvSplitCols, kGemvSplit>(g_y, g_a, g_a_scales, g_w, g_w_scales, n, k);
+  fp8_gemv_columns<T, kGemvWarps, 1, kGemvSplitCols, kGemvSplit>(g_y, g_a, g_a_scales, g_w, g_w_scales, n, k);
 }
-
-// The GEMV ring's depth (steps in flight per lane and column; the first ones loaded before the PDL
-// wait): VT_GEMV_AHEAD (1..4, read per launch: A/B runs and the tests switch it), else kGemvAhead.
-constexpr int kGemvAhead = 2;
-int gemv_ahead() {
-  const char* value = std::getenv("VT_GEMV_AHEAD");
-  if (!value) return kGemvAhead;
-  const int parsed = std::atoi(value);
-  VT_CHECK(parsed >= 1 && parsed <= 4 && std::to_string(parsed) == value, "VT_GEMV_AHEAD='", value,
-           "': expected 1..4");
-  return parsed;
-}
-
-// kernel<T, kAhead> for the ring depth `ahead` (1..4).
-#define VT_GEMV_AHEAD_KERNEL(kernel, T, ahead)                                                   \
-  ((ahead) == 1 ? kernel<T, 1> : (ahead) == 2 ? kernel<T, 2> : (ahead) == 3 ? kernel<T, 3> : kernel<T, 4>)
 
 // M = 1 through the bulk-copy engine (TMA, cp.async.bulk): a block owns kTmaRows output columns
 // (two per warp); one thread streams their weight rows into shared memory, kTmaChunk bytes of
@@ -566,15 +551,14 @@ void fp8_block_gemm(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
       constexpr int64_t columns_per_block = kGemvWarps * kGemvCols;
       const dim3 blocks(unsigned((n + columns_per_block - 1) / columns_per_block)), threads(kGemvWarps * 32);
       VT_DISPATCH_ACT(act, T,
-                      launch("sm90_fp8_gemv", cost("gemv"), VT_GEMV_AHEAD_KERNEL(sm90_fp8_gemv, T, gemv_ahead()), blocks,
-                             threads, 0, stream, static_cast<T*>(y), q, a_scales, w, w_scales, n, k));
+                      launch("sm90_fp8_gemv", cost("gemv"), sm90_fp8_gemv<T>, blocks, threads, 0, stream,
+                             static_cast<T*>(y), q, a_scales, w, w_scales, n, k));
     } else {
       constexpr int64_t columns_per_block = kGemvWarps / kGemvSplit * kGemvSplitCols;
       const dim3 blocks(unsigned((n + columns_per_block - 1) / columns_per_block)), threads(kGemvWarps * 32);
       VT_DISPATCH_ACT(act, T,
-                      launch("sm90_fp8_gemv_splitk", cost("gemv_splitk"),
-                             VT_GEMV_AHEAD_KERNEL(sm90_fp8_gemv_splitk, T, gemv_ahead()), blocks, threads, 0, stream,
-                             static_cast<T*>(y), q, a_scales, w, w_scales, n, k));
+                      launch("sm90_fp8_gemv_splitk", cost("gemv_splitk"), sm90_fp8_gemv_splitk<T>, blocks, threads, 0,
+                             stream, static_cast<T*>(y), q, a_scales, w, w_scales, n, k));
     }
     return;
   }
