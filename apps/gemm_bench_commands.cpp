@@ -1,16 +1,17 @@
 // `vt bench gemm`: every decode GEMM shape of a model (the merged projections as vt runs them) at
 // M = 1..128, on each FP8 block-scaled backend that can serve it and on cuBLASLt BF16 (the dense
 // peer), in one run: µs per GEMM, GB/s of weight bytes, % of the read bandwidth measured at
-// start-up, and the fastest FP8 backend per (shape, M). Each timing is a CUDA graph of GEMMs
-// cycling through enough weight copies that nothing is served from L2, each after the kernel that
-// makes its FP8 activations and a stand-in of the op before it, as the GEMM registry tunes them
-// (cuda::step_producer; their own time, measured alone, is taken off); CUPTI then checks that each
-// backend's kernel ran as often as launched. Beside them, the floor at each size: a pure read of
-// the same weight bytes, launched and timed the same way ("of read": that time over the GEMM's).
-// The block output projections (o_proj, the GDN out_proj, the MLP down) feed a norm in the model:
-// for them every FP8 backend is also timed with that norm after it (cuda::NormConsumer; the norm's
-// own time after the producer taken off), beside wgmma_partials, whose sum the norm does ("+norm"
-// rows; the registry chooses among those for these linears).
+// start-up, the speedup over cuBLASLt BF16 and over cuBLASLt's FP8 block-scaled path (the
+// checkpoint's own format; it refuses M = 1), and the fastest FP8 backend per (shape, M). Each
+// timing is a CUDA graph of GEMMs cycling through enough weight copies that nothing is served from
+// L2, each after the kernel that makes its FP8 activations and a stand-in of the op before it, as
+// the GEMM registry tunes them (cuda::step_producer; their own time, measured alone, is taken off);
+// CUPTI then checks that each backend's kernel ran as often as launched. Beside them, the floor at
+// each size: a pure read of the same weight bytes, launched and timed the same way ("of read": that
+// time over the GEMM's). The block output projections (o_proj, the GDN out_proj, the MLP down) feed
+// a norm in the model: for them every FP8 backend is also timed with that norm after it
+// (cuda::NormConsumer; the norm's own time after the producer taken off), beside wgmma_partials,
+// whose sum the norm does ("+norm" rows; the registry chooses among those for these linears).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -45,6 +46,12 @@ struct GemmArgs {
 };
 
 #ifdef VT_WITH_CUDA
+std::string format_ratio(double ratio) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", ratio);
+  return text;
+}
+
 struct GemmShape {
   std::string name;
   int64_t n, k;
@@ -119,8 +126,8 @@ void run_bench_gemm(const GemmArgs& args) {
                 "the kernel that makes its activations and a %.0f us stand-in of the op before it (their time alone "
                 "taken off); 'of read': the time of a pure "
                 "read of the same weight codes launched the same way (read_floor) over the GEMM's\n\n"
-                "| shape | N x K | M | backend | us | GB/s | of bw | of read | x cuBLASLt bf16 | kernel ran |\n"
-                "|---|---|---|---|---|---|---|---|---|---|\n",
+                "| shape | N x K | M | backend | us | GB/s | of bw | of read | x cuBLASLt bf16 | x cuBLASLt fp8 | kernel ran "
+                "|\n|---|---|---|---|---|---|---|---|---|---|---|\n",
                 args.synthetic.c_str(), bandwidth, (long long)args.iters, cuda::kStandInMicroseconds);
   for (const GemmShape& shape : decode_shapes(config)) {
     const int64_t n = shape.n, k = shape.k, kb = (k + 127) / 128, nb = (n + 127) / 128;
@@ -238,14 +245,21 @@ void run_bench_gemm(const GemmArgs& args) {
           }
         }
       }
-      // The fastest FP8 backend, alone and (for these shapes) with the norm.
+      // The fastest FP8 backend, alone and (for these shapes) with the norm; cuBLASLt's block-scaled
+      // path (the checkpoint's own format) alone and with the norm, the peer of the "x cuBLASLt fp8"
+      // column (0 where it refuses the size: M = 1).
+      const auto with_norm = [](const std::string& backend) {
+        return backend.size() > 5 && backend.compare(backend.size() - 5, 5, "+norm") == 0;
+      };
+      const std::string cublas_fp8 = std::string("fp8_") + cuda::gemm_backend_name(cuda::GemmBackend::kCublasLt);
       std::string best, best_norm;
-      double best_us = 1e30, best_norm_us = 1e30;
+      double best_us = 1e30, best_norm_us = 1e30, cublas_fp8_us = 0, cublas_fp8_norm_us = 0;
       for (const auto& r : results) {
+        if (r.backend == cublas_fp8) cublas_fp8_us = r.timing.us;
+        if (r.backend == cublas_fp8 + "+norm") cublas_fp8_norm_us = r.timing.us;
         if (r.backend.rfind("fp8_", 0) != 0) continue;
-        const bool with_norm = r.backend.size() > 5 && r.backend.compare(r.backend.size() - 5, 5, "+norm") == 0;
-        if (!with_norm && r.timing.us < best_us) best_us = r.timing.us, best = r.backend;
-        if (with_norm && r.timing.us < best_norm_us) best_norm_us = r.timing.us, best_norm = r.backend;
+        if (!with_norm(r.backend) && r.timing.us < best_us) best_us = r.timing.us, best = r.backend;
+        if (with_norm(r.backend) && r.timing.us < best_norm_us) best_norm_us = r.timing.us, best_norm = r.backend;
       }
       for (const auto& r : results) {
         const double gbps = double(r.bytes) / (r.timing.us * 1e3);
@@ -253,10 +267,13 @@ void run_bench_gemm(const GemmArgs& args) {
         if (!ran) ++failures;
         const bool chosen = r.backend == best || r.backend == best_norm;
         const std::string name = r.backend + (chosen ? " *" : "");
+        const double peer_us = with_norm(r.backend) ? cublas_fp8_norm_us : cublas_fp8_us;
+        const double vs_fp8 = peer_us > 0 ? peer_us / r.timing.us : 0;
         if (!args.json)
-          std::printf("| %s | %lld x %lld | %lld | %s | %.1f | %.0f | %.0f%% | %.0f%% | %.2f | %s |\n",
+          std::printf("| %s | %lld x %lld | %lld | %s | %.1f | %.0f | %.0f%% | %.0f%% | %.2f | %s | %s |\n",
                       shape.name.c_str(), (long long)n, (long long)k, (long long)m, name.c_str(), r.timing.us, gbps,
                       100.0 * gbps / bandwidth, 100.0 * floor.us / r.timing.us, bf16.us / r.timing.us,
+                      vs_fp8 > 0 ? format_ratio(vs_fp8).c_str() : "-",
                       r.timing.kernels_expected == 0
                           ? "(not counted)"
                           : (std::to_string(r.timing.kernels_ran) + "/" + std::to_string(r.timing.kernels_expected)).c_str());
@@ -264,6 +281,7 @@ void run_bench_gemm(const GemmArgs& args) {
                         {"chosen", chosen}, {"us", r.timing.us}, {"gbps", gbps},
                         {"bandwidth_fraction", gbps / bandwidth}, {"read_floor_fraction", floor.us / r.timing.us},
                         {"speedup_vs_cublaslt_bf16", bf16.us / r.timing.us},
+                        {"speedup_vs_cublaslt_fp8", vs_fp8 > 0 ? nlohmann::json(vs_fp8) : nlohmann::json(nullptr)},
                         {"kernels_ran", r.timing.kernels_ran}, {"kernels_expected", r.timing.kernels_expected}});
       }
     }

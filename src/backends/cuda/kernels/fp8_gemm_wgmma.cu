@@ -66,24 +66,6 @@ int waves() {
   return value;
 }
 
-// VT_WGMMA_PARTIALS_DEEP=1 (read once; for A/B runs): the deferred-sum kernel at up to 16 rows
-// with as many stages as fit an SM's shared memory (deep_stages), all of them requested before
-// the programmatic-launch wait: a CTA resident while the kernel before runs holds that much of
-// its weights when its inputs land.
-bool partials_deep() {
-  static const bool value = env_int("VT_WGMMA_PARTIALS_DEEP", 0) == 1;
-  return value;
-}
-template <int kTokens>
-constexpr int deep_stages() {
-  // shared_bytes is linear in the stages: the most that fit 227 KB with the prefetch area, <= 16.
-  constexpr size_t kLimit = 227 * 1024;
-  constexpr size_t one = wg::shared_bytes<kTokens, 1, kHalves>(), per = wg::shared_bytes<kTokens, 2, kHalves>() - one;
-  constexpr size_t fixed = one - per + wg::prefetch_bytes<kTokens, kHalves>();
-  return int(std::clamp<size_t>((kLimit - fixed) / per, kStages, 16));
-}
-static_assert(wg::shared_bytes<16, deep_stages<16>(), kHalves>() + wg::prefetch_bytes<16, kHalves>() <= 227 * 1024);
-
 // Per (device, stream): the SM count and the partials (one slot per CTA, filled with
 // wg::kUnwritten once: the CTA that reads a word puts it back). Per stream, because GEMMs of two
 // streams (two models on one GPU) may run at once and must not share slots.
@@ -395,24 +377,14 @@ GemmPartials fp8_gemm_wgmma_partials(const uint8_t* q, const float* a_scales, co
   VT_CHECK(plan.ctas > 0 && n % kTileRows == 0, "fp8 wgmma GEMM: the deferred sum does not serve ", m, " x ", n,
            " x ", k, " (see fp8_gemm_wgmma_partials_serves)");
   const int64_t k_blocks = (k + wg::kBlockK - 1) / wg::kBlockK;
-  const auto run = [&](auto tokens, auto stages) {
-    constexpr int kTokens = decltype(tokens)::value, kStagesC = decltype(stages)::value;
-    constexpr size_t bytes = std::max(wg::shared_bytes<kTokens, kStagesC, kHalves>() +
-                                          wg::prefetch_bytes<kTokens, kHalves>(),
-                                      kExclusiveSharedBytes);
-    auto kernel = wg::sm90_fp8_gemm_wgmma_partials<kTokens, kStagesC, kHalves>;
-    static std::atomic<uint64_t> devices{0};
-    allow_dynamic_shared(kernel, bytes, devices, "sm90_fp8_gemm_wgmma_partials");
-    launch("sm90_fp8_gemm_wgmma_partials", cost, kernel, dim3(unsigned(plan.ctas)), dim3(wg::kThreads), bytes, stream,
-           tensor_map(w, n, k, kTileRows), tensor_map(q, m, k, kTokens), a_scales, w_scales, space.deferred, int(m),
-           int(n), int(k), int(plan.max_owners));
-  };
   by_tokens(m, [&](auto tokens) {
     constexpr int kTokens = decltype(tokens)::value;
-    if constexpr (kTokens <= 16) {
-      if (partials_deep()) return run(tokens, std::integral_constant<int, deep_stages<kTokens>()>{});
-    }
-    run(tokens, std::integral_constant<int, kStages>{});
+    auto kernel = wg::sm90_fp8_gemm_wgmma_partials<kTokens, kStages, kHalves>;
+    static std::atomic<uint64_t> devices{0};
+    allow_dynamic_shared(kernel, shared_bytes<kTokens>(), devices, "sm90_fp8_gemm_wgmma_partials");
+    launch("sm90_fp8_gemm_wgmma_partials", cost, kernel, dim3(unsigned(plan.ctas)), dim3(wg::kThreads),
+           shared_bytes<kTokens>(), stream, tensor_map(w, n, k, kTileRows), tensor_map(q, m, k, kTokens), a_scales,
+           w_scales, space.deferred, int(m), int(n), int(k), int(plan.max_owners));
   });
   GemmPartials out;
   out.words = space.deferred;
