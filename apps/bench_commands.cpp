@@ -33,7 +33,6 @@
 #include "backends/cuda/cuda_ops.h"
 #include "models/qwen3_5_config.h"
 #include "models/qwen3_5_cuda.h"
-#include "profile/backend_override.h"
 #include "profile/intent.h"
 #include "profile/kernel_gate.h"
 #include "profile/kernel_recorder.h"
@@ -45,7 +44,7 @@
 namespace {
 
 struct BenchArgs {
-  std::string model, synthetic, weights = "fp8", batches = "1", predict, device, trace;
+  std::string model, synthetic, weights = "fp8", batches = "1", predict, device, trace, gemm_exclude;
   int64_t context = 1024, steps = 64;
   vt::apps::LmHeadArgs lm_head;
   std::string verify, acceptance = "0.5,0.7,0.9";  // bench decode --verify: drafts per verify, acceptance rates
@@ -243,31 +242,7 @@ void run_bench_decode_cpu(const BenchArgs& args, const std::vector<int64_t>& bat
 }
 
 #ifdef VT_WITH_CUDA
-// The GEMM shapes a decode step of `config` runs at each batch size (for override checks).
-std::vector<vt::profile::GemmShape> decode_gemm_shapes(const vt::Qwen35Config& c, const std::vector<int64_t>& batches) {
-  const int64_t hidden = c.hidden_size, hv = c.linear_num_value_heads;
-  std::vector<vt::profile::GemmShape> shapes;
-  for (int64_t m : batches) {
-    shapes.push_back({m, c.conv_dim() + c.linear_value_dim(), hidden, "gdn.in_proj"});
-    shapes.push_back({m, 2 * hv, hidden, "gdn.in_proj_ba"});
-    shapes.push_back({m, hidden, c.linear_value_dim(), "gdn.out_proj"});
-    shapes.push_back({m, c.num_heads * c.head_dim * 2 + 2 * c.num_kv_heads * c.head_dim, hidden, "attention.qkv"});
-    shapes.push_back({m, hidden, c.num_heads * c.head_dim, "attention.o_proj"});
-    if (c.intermediate_size) {
-      shapes.push_back({m, 2 * c.intermediate_size, hidden, "mlp.gate_up"});
-      shapes.push_back({m, hidden, c.intermediate_size, "mlp.down"});
-    }
-    if (c.shared_expert_intermediate_size) {
-      shapes.push_back({m, 2 * c.shared_expert_intermediate_size, hidden, "shared_expert.gate_up"});
-      shapes.push_back({m, hidden, c.shared_expert_intermediate_size, "shared_expert.down"});
-    }
-    shapes.push_back({m, c.vocab_size, hidden, "lm_head"});
-  }
-  return shapes;
-}
-
-// The options a benchmark model is built with (BF16 activations, room for the batches and steps);
-// backend overrides in the environment are checked against the GEMM shapes before anything is built.
+// The options a benchmark model is built with (BF16 activations, room for the batches and steps).
 vt::CudaModelOptions bench_model_options(const BenchArgs& args, const std::vector<int64_t>& batches) {
   VT_CHECK(args.model.empty() != args.synthetic.empty(), "give exactly one of --model or --synthetic");
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
@@ -276,6 +251,11 @@ vt::CudaModelOptions bench_model_options(const BenchArgs& args, const std::vecto
   options.max_sequences = max_batch;
   options.max_context = args.context + args.steps + 8;
   options.max_step_tokens = max_batch;
+  if (!args.gemm_exclude.empty()) {
+    std::stringstream list(args.gemm_exclude);
+    for (std::string item; std::getline(list, item, ',');)
+      if (!item.empty()) options.gemm_exclude.push_back(item);
+  }
   if (const auto quantization = vt::apps::lm_head_quantization(args.lm_head)) {
     options.fp8_lm_head = true;
     options.lm_head_exact_columns = quantization->exact_columns;
@@ -309,7 +289,6 @@ std::unique_ptr<vt::Qwen35CudaModel> open_cuda_model(const BenchArgs& args, cons
                                                      std::string* name) {
   const vt::CudaModelOptions options = bench_model_options(args, batches);
   const vt::Qwen35Config config = bench_config(args);
-  vt::profile::check_backend_overrides(decode_gemm_shapes(config, batches));
   std::unique_ptr<vt::Qwen35CudaModel> model = make_bench_model(args, options, name);
   model->randomize_state(99);
   return model;
@@ -318,15 +297,13 @@ std::unique_ptr<vt::Qwen35CudaModel> open_cuda_model(const BenchArgs& args, cons
 #ifdef VT_WITH_NCCL
 size_t weight_bytes(const vt::TensorParallelCudaModel& model) { return model.weight_bytes(); }
 
-// As open_cuda_model, split over --tensor-parallel GPUs (each rank checks its own GEMM shapes).
+// As open_cuda_model, split over --tensor-parallel GPUs.
 std::unique_ptr<vt::TensorParallelCudaModel> open_tensor_parallel_model(const BenchArgs& args,
                                                                         const std::vector<int64_t>& batches,
                                                                         std::string* name) {
   vt::CudaModelOptions options = bench_model_options(args, batches);
   const vt::Qwen35Config config = bench_config(args);
   const vt::TensorParallelPlan plan(config, args.tensor_parallel);
-  for (int rank = 0; rank < args.tensor_parallel; ++rank)
-    vt::profile::check_backend_overrides(decode_gemm_shapes(plan.rank_config(rank), batches));
   std::unique_ptr<vt::TensorParallelCudaModel> model;
   if (!args.synthetic.empty()) {
     VT_CHECK(args.weights == "fp8" || args.weights == "bf16", "--weights: expected fp8 or bf16, got '", args.weights, "'");
@@ -465,7 +442,6 @@ void run_bench_verify_cuda(const BenchArgs& args, const std::vector<int64_t>& ba
   std::vector<int64_t> step_rows;
   for (int64_t batch : batches)
     for (int64_t k : ks) step_rows.push_back(batch * (k + 1));
-  vt::profile::check_backend_overrides(decode_gemm_shapes(bench_config(args), step_rows));
   std::string name;
   std::unique_ptr<vt::Qwen35CudaModel> model = make_bench_model(args, options, &name);
   const int64_t vocab = model->config().vocab_size;
@@ -564,7 +540,7 @@ void run_bench_verify_cuda(const BenchArgs& args, const std::vector<int64_t>& ba
 // `vt bench prefill`: one sequence's prompt of N tokens through Model::forward (steps of
 // --step-tokens), timed from a fresh sequence to its last-token logits on the host; per N the
 // chunked delta rule (gdn_chunked) and the token-by-token one (gdn_recurrent), so the speedup is
-// measured in one run (VT_GDN_CHUNKED=0 leaves only the token-by-token rows). The GDN share: the
+// measured in one run. The GDN share: the
 // GPU time of the sm90_gdn_* kernels (conv, recurrent, chunked) in one more run under CUPTI, over
 // that run's wall time.
 void run_bench_prefill_cuda(const BenchArgs& args) {
@@ -576,23 +552,20 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
   options.max_context = longest + 8;
   options.max_step_tokens = std::min(args.step_tokens, longest);
   const vt::Qwen35Config config = bench_config(args);
-  vt::profile::check_backend_overrides(decode_gemm_shapes(config, {options.max_step_tokens}));
   std::string name;
   std::unique_ptr<vt::Qwen35CudaModel> model = make_bench_model(args, options, &name);
   const int64_t vocab = model->config().vocab_size;
   std::vector<std::pair<std::string, vt::DeltaRuleChoice>> paths;
-  if (vt::cuda::gdn_chunked_enabled()) paths.emplace_back("chunked", vt::DeltaRuleChoice::kChunked);
+  paths.emplace_back("chunked", vt::DeltaRuleChoice::kChunked);
   paths.emplace_back("token-by-token", vt::DeltaRuleChoice::kRecurrent);
   nlohmann::json report = {{"model", name},
                            {"device", "cuda"},
                            {"step_tokens", options.max_step_tokens},
                            {"repeats", args.repeats},
-                           {"gdn_chunked_enabled", vt::cuda::gdn_chunked_enabled()},
                            {"rows", nlohmann::json::array()}};
   if (!args.json) {
-    std::printf("%s, prompt prefill in steps of %lld tokens, median of %lld runs%s\n\n", name.c_str(),
-                (long long)options.max_step_tokens, (long long)args.repeats,
-                vt::cuda::gdn_chunked_enabled() ? "" : " (VT_GDN_CHUNKED=0: token by token only)");
+    std::printf("%s, prompt prefill in steps of %lld tokens, median of %lld runs\n\n", name.c_str(),
+                (long long)options.max_step_tokens, (long long)args.repeats);
     std::printf("| tokens | GDN delta rule | ms | tok/s | GDN kernels ms | GDN share | speedup |\n"
                 "|---|---|---|---|---|---|---|\n");
     std::fflush(stdout);
@@ -714,6 +687,8 @@ void add_decode_options(CLI::App* decode, BenchArgs& args, const char* batch_hel
   decode->add_option("--steps", args.steps, steps_help);
   decode->add_option("--device", args.device, "cuda (default where built with CUDA) or cpu (the reference)");
   vt::apps::add_lm_head_options(decode, args.lm_head);
+  decode->add_option("--gemm-exclude", args.gemm_exclude,
+                     "FP8 GEMM backends the start-up tuning leaves out, e.g. wgmma,wgmma_cluster (A/B runs)");
   decode->add_flag("--no-graph", args.no_graph, "launch kernels one by one instead of a CUDA graph");
   decode->add_flag("--json", args.json, "print a JSON report");
   decode->add_option("--tensor-parallel", args.tensor_parallel, "GPUs to split the model over (NCCL; bench decode)")

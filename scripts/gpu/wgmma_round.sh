@@ -2,8 +2,8 @@
 # Run ON the GPU machine (device tool, carry .gpu-deps): issue 6's wgmma round. Builds vt and the
 # CUDA tests (sm_90a, all cores), runs the FP8 GEMM backends against the CPU reference on the
 # awkward grid (CudaOps.*), `vt bench gemm` on the 27B decode shapes, and the end-to-end A/B of the
-# synthetic 27B FP8 decode with the registry's plan without wgmma (VT_GEMM_EXCLUDE=wgmma) and with
-# it, alternating (VARIANTS: other environments to compare). Logs in $OUT/wgmma_round.tar.gz; the
+# synthetic 27B FP8 decode with the registry's plan without wgmma (--gemm-exclude wgmma) and with
+# it, alternating (VARIANTS: other variants to compare). Logs in $OUT/wgmma_round.tar.gz; the
 # tables print last. GEMM_M (default 1,8,16,32,64; "none" skips), BATCH (1,4,16), STEPS (32), ROUNDS (2),
 # PROFILE=1 (the attribution per variant at batch PROFILE_BATCH, default 1; PROFILE_ROWS: the rows it
 # prints, an extended regex, default gemm), TESTS (gtest filter,
@@ -17,19 +17,12 @@
 # commits; the variant's other words are environment assignments), and `vt bench gemm` runs on both.
 # A variant's words from the first one that starts with "--" on are vt arguments of its decode and
 # profile runs (VARIANTS='none|--lm-head fp8'). PROFILE_BATCH may list batches (1,16).
-# SWEEP=<argument> runs scripts/gpu/wgmma_explore.sh <argument> while the builds compile (before
-# anything else uses the GPU); its table is $OUT/wgmma_explore.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
 LOGS=$(mktemp -d)
 status=0
 start=$(date +%s)
-sweep_pid=
-if [ -n "${SWEEP:-}" ]; then
-  OUT=$OUT bash scripts/gpu/wgmma_explore.sh "$SWEEP" >"$LOGS/sweep.txt" 2>&1 &
-  sweep_pid=$!
-fi
 if [ ! -x build-gpu/tests/vt_cuda_tests ] || [ ! -x "$VT" ] || [ -n "${REBUILD:-}" ]; then
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DVT_CUDA=ON \
     -DCMAKE_PREFIX_PATH="$PWD/.gpu-deps/usr" >"$LOGS/configure.log" 2>&1 || { tail -30 "$LOGS/configure.log"; exit 1; }
@@ -51,7 +44,6 @@ if [ -n "${BASE:-}" ] && [ ! -x build-base/apps/vt ]; then
       status=1; echo "FAILED: the base build ($BASE)"; tail -5 "$LOGS/base.log"; }
   echo "base build ($BASE): $(( $(date +%s) - start )) s"
 fi
-[ -n "$sweep_pid" ] && { wait "$sweep_pid" || { status=1; echo "FAILED: the sweep"; }; }
 # A variant's binary and environment: "base ..." runs build-base's vt.
 variant_cmd() {
   case "$1" in
@@ -73,7 +65,7 @@ if [ "${GEMM_M:-}" != none ]; then
   fi
 fi
 # Decode variants: environment assignments, separated by '|'; ROUNDS (default 2) alternating rounds.
-IFS='|' read -r -a variants <<<"${VARIANTS:-VT_GEMM_EXCLUDE=wgmma|VT_GEMM_EXCLUDE=none}"
+IFS='|' read -r -a variants <<<"${VARIANTS:---gemm-exclude wgmma|none}"
 # GEMM_VARIANTS=1: `vt bench gemm` once more per variant, in its environment (gemm_27b_v<index>.md).
 if [ -n "${GEMM_VARIANTS:-}" ] && [ "${GEMM_M:-}" != none ]; then
   for index in "${!variants[@]}"; do

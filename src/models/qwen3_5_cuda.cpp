@@ -30,27 +30,8 @@ struct Qwen35CudaModel::Graphs {
 
 namespace {
 
-// Blocks of (token, KV head, split) one attention launch aims at when few tokens run: the
-// kernel's own (cuda::attention_target_blocks); VT_ATTENTION_BLOCKS overrides it for A/B runs.
-int64_t attention_blocks(const cuda::AttentionShape& shape, DType act) {
-  const char* value = std::getenv("VT_ATTENTION_BLOCKS");
-  if (!value) return cuda::attention_target_blocks(shape, act);
-  const int64_t parsed = std::atoll(value);
-  VT_CHECK(parsed >= 1 && parsed <= 65536, "VT_ATTENTION_BLOCKS='", value, "': expected 1..65536");
-  return parsed;
-}
-
-// The fewest keys one split takes (VT_ATTENTION_SPLIT_KEYS overrides it for A/B runs): one batch
-// of keys per warp of the grouped kernel.
-int64_t attention_split_keys() {
-  static const int64_t keys = [] {
-    const char* value = std::getenv("VT_ATTENTION_SPLIT_KEYS");
-    const int64_t parsed = value ? std::atoll(value) : 32;
-    VT_CHECK(parsed >= 1 && parsed <= 4096, "VT_ATTENTION_SPLIT_KEYS='", value ? value : "", "': expected 1..4096");
-    return parsed;
-  }();
-  return keys;
-}
+// The fewest keys one attention split takes: one batch of keys per warp of the grouped kernel.
+constexpr int64_t kAttentionSplitKeys = 32;
 
 // Sequences of a step with at least this many new tokens (a full chunk) run the chunked delta
 // rule (cuda::gdn_chunked); shorter ones, decode tokens and verify steps run token by token.
@@ -79,9 +60,7 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   info_.vocab_size = config_.vocab_size;
   info_.max_positions = std::min(config_.max_position_embeddings, options_.max_context);
   VT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  const char* side = std::getenv("VT_SIDE_STREAM");
-  VT_CHECK(!side || std::string(side) == "0" || std::string(side) == "1", "VT_SIDE_STREAM='", side, "': expected 0 or 1");
-  if (!side || std::string(side) == "1") {
+  if (options_.side_stream) {
     VT_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
     VT_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
     VT_CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
@@ -91,10 +70,6 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
     convert_lm_head_fp8(options_.lm_head_exact_columns);
   graphs_ = std::make_unique<Graphs>();
   slot_used_.assign(options_.max_sequences, false);
-  if (const char* fused = std::getenv("VT_FUSED_QUANT")) {
-    VT_CHECK(std::string(fused) == "0" || std::string(fused) == "1", "VT_FUSED_QUANT='", fused, "': expected 0 or 1");
-    fuse_quant_ = std::string(fused) == "1";
-  }
 
   const DType act = options_.activations;
   const int64_t T = std::max(options_.max_step_tokens, options_.max_sequences), S = options_.max_sequences;
@@ -116,7 +91,7 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
   w.gate = cuda::DeviceBuffer(act, {T, config_.num_heads * config_.head_dim});
   // splits(T') x T' <= max(T', attention_blocks_ / Hkv) for every T' <= T.
   const int64_t group = config_.num_heads / std::max<int64_t>(config_.num_kv_heads, 1);
-  attention_blocks_ = attention_blocks(attention_shape(), act);
+  attention_blocks_ = cuda::attention_target_blocks(attention_shape(), act);
   w.attention_partials = cuda::DeviceBuffer(
       DType::kF32, {std::max<int64_t>(attention_blocks_ * group, T * config_.num_heads) * (config_.head_dim + 2)});
   const int64_t widest_k = std::max({with_mtp ? 2 * H : H, widest_inner(config_)});
@@ -206,7 +181,7 @@ Qwen35CudaModel::Qwen35CudaModel(Qwen35Config config, CudaWeights weights, const
                                       config_.linear_conv_kernel, config_.rms_norm_eps};
   const bool has_gdn = std::find(config_.layer_types.begin(), config_.layer_types.end(),
                                  LayerKind::kLinearAttention) != config_.layer_types.end();
-  if (has_gdn && cuda::gdn_chunked_enabled() && cuda::gdn_chunked_supports(delta_net))
+  if (has_gdn && cuda::gdn_chunked_supports(delta_net))
     w.gdn_chunk_scratch = cuda::DeviceBuffer(
         DType::kF32, {std::max(cuda::gdn_chunked_scratch_floats(T, S, kGdnChunkedMinTokens, delta_net),
                                cuda::gdn_chunked_scratch_floats(T, 1, 1, delta_net))});
@@ -342,7 +317,7 @@ void Qwen35CudaModel::run_step(int64_t num_tokens, int64_t num_seqs, int64_t log
   }
   cuda::Branch pending = nullptr;  // the previous block's output, added to x by the next norm
   // GDN: sequences of >= chunked_from tokens take the chunked delta rule; 0: all token by token
-  // (decode steps and their graphs, steps that save rollback windows, VT_GDN_CHUNKED=0).
+  // (decode steps and their graphs, steps that save rollback windows).
   int64_t chunked_from = 0;
   if (w.gdn_chunk_scratch.data() && !w.writes_window && w.delta_rule != DeltaRuleChoice::kRecurrent) {
     if (w.delta_rule == DeltaRuleChoice::kChunked)
@@ -411,7 +386,7 @@ void Qwen35CudaModel::attention(const CudaLayer& layer, void* k_cache, void* v_c
   const cuda::AttentionShape shape = attention_shape();
   // Static per (T, max_context), so a captured graph stays valid as positions grow.
   const int64_t splits = std::clamp<int64_t>(attention_blocks_ / (T * c.num_kv_heads), 1,
-                                             (options_.max_context + attention_split_keys() - 1) / attention_split_keys());
+                                             (options_.max_context + kAttentionSplitKeys - 1) / kAttentionSplitKeys);
   const int64_t keys_per_split = (options_.max_context + splits - 1) / splits;
   {
     profile::OpScope op("attn.qkv", OpGroup::kGemmAttnQkv);
@@ -463,7 +438,7 @@ void Qwen35CudaModel::ffn(const CudaLayer& layer, int64_t T) {
   const DType act = options_.activations;
   const int64_t H = c.hidden_size;
   const bool ffn_fp8 =
-      layer.is_moe ? fuse_quant_ && layer.moe.format == WeightFormat::kFp8Block : fused_fp8(layer.mlp.gate_up);
+      layer.is_moe ? options_.fuse_fp8_quantization && layer.moe.format == WeightFormat::kFp8Block : fused_fp8(layer.mlp.gate_up);
   const Fp8Rows ffn_in =
       H % 128 == 0 && ffn_fp8 ? Fp8Rows{w.quantized.as<uint8_t>(), w.scales.as<float>()} : Fp8Rows{};
   {
@@ -534,7 +509,7 @@ void Qwen35CudaModel::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed_c
   cuda::moe_expert_gemv(w.expert_hidden.data(), fp8 ? static_cast<const void*>(x_codes.codes) : w.normed.data(),
                         x_codes.scales, w.route_ids.as<int32_t>(), moe.gate_up.data(), moe.gate_up_scales.as<float>(),
                         pairs, 2 * inter, H, k, fp8, act, stream_);
-  const bool fuse_act = fp8 && fuse_quant_ && inter % 128 == 0;
+  const bool fuse_act = fp8 && options_.fuse_fp8_quantization && inter % 128 == 0;
   Fp8Rows act_codes = fuse_act ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()} : Fp8Rows{};
   cuda::silu_mul(w.expert_act.data(), w.expert_hidden.data(), pairs, inter, act, stream_,
                  const_cast<uint8_t*>(act_codes.codes), const_cast<float*>(act_codes.scales));
@@ -548,16 +523,16 @@ void Qwen35CudaModel::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed_c
                         pairs, H, inter, 1, fp8, act, stream_);
   if (moe.has_shared) {
     const int64_t shared = moe.shared.down.k;
-    const bool shared_fp8 = fuse_quant_ && moe.shared.gate_up.format == WeightFormat::kFp8Block;
+    const bool shared_fp8 = options_.fuse_fp8_quantization && moe.shared.gate_up.format == WeightFormat::kFp8Block;
     linear(moe.shared.gate_up, w.projected.data(), w.normed.data(), T, shared_fp8 ? normed_codes : Fp8Rows{});
-    const Fp8Rows down_in = fuse_quant_ && moe.shared.down.format == WeightFormat::kFp8Block && shared % 128 == 0
+    const Fp8Rows down_in = options_.fuse_fp8_quantization && moe.shared.down.format == WeightFormat::kFp8Block && shared % 128 == 0
                                 ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()}
                                 : Fp8Rows{};
     cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, shared, act, stream_, const_cast<uint8_t*>(down_in.codes),
                    const_cast<float*>(down_in.scales));
     linear(moe.shared.down, w.shared_out.data(), w.mixer_out.data(), T, down_in);
     linear(moe.shared_gate, w.shared_gate.data(), w.normed.data(), T,
-           fuse_quant_ && moe.shared_gate.format == WeightFormat::kFp8Block ? normed_codes : Fp8Rows{});
+           options_.fuse_fp8_quantization && moe.shared_gate.format == WeightFormat::kFp8Block ? normed_codes : Fp8Rows{});
   }
   cuda::moe_combine(w.branch.data(), w.expert_out.data(), w.route_weights.as<float>(),
                     moe.has_shared ? w.shared_out.data() : nullptr, moe.has_shared ? w.shared_gate.data() : nullptr, T,
@@ -573,7 +548,7 @@ void Qwen35CudaModel::forward(std::span<const int32_t> tokens, SequenceState& ba
   VT_CHECK(options.delta_rule != DeltaRuleChoice::kChunked || !options.keep_rollback,
            "CUDA forward: the chunked delta rule keeps no per-token states for a rollback window");
   VT_CHECK(options.delta_rule != DeltaRuleChoice::kChunked || w.gdn_chunk_scratch.data(),
-           "CUDA forward: the chunked delta rule is off (VT_GDN_CHUNKED=0, or head dims it does not take)");
+           "CUDA forward: the chunked delta rule does not take these head dims");
   VT_CHECK(state.length() + total <= state.capacity(), "forward: ", state.length(), " + ", total,
            " tokens exceed the sequence capacity ", state.capacity());
   const int64_t logit_rows = options.all_logits ? total : 1;

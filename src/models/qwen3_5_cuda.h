@@ -112,6 +112,8 @@ struct CudaModelOptions {
   // Time the FP8 GEMM backends on this model's shapes at start-up and keep the fastest per M
   // bucket (cached on disk); off: the built-in rule (gemv at M = 1, tensor-core MMA above).
   bool tune_gemms = true;
+  // FP8 GEMM backends the tuning leaves out (names as gemm_backend_name: A/B runs of a backend).
+  std::vector<std::string> gemm_exclude;
   // Speculative decoding: the most tokens a sequence's rollback window holds (a verify of k drafts
   // needs k + 1). > 0 keeps, per sequence slot and GDN layer, max_rollback_tokens + 1 copies of the
   // recurrent and conv state (27B: 151 MB per copy) so Model::rollback can set any length in the
@@ -123,6 +125,12 @@ struct CudaModelOptions {
   // keep_hidden forward, makes per sequence slot a ring of min(max_step_tokens, positions) hidden
   // states for the serving engine's MTP drafters: 27B in bf16, 512-token steps, 64 slots: 335 MB.)
   bool load_mtp = false;
+  // The GDN b/a projection at decode on a second stream beside the in_proj GEMM (a branch of the
+  // step's graph); off: in line (the same kernel, bit for bit).
+  bool side_stream = true;
+  // FP8 activation codes made by the op that produces a linear's input (norms, SwiGLU, the GDN
+  // output, the attention combine); off: a quantise kernel in front of each linear (bit for bit).
+  bool fuse_fp8_quantization = true;
   // The CUDA device the model lives on (a tensor-parallel rank's GPU); its weights must have been
   // made there, and every call must come from a thread with it current.
   int device = 0;
@@ -262,9 +270,9 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   // `on`: the stream a dense linear runs on (the side stream; FP8 linears run on stream_ only).
   void linear(const CudaLinear& linear, void* y, const void* x, int64_t m, const Fp8Rows& fused = {},
               cudaStream_t on = nullptr);
-  // Whether an FP8 linear reads codes fused into the op before it (VT_FUSED_QUANT=0: never).
+  // Whether an FP8 linear reads codes fused into the op before it.
   bool fused_fp8(const CudaLinear& linear) const {
-    return fuse_quant_ && linear.format == WeightFormat::kFp8Block;
+    return options_.fuse_fp8_quantization && linear.format == WeightFormat::kFp8Block;
   }
   // The blocks of one decoder layer over the uploaded step of `num_tokens` tokens from `num_seqs`
   // sequences, on the workspace's residual stream x: input_norm adds `pending` (the previous
@@ -340,7 +348,7 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   cudaStream_t stream_ = nullptr;
   // A second stream for the GDN b/a projection at decode (a dense GEMV beside the in_proj GEMM and
   // the conv, joined before the delta rule: a branch of the step's graph), with its fork and join
-  // events; VT_SIDE_STREAM=0 runs it in line.
+  // events (CudaModelOptions::side_stream).
   cudaStream_t side_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
@@ -353,9 +361,8 @@ class Qwen35CudaModel final : public Model, public MtpHead {
   mutable std::vector<bool> mtp_slot_used_;  // the MTP head's sequences (empty without the head)
   bool keep_hidden_states_ = false;
   PositionRange kept_positions_;  // of the hidden states in the workspace's kept_hidden
-  bool fuse_quant_ = true;  // VT_FUSED_QUANT=0: every FP8 linear quantises its own input (A/B runs)
   // The (token, KV head, split) blocks an attention launch aims at, fixed at construction (the
-  // kernel's own count, or VT_ATTENTION_BLOCKS): it sizes the partials and each launch's splits.
+  // kernel's own count): it sizes the partials and each launch's splits.
   int64_t attention_blocks_ = 0;
   bool emit_logits_ = true;
   DeviceAllReduce all_reduce_;

@@ -21,16 +21,14 @@ void Qwen35CudaModel::gated_delta_net(const CudaLayer& layer, size_t i, int64_t 
   const cuda::StepLayout layout = step_layout(T, num_seqs);
   const cuda::DeltaNetShape delta_net{c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim,
                                       c.linear_value_head_dim, c.linear_conv_kernel, c.rms_norm_eps};
-  // FP8 activations made by the op before a W8A8 linear (VT_FUSED_QUANT=0: each linear quantises).
+  // FP8 activations made by the op before a W8A8 linear (CudaModelOptions::fuse_fp8_quantization).
   const auto fp8 = [&](const CudaLinear& linear) { return fused_fp8(linear); };
   const Fp8Rows none, inner_q{w.inner.as<uint8_t>(), w.inner_scales.as<float>()};
   const auto codes = [](bool fused, const Fp8Rows& rows) { return fused ? rows : Fp8Rows{}; };
   const int64_t stride = layer.in_proj.n;  // [qkv | z]
   // The b/a projection (a dense GEMV at decode) on the side stream, beside the in_proj GEMM and
-  // the conv, up to 8 rows; joined before the delta rule reads it. Measured (H200, 27B): -0.21 to
-  // -0.25 ms per step at batch 4 and 8; at 12 and 16 rows no faster, neither as the staged kernel
-  // (160 KB of shared memory: it runs after the GEMM) nor as launches of 8 rows
-  // (docs/perf/2026-12-02-fp8-lm-head-exact-columns.md), so those run in line.
+  // the conv, up to 8 rows; joined before the delta rule reads it. Wider, the staged kernel needs
+  // 160 KB of shared memory and cannot run beside the GEMM, so those rows run in line.
   const CudaLinear& ba = layer.in_proj_ba;
   constexpr int64_t kBesideRows = 8;
   const bool beside = side_stream_ && T <= kBesideRows && ba.format == WeightFormat::kDense &&

@@ -79,7 +79,7 @@ void Qwen35CudaModel::setup_fp8_gemms(int64_t max_step_tokens) {
   }
   if (shapes.empty()) return;
   const int64_t max_m = std::max(max_step_tokens, options_.max_logit_rows);
-  fp8_gemm_ = std::make_unique<cuda::Fp8GemmRegistry>(max_m, widest_k);
+  fp8_gemm_ = std::make_unique<cuda::Fp8GemmRegistry>(max_m, widest_k, options_.gemm_exclude);
   cuda::fp8_gemm_prepare(stream_);  // before any graph capture on the stream
   std::vector<cuda::GemmTuneShape> list;
   for (auto& [key, shape] : shapes) list.push_back(std::move(shape));
@@ -90,7 +90,7 @@ void Qwen35CudaModel::setup_fp8_gemms(int64_t max_step_tokens) {
       for (int64_t m : {int64_t(1), max_m})
         VT_CHECK(fp8_gemm_->supports(serving, m, shape.n, shape.k, shape.n, options_.activations),
                  "the forced GEMM backend ", cuda::gemm_backend_name(*forced),
-                 " (VT_GEMM_BACKEND / VT_FP8_GEMM) cannot serve the ", shape.n, " x ", shape.k,
+                 " (VT_GEMM_BACKEND) cannot serve the ", shape.n, " x ", shape.k,
                  " FP8 GEMM at M = ", m, "; unset it or pick a backend that can");
   }
   if (options_.tune_gemms) {

@@ -92,7 +92,7 @@ struct Qwen35CudaModel::Workspace {
   int64_t window_entries = 0;
   const int32_t* window_entry = nullptr;
   bool writes_window = false;
-  // Chunked GDN prefill (cuda::gdn_chunked; none when VT_GDN_CHUNKED=0): scratch for the widest
+  // Chunked GDN prefill (cuda::gdn_chunked; none for head dims it does not take): scratch for the widest
   // step, the uploaded step's longest and shortest sequence (host), and the delta rule the
   // running forward() asked for (kAuto: chunks for sequences of >= kGdnChunkedMinTokens tokens).
   cuda::DeviceBuffer gdn_chunk_scratch;

@@ -440,7 +440,7 @@ struct GdnRun {
 // gdn_recurrent alone (every sequence token by token); else gdn_recurrent for the sequences
 // shorter than it (when `recurrent_too`) and gdn_chunked(min_tokens = chunked_from).
 GdnRun gpu_gdn_core(const GdnInputs& in, const HostLayout& layout, const std::vector<float>& initial,
-                    int64_t chunked_from, bool recurrent_too) {
+                    int64_t chunked_from, bool recurrent_too, int seqs_per_cluster = 0) {
   const int64_t T = layout.seq_start.back(), S = int64_t(layout.slots.size());
   auto d_conv_out = upload(in.conv_out, DType::kF32), d_projected = upload(in.projected, DType::kF32);
   auto d_ba = upload(in.ba, DType::kF32), d_a_log = upload(in.a_log, DType::kF32);
@@ -456,7 +456,7 @@ GdnRun gpu_gdn_core(const GdnInputs& in, const HostLayout& layout, const std::ve
   if (chunked_from == 0 || recurrent_too)
     cuda::gdn_recurrent(out.data(), d_state.as<float>(), d_conv_out.as<float>(), d_projected.data(), in.stride,
                         in.z_offset, d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(), step,
-                        shape, DType::kF32, nullptr, nullptr, nullptr, {}, chunked_from);
+                        shape, DType::kF32, nullptr, nullptr, nullptr, {}, chunked_from, seqs_per_cluster);
   if (chunked_from > 0) {
     const int64_t floats = cuda::gdn_chunked_scratch_floats(T, S, chunked_from, shape);
     auto scratch = upload(std::vector<float>(size_t(floats), NAN), DType::kF32);
@@ -532,12 +532,10 @@ TEST_F(CudaKernels, GatedDeltaNetChunkedMatchesCpu) {
     EXPECT_TRUE(same_bits(mixed_again.state, mixed.state));
     // gdn_recurrent's clusters walking 3 and 8 sequences each (the next one's state streamed in
     // meanwhile), the chunked ones skipped in turn: the same bits as one sequence per cluster.
-    for (const char* per_cta : {"3", "8"}) {
-      SCOPED_TRACE(std::string("VT_GDN_SEQS_PER_CTA=") + per_cta);
-      setenv("VT_GDN_SEQS_PER_CTA", per_cta, 1);
-      const GdnRun walked = gpu_gdn_core(in, layout, initial, 0, false);
-      const GdnRun walked_mixed = gpu_gdn_core(in, layout, initial, 64, true);
-      unsetenv("VT_GDN_SEQS_PER_CTA");
+    for (int per_cluster : {3, 8}) {
+      SCOPED_TRACE("seqs_per_cluster " + std::to_string(per_cluster));
+      const GdnRun walked = gpu_gdn_core(in, layout, initial, 0, false, per_cluster);
+      const GdnRun walked_mixed = gpu_gdn_core(in, layout, initial, 64, true, per_cluster);
       EXPECT_TRUE(same_bits(walked.out, recurrent.out));
       EXPECT_TRUE(same_bits(walked.state, recurrent.state));
       EXPECT_TRUE(same_bits(walked_mixed.out, mixed.out));

@@ -252,7 +252,7 @@ TEST_F(CudaModel, SyntheticRealShapesDecode) {
 }
 
 // The GDN b/a projection on the side stream (a branch of the step's graph, joined before the delta
-// rule) gives the logits of running it in line (VT_SIDE_STREAM=0), bit for bit: the same kernel on
+// rule) gives the logits of running it in line (CudaModelOptions::side_stream off), bit for bit: the same kernel on
 // the same inputs, at 8 sequences (the most it runs beside).
 TEST_F(CudaModel, SideStreamBranchMatchesInLine) {
   Qwen35Config config = reduced_config("qwen3.5-27b", 4);  // three GDN layers and an attention one
@@ -264,15 +264,14 @@ TEST_F(CudaModel, SideStreamBranchMatchesInLine) {
   std::vector<int32_t> tokens, positions;
   for (int32_t i = 0; i < 8; ++i) tokens.push_back(i + 1), positions.push_back(3 + 2 * i);
   std::vector<std::vector<float>> logits;
-  for (const char* side : {"1", "0"}) {
-    setenv("VT_SIDE_STREAM", side, 1);
+  for (bool side : {true, false}) {
+    options.side_stream = side;
     Qwen35CudaModel model(config, synthetic_cuda_weights(config, true, 13), options, "synthetic");
     model.randomize_state(9);
     std::vector<int32_t> next;
     model.decode_step(tokens, positions, &next, true);
     logits.push_back(model.last_logits(8));
   }
-  unsetenv("VT_SIDE_STREAM");
   EXPECT_EQ(logits[0], logits[1]);
 }
 
@@ -453,7 +452,7 @@ TEST_F(CudaModel, Fp8LmHeadExactColumnsMatchTheCpuReference) {
 }
 
 // The FP8 quantisation fused into norms, SwiGLU, the GDN output and the attention combine gives
-// the logits, bit for bit, of quantising in front of each linear (VT_FUSED_QUANT=0), on the real
+// the logits, bit for bit, of quantising in front of each linear (CudaModelOptions::fuse_fp8_quantization off), on the real
 // 27B and 35B-A3B layer shapes (where every fused path applies).
 TEST_F(CudaModel, FusedQuantisationIsBitIdentical) {
   for (const char* name : {"qwen3.5-27b", "qwen3.5-35b-a3b"}) {
@@ -463,15 +462,14 @@ TEST_F(CudaModel, FusedQuantisationIsBitIdentical) {
     options.max_context = 64;
     options.max_step_tokens = 3;
     std::vector<std::vector<float>> logits;
-    for (const char* fused : {"1", "0"}) {
-      setenv("VT_FUSED_QUANT", fused, 1);
+    for (bool fused : {true, false}) {
+      options.fuse_fp8_quantization = fused;
       Qwen35CudaModel model(config, synthetic_cuda_weights(config, true, 11), options, "synthetic");
       model.randomize_state(5);
       std::vector<int32_t> next;
       model.decode_step({5, 6, 7}, {9, 17, 40}, &next, false);
       logits.push_back(model.last_logits(3));
     }
-    unsetenv("VT_FUSED_QUANT");
     ASSERT_EQ(logits[0].size(), logits[1].size());
     EXPECT_TRUE(logits[0] == logits[1]) << name << ": fused and unfused FP8 activations differ";
     double norm = 0;
@@ -497,7 +495,7 @@ TEST_F(CudaModel, ProfileNamesTheUnfusedFallbackAndTheGateCatchesIt) {
   };
   std::map<std::string, Step> steps;
   for (const char* fused : {"1", "0"}) {
-    setenv("VT_FUSED_QUANT", fused, 1);
+    options.fuse_fp8_quantization = std::string(fused) == "1";
     Qwen35CudaModel model(config, synthetic_cuda_weights(config, true, 11), options, "synthetic");
     std::vector<int32_t> next;
     model.decode_step({5}, {9}, &next, false);  // lazy module loads outside the window
@@ -509,7 +507,6 @@ TEST_F(CudaModel, ProfileNamesTheUnfusedFallbackAndTheGateCatchesIt) {
     step.intents = profile::end_intent_records();
     step.records = recorder.stop();
   }
-  unsetenv("VT_FUSED_QUANT");
   const auto quantise_rows = [](const Step& step) {
     const auto report = profile::build_step_report(profile::spans_from_kernels(step.records, step.intents), {1, 1e3, 1e3});
     std::string ops;

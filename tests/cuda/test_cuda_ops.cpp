@@ -375,34 +375,14 @@ TEST_F(CudaOps, GemmPartialsSummedByTheNorm) {
       registry.run(cuda::GemmBackend::kWgmma, y.data(), n, d_q.as<uint8_t>(), d_a_scales.as<float>(),
                    d_codes.as<uint8_t>(), d_scales.data, m, n, k, act, nullptr);
       const Result written = norm(y.data());
-      setenv("VT_NORM_ROW_CTAS", "1", 1);
       std::vector<Result> deferred;
       for (int run = 0; run < 2; ++run) {
         const cuda::GemmPartials partials = registry.run_partials(
             d_q.as<uint8_t>(), d_a_scales.as<float>(), d_codes.as<uint8_t>(), d_scales.data, m, n, k, nullptr);
         deferred.push_back(norm(&partials));
       }
-      unsetenv("VT_NORM_ROW_CTAS");
       EXPECT_TRUE(deferred[0].residual == deferred[1].residual && deferred[0].q == deferred[1].q)
           << "not deterministic";
-      // A row over a cluster of 2, 4 or 5 CTAs (where n allows; else fewer) gives the one-CTA
-      // norm's outputs bit for bit where that kernel holds one chunk per thread (n <= 5,120: the
-      // same chunks per warp, summed in the same order); wider rows (n = 8704 here) sum their
-      // squares in another order: within rounding there.
-      for (const char* row_ctas : {"2", "4", "5"}) {
-        setenv("VT_NORM_ROW_CTAS", row_ctas, 1);
-        const cuda::GemmPartials partials = registry.run_partials(
-            d_q.as<uint8_t>(), d_a_scales.as<float>(), d_codes.as<uint8_t>(), d_scales.data, m, n, k, nullptr);
-        const Result clustered = norm(&partials);
-        unsetenv("VT_NORM_ROW_CTAS");
-        EXPECT_TRUE(clustered.residual == deferred[0].residual) << "VT_NORM_ROW_CTAS=" << row_ctas;
-        if (n <= 5120)
-          EXPECT_TRUE(clustered.out == deferred[0].out && clustered.q == deferred[0].q)
-              << "VT_NORM_ROW_CTAS=" << row_ctas;
-        else
-          EXPECT_LE(relative_l2(clustered.out, deferred[0].out), 1e-6 + (act == DType::kBF16 ? 1e-2 : 0.0))
-              << "VT_NORM_ROW_CTAS=" << row_ctas;
-      }
       // The branch the norm added: residual after - before, against the CPU product.
       upload_as(residual, residual0, act);
       const std::vector<float> before = download_as_f32(residual, act, size_t(m * n));

@@ -13,7 +13,6 @@
 #include "models/qwen3_5_config.h"
 #include "models/registry.h"
 #include "ops/ops.h"
-#include "profile/backend_override.h"
 #include "profile/intent.h"
 #include "profile/kernel_gate.h"
 #include "profile/op_timer.h"
@@ -372,60 +371,6 @@ TEST(Intents, GemmGroupOfWeightNames) {
   EXPECT_EQ(gemm_group_of_weight("something.else"), OpGroup::kGemmOther);
   for (int group = 0; group < kNumOpGroups; ++group)
     EXPECT_STRNE(op_group_name(OpGroup(group)), "");
-}
-
-TEST(BackendOverrides, UnsetUnknownAndUnservableValues) {
-  const std::vector<GemmShape> shapes = {{1, 10240, 5120, "gdn.in_proj"},
-                                         {16, 5120, 6144, "gdn.out_proj"}};
-  const auto env = [](const char* variable_set, const char* value) {
-    return [=](const char* variable) -> const char* {
-      return std::string(variable) == variable_set ? value : nullptr;
-    };
-  };
-  EXPECT_TRUE(check_backend_overrides(shapes, env("VT_FP8_GEMM", nullptr)).empty());
-  EXPECT_EQ(check_backend_overrides(shapes, env("VT_FP8_GEMM", "mma")).at("VT_FP8_GEMM"), "mma");
-  EXPECT_EQ(
-      check_backend_overrides(shapes, env("VT_GEMM_BACKEND", "warp_rows")).at("VT_GEMM_BACKEND"),
-      "warp_rows");
-  // Every registry backend can be forced by its registry name; wgmma serves any M.
-  EXPECT_EQ(check_backend_overrides(shapes, env("VT_GEMM_BACKEND", "wgmma")).at("VT_GEMM_BACKEND"), "wgmma");
-  EXPECT_NE(failure_of([&] { check_backend_overrides(shapes, env("VT_GEMM_BACKEND", "gemv_splitk")); })
-                .find("VT_GEMM_BACKEND=gemv_splitk cannot serve gdn.out_proj (m=16"),
-            std::string::npos);
-  EXPECT_EQ(backend_override("VT_FP8_GEMM", env("VT_FP8_GEMM", "simple")), "simple");
-  EXPECT_EQ(backend_override("VT_FP8_GEMM", env("VT_FP8_GEMM", nullptr)), "");
-  const std::string unknown =
-      failure_of([&] { check_backend_overrides(shapes, env("VT_FP8_GEMM", "cutlass")); });
-  EXPECT_NE(unknown.find(
-                "VT_FP8_GEMM='cutlass' names no backend: expected one of 'gemv', 'simple', 'mma'"),
-            std::string::npos)
-      << unknown;
-  EXPECT_NE(failure_of([&] {
-              backend_override("VT_FP8_GEMM", env("VT_FP8_GEMM", "MMA"));
-            }).find("names no backend"),
-            std::string::npos);
-  // The gemv kernel is M = 1 only: forcing it for a batch-16 run is refused before anything runs.
-  const std::string gemv =
-      failure_of([&] { check_backend_overrides(shapes, env("VT_GEMM_BACKEND", "gemv")); });
-  EXPECT_NE(
-      gemv.find(
-          "VT_GEMM_BACKEND=gemv cannot serve gdn.out_proj (m=16 n=5120 k=6144): it needs m == 1"),
-      std::string::npos)
-      << gemv;
-  EXPECT_NE(gemv.find("Refusing to start"), std::string::npos);
-  EXPECT_NE(failure_of([&] {
-              check_backend_overrides({{1, 4096, 1000, "mlp.down"}}, env("VT_FP8_GEMM", "mma"));
-            }).find("VT_FP8_GEMM=mma cannot serve mlp.down (m=1 n=4096 k=1000)"),
-            std::string::npos);
-  EXPECT_NE(failure_of([] { backend_override("VT_NOT_AN_OVERRIDE"); }).find("not a registered"),
-            std::string::npos);
-  // A registry's own table, from its supports().
-  const std::vector<BackendOverride> registry = {
-      {"VT_TEST_GEMM", {{"small", [](const GemmShape& s) { return s.n <= 8; }, "n <= 8"}}}};
-  EXPECT_NE(failure_of([&] {
-              check_backend_overrides(shapes, env("VT_TEST_GEMM", "small"), registry);
-            }).find("needs n <= 8"),
-            std::string::npos);
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {

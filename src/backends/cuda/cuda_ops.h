@@ -145,11 +145,14 @@ void gdn_conv(float* conv_out, float* conv_state, const void* projected, int64_t
 // out's FP8 quantisation for the out_proj ([T, Hv*dv] e4m3, [T, Hv] scales).
 // chunked_from > 0: sequences with at least that many tokens are left to gdn_chunked (same
 // min_tokens) and untouched here; no rollback window then. 0 (decode): every sequence.
+// seqs_per_cluster: the sequences each cluster walks in turn (0: the fewest that fit the grid into
+// the resident CTAs; any count gives the same bits).
 void gdn_recurrent(void* out, float* recurrent, const float* conv_out, const void* projected,
                    int64_t projected_stride, int64_t z_offset, const void* ba, const float* a_log,
                    const float* dt_bias, const float* norm_w, const StepLayout& layout,
                    const DeltaNetShape& shape, DType act, cudaStream_t stream, uint8_t* q_codes = nullptr,
-                   float* q_scales = nullptr, const GdnWindow& window = {}, int64_t chunked_from = 0);
+                   float* q_scales = nullptr, const GdnWindow& window = {}, int64_t chunked_from = 0,
+                   int seqs_per_cluster = 0);
 
 // The same Gated DeltaNet core in chunks of kGdnChunk tokens (prefill): the CPU reference's
 // UT-transform form (cpu::gated_delta_rule_chunked) for the sequences of the step with at least
@@ -170,9 +173,6 @@ void gdn_chunked(void* out, float* recurrent, const float* conv_out, const void*
                  int64_t z_offset, const void* ba, const float* a_log, const float* dt_bias, const float* norm_w,
                  const StepLayout& layout, const DeltaNetShape& shape, DType act, cudaStream_t stream, float* scratch,
                  int64_t scratch_floats, int64_t min_tokens, uint8_t* q_codes = nullptr, float* q_scales = nullptr);
-// VT_GDN_CHUNKED: 1 (default) lets models run long sequences through gdn_chunked; 0 keeps every
-// sequence token by token (A/B runs). Read once.
-bool gdn_chunked_enabled();
 
 // dst[i] <- src[i] (count[i] f32 each) for every span, in one launch per 64 spans: the GDN states
 // of all layers into or out of a rollback window entry.

@@ -40,17 +40,6 @@ void copy_to_host(void* dst, const void* src, size_t bytes) {
 
 void synchronize() { VT_CUDA_CHECK(cudaDeviceSynchronize()); }
 
-bool pdl_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("VT_PDL");
-    if (!value) return true;
-    const std::string text(value);
-    VT_CHECK(text == "0" || text == "1", "VT_PDL='", text, "': expected 0 or 1");
-    return text == "1";
-  }();
-  return enabled;
-}
-
 DeviceBuffer::DeviceBuffer(DType dtype, const Shape& shape) {
   view_ = TensorView{device_alloc(size_t(shape.numel()) * dtype_size(dtype)), dtype, Device::kCuda, shape};
 }

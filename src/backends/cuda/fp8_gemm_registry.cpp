@@ -149,32 +149,18 @@ int64_t gemm_bucket(int64_t m) {
   return kGemmBuckets[std::size(kGemmBuckets) - 1];
 }
 
-Fp8GemmRegistry::Fp8GemmRegistry(int64_t max_m, int64_t max_k)
+Fp8GemmRegistry::Fp8GemmRegistry(int64_t max_m, int64_t max_k, const std::vector<std::string>& excluded)
     : scales_t_(DType::kF32, {std::max<int64_t>(1, (max_k + 127) / 128 * max_m)}), max_m_(max_m), max_k_(max_k) {
-  const char* name = std::getenv("VT_GEMM_BACKEND");
-  const char* older = std::getenv("VT_FP8_GEMM");  // the first session's spelling: gemv|simple|mma
-  VT_CHECK(!name || !older, "VT_GEMM_BACKEND and VT_FP8_GEMM are both set: set one");
-  if (name) {
+  if (const char* name = std::getenv("VT_GEMM_BACKEND")) {
     forced_ = parse_gemm_backend(name);
     VT_CHECK(forced_, "VT_GEMM_BACKEND='", name, "': expected ", gemm_backend_names());
-  } else if (older) {
-    const std::string value(older);
-    VT_CHECK(value == "gemv" || value == "simple" || value == "mma", "VT_FP8_GEMM='", value,
-             "': expected 'gemv', 'simple' or 'mma'");
-    forced_ = value == "gemv" ? GemmBackend::kGemv : value == "simple" ? GemmBackend::kWarpRows : GemmBackend::kMma;
   }
-  // VT_GEMM_EXCLUDE=a,b: backends the tuning leaves out (A/B runs: the plan without a new backend);
-  // "none" leaves none out.
-  if (const char* excluded = std::getenv("VT_GEMM_EXCLUDE")) {
-    std::stringstream list(excluded);
-    for (std::string item; std::getline(list, item, ',');) {
-      if (item.empty() || item == "none") continue;
-      const auto backend = parse_gemm_backend(item);
-      VT_CHECK(backend, "VT_GEMM_EXCLUDE names '", item, "': expected ", gemm_backend_names());
-      VT_CHECK(!forced_ || *forced_ != *backend, "VT_GEMM_EXCLUDE leaves out ", item, ", which VT_GEMM_BACKEND forces");
-      excluded_.push_back(*backend);
-      excluded_key_ += (excluded_key_.empty() ? "|without " : ",") + item;
-    }
+  for (const std::string& item : excluded) {
+    const auto backend = parse_gemm_backend(item);
+    VT_CHECK(backend, "excluded GEMM backend '", item, "': expected ", gemm_backend_names());
+    VT_CHECK(!forced_ || *forced_ != *backend, "the tuning leaves out ", item, ", which VT_GEMM_BACKEND forces");
+    excluded_.push_back(*backend);
+    excluded_key_ += (excluded_key_.empty() ? "|without " : ",") + item;
   }
 }
 
@@ -379,7 +365,7 @@ std::string Fp8GemmRegistry::tune(const std::vector<GemmTuneShape>& shapes, int6
     if (error) std::filesystem::remove(temporary, error);
   }
   if (forced_) log << "  forced backend " << gemm_backend_name(*forced_) << " (environment) overrides this table\n";
-  if (!excluded_.empty()) log << "  tuned" << excluded_key_ << " (VT_GEMM_EXCLUDE)\n";
+  if (!excluded_.empty()) log << "  tuned" << excluded_key_ << "\n";
   return log.str();
 }
 

@@ -2,9 +2,8 @@
 // at start-up every backend that can serve a shape is timed at each M bucket over the model's own
 // weights (cycled across layers, so reads come from HBM as in a decode step), the fastest is kept,
 // the table is logged and cached on disk (keyed by GPU, vt version, shape), and VT_GEMM_BACKEND
-// (or the older VT_FP8_GEMM=gemv|simple|mma, simple being warp_rows) forces one backend for A/B
-// runs (refused at start-up for a shape it cannot serve); VT_GEMM_EXCLUDE=a,b leaves backends out of
-// the tuning (the plan as it was without a backend, measured in the same run).
+// forces one backend for A/B runs (refused at start-up for a shape it cannot serve); a list of
+// excluded backends leaves them out of the tuning (the plan without a backend, for A/B runs).
 #pragma once
 
 #include <cstdint>
@@ -91,7 +90,7 @@ void step_producer(uint8_t* codes, float* scales, const void* input, int64_t m, 
 class Fp8GemmRegistry {
  public:
   // max_m rows and max_k columns bound every call (the scratch for cuBLASLt's scale layout).
-  Fp8GemmRegistry(int64_t max_m, int64_t max_k);
+  Fp8GemmRegistry(int64_t max_m, int64_t max_k, const std::vector<std::string>& excluded = {});
 
   bool supports(GemmBackend backend, int64_t m, int64_t n, int64_t k, int64_t ldy, DType act);
   // Whether kWgmmaPartials serves m x n x k (its output only through run_partials).
@@ -112,7 +111,7 @@ class Fp8GemmRegistry {
   // Times each backend that serves (n, k) at each bucket up to max_m, keeps the fastest; reuses
   // the disk cache when it holds every entry. Returns the table as text (for the start-up log).
   std::string tune(const std::vector<GemmTuneShape>& shapes, int64_t max_m, DType act, cudaStream_t stream);
-  // The forced backend (VT_GEMM_BACKEND or VT_FP8_GEMM), if any; wgmma_partials forced runs
+  // The forced backend (VT_GEMM_BACKEND), if any; wgmma_partials forced runs
   // every GEMM that feeds a norm as partials where it serves, the others on wgmma.
   std::optional<GemmBackend> forced() const { return forced_; }
 
@@ -125,7 +124,7 @@ class Fp8GemmRegistry {
   std::map<Key, GemmBackend> table_;
   std::map<Key, double> measured_us_;
   std::optional<GemmBackend> forced_;
-  std::vector<GemmBackend> excluded_;  // VT_GEMM_EXCLUDE
+  std::vector<GemmBackend> excluded_;  // left out of the tuning
   std::string excluded_key_;           // "" or "|without a,b": part of the plan cache's keys
   bool excluded(GemmBackend backend) const;
 };

@@ -29,8 +29,7 @@ struct AttentionArgs {
 };
 
 // The split-key partials ([T, Hq, splits, D + 2]) by a grouped kernel, grid (T, Hkv, splits): on
-// the tensor cores (bf16, head_dim 128 or 256, up to 8 query heads per KV head, unless
-// VT_ATTENTION_KERNEL=cuda_cores) or on the CUDA cores (head_dim 64, 128 or 256, groups of 1-4, 6
+// the tensor cores (bf16, head_dim 128 or 256, up to 8 query heads per KV head) or on the CUDA cores (head_dim 64, 128 or 256, groups of 1-4, 6
 // or 8); false where neither serves the shape (the caller runs a block per query head).
 bool launch_grouped_attention(DType act, const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost,
                               cudaStream_t stream);

@@ -506,24 +506,11 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) sm90_paged_attention_mma
 // The grouped kernel for (group, head_dim) pairs it is built for; false for any other (the
 // per-head kernel runs them). bf16 rows take 8 keys per warp at a time up to 6 heads a group and
 // more than 4 tokens, else 4 (registers: the group's q and accumulators, and every key's K and V
-// slices, per lane; at 4 keys three blocks fit an SM). Measured on the 27B (H200, 2026-12-02):
-// 8 keys 738 us per step at batch 16 against 848 with 4; 4 keys 0.12-0.21 ms per step faster at
-// batch 1 and 4.
-// VT_ATTENTION_KEYS=4|8 overrides the bf16 choice (A/B runs); 0: the rule above.
-int gqa_keys_override() {
-  static const int keys = [] {
-    const char* value = std::getenv("VT_ATTENTION_KEYS");
-    const int parsed = value ? std::atoi(value) : 0;
-    VT_CHECK(parsed == 0 || parsed == 4 || parsed == 8, "VT_ATTENTION_KEYS='", value ? value : "", "': expected 4 or 8");
-    return parsed;
-  }();
-  return keys;
-}
+// slices, per lane; at 4 keys three blocks fit an SM, which wins at 1-4 tokens).
 template <typename T, int kGroup, int kPerLane>
 void launch_gqa(const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost, cudaStream_t stream) {
   if constexpr (sizeof(T) == 2) {
-    const int keys = gqa_keys_override();
-    if (keys == 8 || (keys == 0 && kGroup <= 6 && grid.x > 4)) {
+    if (kGroup <= 6 && grid.x > 4) {
       launch("sm90_paged_attention_gqa", cost, sm90_paged_attention_gqa<T, kGroup, kPerLane, 8>, grid,
              dim3(kAttentionWarps * 32), 0, stream, args);
       return;
@@ -542,34 +529,16 @@ bool launch_gqa_dims(const AttentionArgs& args, dim3 grid, const ::vt::profile::
     default: return false;
   }
 }
-// The tensor-core kernel (bf16 caches, head_dim 128 or 256, groups of up to 8): false where it is
-// not built for the shape or VT_ATTENTION_KERNEL=cuda_cores (A/B runs) asks for the CUDA-core one.
-template <int kGroup, int kDim, int kStages>
-void launch_mma_stages(const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost,
-                       cudaStream_t stream) {
+// The tensor-core kernel (bf16 caches, head_dim 128 or 256, groups of up to 8), two shared-memory
+// stages per warp (a third measured no faster).
+template <int kGroup, int kDim>
+void launch_mma(const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost, cudaStream_t stream) {
+  constexpr int kStages = 2;
   static std::atomic<uint64_t> devices{0};
   constexpr size_t bytes = mma::shared_bytes<kDim, kStages>();
   allow_dynamic_shared(sm90_paged_attention_mma<kGroup, kDim, kStages>, bytes, devices, "sm90_paged_attention_mma");
   launch("sm90_paged_attention_mma", cost, sm90_paged_attention_mma<kGroup, kDim, kStages>, grid,
          dim3(kAttentionWarps * 32), bytes, stream, args);
-}
-// Stages per warp: VT_ATTENTION_STAGES=2|3 (A/B runs), default 2 (3 measured no faster on the
-// 27B at batch 1-32: 496 against 483 us per step at batch 16).
-int mma_stages() {
-  static const int stages = [] {
-    const char* value = std::getenv("VT_ATTENTION_STAGES");
-    const int parsed = value ? std::atoi(value) : 2;
-    VT_CHECK(parsed == 2 || parsed == 3, "VT_ATTENTION_STAGES='", value ? value : "", "': expected 2 or 3");
-    return parsed;
-  }();
-  return stages;
-}
-template <int kGroup, int kDim>
-void launch_mma(const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost, cudaStream_t stream) {
-  if (mma_stages() == 2)
-    launch_mma_stages<kGroup, kDim, 2>(args, grid, cost, stream);
-  else
-    launch_mma_stages<kGroup, kDim, 3>(args, grid, cost, stream);
 }
 template <int kDim>
 bool launch_mma_group(const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost,
@@ -584,19 +553,10 @@ bool launch_mma_group(const AttentionArgs& args, dim3 grid, const ::vt::profile:
     default: return false;
   }
 }
-bool use_mma() {
-  static const bool mma = [] {
-    const char* value = std::getenv("VT_ATTENTION_KERNEL");
-    const std::string kernel = value ? value : "mma";
-    VT_CHECK(kernel == "mma" || kernel == "cuda_cores", "VT_ATTENTION_KERNEL='", kernel, "': expected mma or cuda_cores");
-    return kernel == "mma";
-  }();
-  return mma;
-}
 bool mma_serves(DType act, const AttentionShape& shape) {
   if (shape.num_kv_heads <= 0 || shape.num_heads % shape.num_kv_heads != 0) return false;
   const int64_t group = shape.num_heads / shape.num_kv_heads;
-  return act == DType::kBF16 && use_mma() && (shape.head_dim == 128 || shape.head_dim == 256) &&
+  return act == DType::kBF16 && (shape.head_dim == 128 || shape.head_dim == 256) &&
          (group <= 4 || group == 6 || group == 8);
 }
 bool launch_mma_kernel(DType act, const AttentionArgs& args, dim3 grid, const ::vt::profile::LaunchCost& cost,

@@ -86,19 +86,10 @@ __device__ __forceinline__ void pdl_trigger() {
 }
 // Both, at the top of a kernel that has nothing to do before its inputs are ready: the wait, then
 // the trigger, so that when a kernel starts, every kernel before its predecessor has finished
-// (sm90_gdn_recurrent relies on it). VT_PDL_EARLY_TRIGGER (a CMake option, for A/B runs) puts the
-// trigger first: the next kernel may then be scheduled as soon as every CTA of this one runs (its
-// own wait still waits for this grid to complete), so a GEMM is resident, and streaming its first
-// weights, several small kernels early. Measured no faster end to end
-// (docs/perf/2026-12-01-gemm-splits-pdl.md).
+// (sm90_gdn_recurrent relies on it).
 __device__ __forceinline__ void pdl_enter() {
-#ifdef VT_PDL_EARLY_TRIGGER
-  pdl_trigger();
-  pdl_wait();
-#else
   pdl_wait();
   pdl_trigger();
-#endif
 }
 
 __device__ __forceinline__ void prefetch_l2(const void* pointer) {

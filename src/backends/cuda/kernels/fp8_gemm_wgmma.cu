@@ -1,13 +1,11 @@
 // Host side of the TMA + wgmma stream-K FP8 GEMM (fp8_gemm_wgmma.cuh): the configuration per
 // call, tensor maps (cached per thread), the per-device partials workspace, and the launch with
-// its intent. Configuration from scripts/gpu/wgmma_explore.cu's sweep on the H200
-// (docs/perf/2026-12-01-wgmma-gemm.md): the smallest of 8 / 16 / 32 / 64 tokens per instruction
-// that holds M (larger M in chunks of 64 rows, each re-reading the weights), 4 stages of 128 x 128
-// weight blocks, shared memory padded so that one such CTA holds an SM, one CTA per SM, or one per
+// its intent. Configuration: the smallest of 8 / 16 / 32 / 64 tokens per instruction that holds M
+// (larger M in chunks of 64 rows, each re-reading the weights), 4 stages of 128 x 128 weight
+// blocks, shared memory padded so that one such CTA holds an SM, one CTA per SM, or one per
 // 128-row tile where the tiles nearly fill the SMs (no shared tiles then); the receivers split
-// (docs/perf/2026-12-02-wgmma-receivers.md) where the tiles fill at most half the SMs. The cluster
-// split (Fp8GemmBackend::kWgmmaCluster, docs/perf/2026-12-02-wgmma-cluster.md) is its own entry:
-// its cluster size per device and width, its launch in clusters.
+// where the tiles fill at most half the SMs. The cluster split (Fp8GemmBackend::kWgmmaCluster) is
+// its own entry: its cluster size per device and width, its launch in clusters.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -47,25 +45,6 @@ constexpr size_t shared_bytes() {
   return std::max(packed_shared_bytes<kTokens>(), kExclusiveSharedBytes);
 }
 
-// An integer setting from the environment (the A/B switches below, each read once), else `fallback`.
-int env_int(const char* name, int fallback) {
-  const char* value = std::getenv(name);
-  return value && *value ? std::atoi(value) : fallback;
-}
-
-// The stream-K split over VT_WGMMA_WAVES x SMs CTAs (read once; default 1): above 1, shared memory
-// is not padded, so that that many CTAs share an SM, all resident at once (checked per launch
-// configuration: a summer may wait on any later CTA, which must be running); an SM whose CTA ends
-// early gives the other its whole copy path. For A/B runs (docs/perf/2026-12-02-wgmma-prefetch.md).
-int waves() {
-  static const int value = [] {
-    const int parsed = env_int("VT_WGMMA_WAVES", 1);
-    VT_CHECK(parsed >= 1 && parsed <= 4, "VT_WGMMA_WAVES=", parsed, ": 1..4");
-    return parsed;
-  }();
-  return value;
-}
-
 // Per (device, stream): the SM count and the partials (one slot per CTA, filled with
 // wg::kUnwritten once: the CTA that reads a word puts it back). Per stream, because GEMMs of two
 // streams (two models on one GPU) may run at once and must not share slots.
@@ -92,7 +71,7 @@ const Workspace& workspace(cudaStream_t stream) {
              "fp8 wgmma GEMM: first call on a stream inside a graph capture; call fp8_gemm_prepare(stream) before");
     VT_CUDA_CHECK(cudaDeviceGetAttribute(&slot.sms, cudaDevAttrMultiProcessorCount, device));
     const size_t bytes =
-        size_t(slot.sms) * waves() * kHalves * (kMaxTokens / 2) * wg::kConsumerThreads * sizeof(uint32_t);
+        size_t(slot.sms) * kHalves * (kMaxTokens / 2) * wg::kConsumerThreads * sizeof(uint32_t);
     void* memory = nullptr;
     VT_CUDA_CHECK(cudaMalloc(&memory, bytes));
     static_assert(wg::kUnwritten == 0xFFFFFFFFu, "the workspace is filled bytewise");
@@ -136,25 +115,9 @@ const CUtensorMap& tensor_map(const void* base, int64_t rows, int64_t cols, int 
 }
 
 // How many units before its range's end a summer requests its partners' partials into shared
-// memory (VT_WGMMA_PREFETCH_LEAD, read once; 0: at the end, as before): the read's round trip was
-// ~1 us after the summer's last unit even where the partials had been written long before
-// (docs/perf/2026-12-02-wgmma-prefetch.md).
+// memory: the read's round trip (~1 us) is otherwise paid after the summer's last unit even where
+// the partials were written long before.
 constexpr int kPrefetchLead = 2;
-int prefetch_lead() {
-  static const int lead = [] {
-    const int parsed = env_int("VT_WGMMA_PREFETCH_LEAD", kPrefetchLead);
-    VT_CHECK(parsed >= 0 && parsed <= 64, "VT_WGMMA_PREFETCH_LEAD=", parsed, ": 0..64 units");
-    return parsed;
-  }();
-  return lead;
-}
-
-// How many units a receiver streams beyond a sender's share (VT_WGMMA_SLACK, read once; negative:
-// the stream-K split everywhere, for A/B runs).
-int64_t receiver_slack() {
-  static const int64_t slack = env_int("VT_WGMMA_SLACK", int(kReceiverSlack));
-  return slack;
-}
 
 template <typename T, int kTokens>
 void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
@@ -163,24 +126,12 @@ void launch_tokens(void* y, int64_t ldy, const uint8_t* q, const float* a_scales
   auto kernel = wg::sm90_fp8_gemm_wgmma<T, kTokens, kStages, kHalves>;
   static std::atomic<uint64_t> devices{0};
   allow_dynamic_shared(kernel, shared_bytes<kTokens>(), devices, "sm90_fp8_gemm_wgmma");
-  // More CTAs than SMs (VT_WGMMA_WAVES, stream-K only): unpadded, and every CTA resident at once.
-  const bool packed = ctas > space.sms;
-  const size_t shared = packed ? packed_shared_bytes<kTokens>() : shared_bytes<kTokens>();
-  if (packed) {
-    static std::atomic<int> resident{0};  // CTAs per SM at the packed size (same on every sm90 device)
-    if (resident.load() == 0) {
-      int count = 0;
-      VT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, wg::kThreads, shared));
-      resident.store(count);
-    }
-    VT_CHECK(int64_t(resident.load()) * space.sms >= ctas, "fp8 wgmma GEMM: VT_WGMMA_WAVES asks for ", ctas,
-             " CTAs, but only ", resident.load(), " per SM fit at ", kTokens, " tokens (", space.sms, " SMs)");
-  }
+  const size_t shared = shared_bytes<kTokens>();
   const CUtensorMap& weights = tensor_map(w, n, k, kTileRows);
   const CUtensorMap& activations = tensor_map(q, m, k, kTokens);
   launch("sm90_fp8_gemm_wgmma", cost, kernel, dim3(unsigned(ctas)), dim3(wg::kThreads), shared, stream,
          weights, activations, static_cast<T*>(y), ldy, a_scales, w_scales, space.partials, int(m), int(n), int(k),
-         int(receive_units), prefetch_lead());
+         int(receive_units), kPrefetchLead);
 }
 
 // The cluster split (sm90_fp8_gemm_wgmma_cluster): at most 8 CTAs per cluster (the portable
@@ -264,28 +215,13 @@ void launch_cluster_tokens(void* y, int64_t ldy, const uint8_t* q, const float* 
                   a_scales, w_scales, int(m), int(n), int(k));
 }
 
-// The cluster kernel's stages at M <= 16: 8 (VT_WGMMA_CLUSTER_STAGES=4 for A/B runs, read once; 4
-// above 16 rows, where the stages are larger): its 120 CTAs on a 40-tile matrix each need more
-// bytes in flight than the persistent split's 132. Measured in step, o_proj M = 8 11.2 -> 10.5 us,
-// M = 16 12.1 -> 11.9; 6 stages 12.1 / 12.4 (docs/perf/2026-12-02-wgmma-cluster.md).
-int cluster_stages() {
-  static const int stages = [] {
-    const int parsed = env_int("VT_WGMMA_CLUSTER_STAGES", 8);
-    VT_CHECK(parsed == 4 || parsed == 8, "VT_WGMMA_CLUSTER_STAGES=", parsed, ": 4 or 8");
-    return parsed;
-  }();
-  return stages;
-}
-// Calls run(kTokens, kStagesC) (integral constants) for the cluster kernel of `rows` rows.
+// Calls run(kTokens, kStagesC) (integral constants) for the cluster kernel of `rows` rows: 8
+// stages at M <= 16 (its 120 CTAs on a 40-tile matrix each need more bytes in flight than the
+// persistent split's 132), 4 above, where the stages are larger.
 template <typename Run>
 void by_cluster_config(int64_t rows, Run&& run) {
-  const bool deep = cluster_stages() == 8;
-  const auto small = [&](auto tokens) {
-    if (deep) run(tokens, std::integral_constant<int, 8>{});
-    else run(tokens, std::integral_constant<int, 4>{});
-  };
-  if (rows <= 8) small(std::integral_constant<int, 8>{});
-  else if (rows <= 16) small(std::integral_constant<int, 16>{});
+  if (rows <= 8) run(std::integral_constant<int, 8>{}, std::integral_constant<int, 8>{});
+  else if (rows <= 16) run(std::integral_constant<int, 16>{}, std::integral_constant<int, 8>{});
   else if (rows <= 32) run(std::integral_constant<int, 32>{}, std::integral_constant<int, 4>{});
   else run(std::integral_constant<int, 64>{}, std::integral_constant<int, 4>{});
 }
@@ -325,11 +261,10 @@ void fp8_gemm_wgmma(void* y, int64_t ldy, const uint8_t* q, const float* a_scale
   VT_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, "fp8 wgmma GEMM: ", m, " x ", n, " x ", k);
   const Workspace& space = workspace(stream);
   const int64_t k_blocks = (k + wg::kBlockK - 1) / wg::kBlockK, tiles = (n + kTileRows - 1) / kTileRows;
-  const wg::Split split = wg::plan_split(tiles, k_blocks, space.sms, receiver_slack());
+  const wg::Split split = wg::plan_split(tiles, k_blocks, space.sms, kReceiverSlack);
   const int64_t receive_units = split.receive_units;
-  // VT_WGMMA_WAVES > 1: the stream-K split over that many CTAs per SM.
   const int64_t ctas = receive_units == 0 && split.ctas == space.sms
-                           ? std::min<int64_t>(tiles * k_blocks, int64_t(space.sms) * waves())
+                           ? std::min<int64_t>(tiles * k_blocks, int64_t(space.sms))
                            : split.ctas;
   const size_t element = dtype_size(act);
   for (int64_t m0 = 0; m0 < m; m0 += kMaxTokens) {

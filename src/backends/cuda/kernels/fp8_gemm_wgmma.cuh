@@ -202,32 +202,10 @@ __device__ __forceinline__ void fence_registers(float* d) {
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// What a launch does: everything (kFull), or, for the sweep's overhead measurements only (wrong
-// results), every tile stored without the shared-tile sum (kNoFixup), the copies alone
-// (kStreamOnly), kNoFixup without the multiplies, or the sum with its partials read once,
-// unchecked (kNoPoll) and / or not set back (kNoReset), or not read at all (kNoRead: the partners
-// still store theirs); kStamps (results right) records when each CTA passed the points below.
-enum Mode {
-  kFull = 0, kNoFixup = 1, kStreamOnly = 2, kNoMultiplies = 4, kNoPoll = 8, kNoReset = 16, kNoRead = 32, kStamps = 64,
-  // Not a diagnostic: every tile share written as an fp32 partial, summed by the consumer
-  // (sm90_fp8_gemm_wgmma_partials; fp8_gemm_split.h's partial_slot).
-  kPartialsOut = 128
-};
-// kStamps: %globaltimer (ns) per CTA when its consumer starts (after the programmatic-launch wait),
-// when it has multiplied its last unit, when its summer has every partner's words, and when it
-// exits, and the SM it ran on; per partials slot, when that partial was stored. Read by the sweep
-// (wgmma_explore.cu).
-enum Stamp { kStampStart = 0, kStampStreamed = 1, kStampSummed = 2, kStampExit = 3, kStampSm = 4, kStampsPerCta = 5 };
-constexpr int kStampCtas = 1024, kStampSlots = 2048;
-__device__ uint64_t g_stamps[kStampCtas * kStampsPerCta + kStampSlots];
-__device__ __forceinline__ void stamp(int index) {
-  uint64_t now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  g_stamps[index] = now;
-}
-__host__ __device__ constexpr bool sums_tiles(int mode) {
-  return (mode & (kNoFixup | kStreamOnly | kNoMultiplies | kPartialsOut)) == 0;
-}
+// What a launch does: the whole GEMM into y (kFull), or every tile share written as an fp32
+// partial for the consumer to sum (kPartialsOut: sm90_fp8_gemm_wgmma_partials; fp8_gemm_split.h's
+// partial_slot).
+enum Mode { kFull = 0, kPartialsOut = 1 };
 
 // The accumulator fragment of m64nN (per thread, N / 2 floats): register 4c + 2h + e holds row
 // 16 warp + lane / 4 + 8 h of the 64, column (token) 8c + 2 (lane % 4) + e.
@@ -235,7 +213,7 @@ __host__ __device__ constexpr bool sums_tiles(int mode) {
 // receive_units: 0 for the stream-K split, else R of the receivers split (fp8_gemm_split.h).
 // prefetch_lead: a stream-K summer of its range's last tile requests its first partners' words
 // into shared memory (cp.async: nothing waits on them) after multiplying unit end - 1 - lead, so
-// that the read's round trip (~1 us under the stream's load on the H200, kStamps) overlaps its
+// that the read's round trip (~1 us under the stream's load) overlaps its
 // last units; words that come unwritten are re-read from global memory as before (the copy's
 // reads are weak, but a word can only hold kUnwritten, set back before this grid's consumers pass
 // the programmatic-launch wait, or this call's value). 0: no prefetch.
@@ -333,13 +311,6 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
 
   // The consumer warpgroup.
   device::pdl_wait();
-  const bool stamps = (kMode & kStamps) && threadIdx.x == 0 && cta < kStampCtas;
-  if (stamps) {
-    stamp(int(cta) * kStampsPerCta + kStampStart);
-    uint32_t sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    g_stamps[cta * kStampsPerCta + kStampSm] = sm;
-  }
   constexpr int kWords = kHalves * kRegs;
   static_assert(kWords % 4 == 0, "16-byte pieces of the partials");
   constexpr int kBatch = partial_batch<kTokens, kHalves>();
@@ -348,7 +319,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
   // stream-K summer, prefetches that tile's partials (the receivers' come at the end regardless).
   int64_t prefetch_at = -1;
   TileShares last_shares{-1, 0, 1, 0, false};
-  if constexpr (!kClustered && sums_tiles(kMode)) {
+  if constexpr (!kClustered && !kDeferred) {
     if (end > begin) {
       last_shares = tile_shares(Cursor(walk, end - 1).tile, tiles, k_blocks, ctas, receive_units, walk);
       if (prefetch_lead > 0 && receive_units == 0 && !last_shares.alone() && last_shares.sums(cta))
@@ -367,29 +338,17 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
     const int s = int(i % kStages);
     barrier_wait(&s_full[s], uint32_t((i / kStages) & 1));
     const uint8_t* stage = s_stages + size_t(s) * kStageBytes;
-    if constexpr (kMode == kStreamOnly) {
-      __syncwarp();
-      if (lane == 0) barrier_arrive(&s_empty[s]);
-      continue;
-    }
-    if constexpr (kMode == kNoMultiplies) {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h)
+    for (int h = 0; h < kHalves; ++h)
 #pragma unroll
-        for (int r = 0; r < kRegs; ++r) r_block[h][r] = float(stage[threadIdx.x + r]);
-    } else {
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+      for (int step = 0; step < kBlockK / 32; ++step)
+        wgmma_e4m3<kTokens>(r_block[h], smem_descriptor(stage + h * 64 * kBlockK + step * 32),
+                            smem_descriptor(stage + kWeightBytes + step * 32), step);
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h)
-#pragma unroll
-        for (int step = 0; step < kBlockK / 32; ++step)
-          wgmma_e4m3<kTokens>(r_block[h], smem_descriptor(stage + h * 64 * kBlockK + step * 32),
-                              smem_descriptor(stage + kWeightBytes + step * 32), step);
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#pragma unroll
-      for (int h = 0; h < kHalves; ++h) fence_registers<kRegs>(r_block[h]);
-    }
+    for (int h = 0; h < kHalves; ++h) fence_registers<kRegs>(r_block[h]);
     // The unit's scales (read before the stage is handed back): w_scale x a_scale per token.
     const float* slots = s_scales + s * kSlots;
     const float w_scale = slots[kTokens];
@@ -419,7 +378,6 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
       cp_async_commit();
     }
     if (!at.last_of_tile() && u + 1 != end) continue;
-    if (stamps && u + 1 == end) stamp(int(cta) * kStampsPerCta + kStampStreamed);
 
     const auto store = [&](float (*values)[kRegs]) {
 #pragma unroll
@@ -479,7 +437,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
     // (fp8_gemm_split.h).
     const TileShares shares =
         tile == last_shares.tile ? last_shares : tile_shares(tile, tiles, k_blocks, ctas, receive_units, walk);
-    if (shares.alone() || !sums_tiles(kMode)) {
+    if (shares.alone()) {
       store(r_total);
     } else if (!shares.sums(cta)) {
       // Hand the partial to the tile's summer (stream-K: the first owner, which finishes its share
@@ -492,8 +450,6 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
         const auto bits = [&](int e) { return partial_bits(__float_as_uint(words[4 * q + e])); };
         store_relaxed4(mine + (q * kConsumerThreads + threadIdx.x) * 4, bits(0), bits(1), bits(2), bits(3));
       }
-      const int64_t slot = shares.slot(shares.owner_of(cta));
-      if (stamps && slot < kStampSlots) stamp(kStampCtas * kStampsPerCta + int(slot));
     } else {
       // The summer: its own share, then the other owners' in CTA order (deterministic).
       // Up to kBatch owners' partials are requested at once (one round trip for all, not one
@@ -501,7 +457,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
       // until no word is kUnwritten, and set back to it for the next call.
       float* words = &r_total[0][0];
 #pragma unroll 1
-      for (int64_t first = shares.summed_from(); first <= shares.last && !(kMode & kNoRead); first += kBatch) {
+      for (int64_t first = shares.summed_from(); first <= shares.last; first += kBatch) {
         const int count = int(shares.last - first + 1 < kBatch ? shares.last - first + 1 : kBatch);
         uint4 r_words[kBatch][kWords / 4];
         const auto all_written = [&] {
@@ -516,7 +472,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
           }
           return written;
         };
-        bool ready = false, read = false;
+        bool ready = false;
         if (prefetch_at >= 0 && tile == last_shares.tile && first == shares.summed_from()) {
           cp_async_wait_all();  // this thread's own copies: no barrier needed to read them
 #pragma unroll
@@ -527,9 +483,9 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
               r_words[b][q] = *reinterpret_cast<const uint4*>(
                   s_prefetch + ((b * (kWords / 4) + q) * kConsumerThreads + threadIdx.x) * 4);
           }
-          ready = all_written(), read = true;
+          ready = all_written();
         }
-        while (!ready && !(read && (kMode & kNoPoll))) {
+        while (!ready) {
 #pragma unroll
           for (int b = 0; b < kBatch; ++b) {
             if (b >= count) break;
@@ -539,9 +495,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
               r_words[b][q] = load_relaxed4(theirs + (q * kConsumerThreads + threadIdx.x) * 4);
           }
           ready = all_written();
-          read = true;
         }
-        if (stamps && first + kBatch > shares.last) stamp(int(cta) * kStampsPerCta + kStampSummed);
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
           if (b >= count) break;
@@ -550,8 +504,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
           for (int q = 0; q < kWords / 4; ++q) {
             words[4 * q] += __uint_as_float(r_words[b][q].x), words[4 * q + 1] += __uint_as_float(r_words[b][q].y);
             words[4 * q + 2] += __uint_as_float(r_words[b][q].z), words[4 * q + 3] += __uint_as_float(r_words[b][q].w);
-            if constexpr (!(kMode & kNoReset))
-              store_relaxed4(theirs + (q * kConsumerThreads + threadIdx.x) * 4, kUnwritten, kUnwritten, kUnwritten,
+            store_relaxed4(theirs + (q * kConsumerThreads + threadIdx.x) * 4, kUnwritten, kUnwritten, kUnwritten,
                              kUnwritten);
           }
         }
@@ -563,7 +516,6 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap& weight_map, const C
 #pragma unroll
       for (int r = 0; r < kRegs; ++r) r_total[h][r] = 0.0f;
   }
-  if (stamps) stamp(int(cta) * kStampsPerCta + kStampExit);
 }
 
 template <typename T, int kTokens, int kStages, int kHalves, int kMode = kFull>

@@ -39,9 +39,8 @@ __global__ void sm90_gdn_conv(float* __restrict__ g_out, float* __restrict__ g_s
                               int kernel, GdnWindow window) {
   // The weights (constant) and the channel's state are read before waiting on the previous kernel:
   // only this kernel (of the previous step) writes the state, and when this one starts every
-  // kernel before its predecessor has finished (each waits before it triggers; not so in
-  // VT_PDL_EARLY_TRIGGER builds, where the state is read after the wait). The step's layout is
-  // copied in before its first kernel.
+  // kernel before its predecessor has finished (each waits before it triggers). The step's layout
+  // is copied in before its first kernel.
   const int64_t channel = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   const bool active = channel < channels;
   const int64_t seq = blockIdx.x, history = kernel - 1;
@@ -49,19 +48,13 @@ __global__ void sm90_gdn_conv(float* __restrict__ g_out, float* __restrict__ g_s
   float r_window[kMaxConvKernel], r_weight[kMaxConvKernel];
   if (active) {
     for (int j = 0; j < kernel; ++j) r_weight[j] = g_weight[channel * kernel + j];
-#ifndef VT_PDL_EARLY_TRIGGER
     for (int j = 0; j < history; ++j) r_window[j] = state[j];
-#endif
   }
-  // The wait before the trigger in every build (VT_PDL_EARLY_TRIGGER too): sm90_gdn_recurrent,
-  // which follows, reads its state before its own wait, so every kernel before this one must
+  // The wait before the trigger: sm90_gdn_recurrent, which follows, reads its state before its own wait, so every kernel before this one must
   // have finished when it starts.
   device::pdl_wait();
   device::pdl_trigger();
   if (!active) return;
-#ifdef VT_PDL_EARLY_TRIGGER
-  for (int j = 0; j < history; ++j) r_window[j] = state[j];
-#endif
   // This channel's state in the window entry of the sequence's first token; entries are
   // channels * history apart.
   float* saved = nullptr;
@@ -340,14 +333,9 @@ __global__ void __launch_bounds__(kCopyThreads) sm90_copy_spans(CopySpans spans)
 // Sequences each cluster of sm90_gdn_recurrent walks: the fewest that bring the CTA count (one
 // sequence each) down to what the SMs hold at kStateMinBlocks CTAs each, so most CTAs are resident
 // from the start and their next state streams in while they update the current one (27B, 132 SMs:
-// 1 up to 3 sequences, 5 at 16, 10 at 32).
-// VT_GDN_SEQS_PER_CTA=n fixes it (A/B runs).
+// 1 up to 3 sequences, 5 at 16, 10 at 32). More rows of clusters beat a single wave: at batch 16
+// (27B: 192 CTAs per sequence, 660 resident) 5 sequences each is faster than 6 or 8.
 int seqs_per_cta(int64_t ctas_per_seq, int64_t seqs) {
-  // Read per launch (decode steps replay graphs; tests set it between calls).
-  const char* value = std::getenv("VT_GDN_SEQS_PER_CTA");
-  const int forced = value ? std::atoi(value) : 0;
-  VT_CHECK(forced >= 0, "VT_GDN_SEQS_PER_CTA='", value, "': expected a count (0: by the grid)");
-  if (forced > 0) return forced;
   // The SM count, asked once per device (tensor-parallel ranks run on several of one process).
   static std::atomic<int> sms_of[64];
   int device = 0;
@@ -358,9 +346,6 @@ int seqs_per_cta(int64_t ctas_per_seq, int64_t seqs) {
     VT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     sms_of[device].store(sms);
   }
-  // Measured at batch 16 (27B: 192 CTAs per sequence, 660 resident): 5 sequences each (4 rows of
-  // clusters, 768 CTAs) 1,702 us per step, 6 (3 rows, all resident at once) 1,785, 8 (2 rows)
-  // 2,047: more rows beat a single wave.
   const int64_t resident = int64_t(sms) * kStateMinBlocks;
   return int(std::max<int64_t>(1, (ctas_per_seq * seqs + resident - 1) / resident));
 }
@@ -411,7 +396,8 @@ void gdn_conv(float* conv_out, float* conv_state, const void* projected, int64_t
 void gdn_recurrent(void* out, float* recurrent, const float* conv_out, const void* projected, int64_t projected_stride,
                    int64_t z_offset, const void* ba, const float* a_log, const float* dt_bias, const float* norm_w,
                    const StepLayout& layout, const DeltaNetShape& shape, DType act, cudaStream_t stream,
-                   uint8_t* q_codes, float* q_scales, const GdnWindow& window, int64_t chunked_from) {
+                   uint8_t* q_codes, float* q_scales, const GdnWindow& window, int64_t chunked_from,
+                   int seqs_per_cluster) {
   check_shape(shape);
   check_window(window);
   VT_CHECK(!q_codes || shape.v_dim == 128, "gdn_recurrent: fused FP8 output needs v_dim == 128, got ", shape.v_dim);
@@ -422,7 +408,8 @@ void gdn_recurrent(void* out, float* recurrent, const float* conv_out, const voi
   RecurrentArgs args{out,    recurrent, conv_out, projected, projected_stride, z_offset, ba,
                      a_log,  dt_bias,   norm_w,   layout,    shape,            q_codes,  q_scales, window,
                      int32_t(chunked_from), int32_t((shape.v_dim + 31) / 32), 1};
-  args.seqs_per_cta = seqs_per_cta(shape.num_v_heads * args.slices, layout.num_seqs);
+  VT_CHECK(seqs_per_cluster >= 0, "gdn_recurrent: seqs_per_cluster ", seqs_per_cluster);
+  args.seqs_per_cta = seqs_per_cluster > 0 ? seqs_per_cluster : seqs_per_cta(shape.num_v_heads * args.slices, layout.num_seqs);
   const int64_t cluster_rows = (layout.num_seqs + args.seqs_per_cta - 1) / args.seqs_per_cta;
   VT_CHECK(cluster_rows <= 65535, "gdn_recurrent: ", layout.num_seqs, " sequences in one step");
   const dim3 grid(unsigned(shape.num_v_heads * args.slices), unsigned(cluster_rows));

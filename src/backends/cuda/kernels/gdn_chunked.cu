@@ -499,17 +499,6 @@ int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
 
 }  // namespace
 
-bool gdn_chunked_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("VT_GDN_CHUNKED");
-    if (!value) return true;
-    const std::string text(value);
-    VT_CHECK(text == "0" || text == "1", "VT_GDN_CHUNKED='", text, "': expected 0 or 1");
-    return text == "1";
-  }();
-  return enabled;
-}
-
 bool gdn_chunked_supports(const DeltaNetShape& shape) {
   return shape.k_dim >= 4 && shape.k_dim <= kMaxDk && shape.k_dim % 4 == 0 && shape.v_dim >= 1 &&
          shape.v_dim <= kMaxDv && shape.num_k_heads >= 1 && shape.num_v_heads % shape.num_k_heads == 0;

@@ -1,8 +1,8 @@
 // Kernel launches with programmatic dependent launch (PDL): the next kernel of the stream may be
 // scheduled while this one drains, and waits in pdl_wait() (common.cuh) for its inputs. This
 // hides most of the ~1-2 us gap between the ~1,000 small kernels of a decode step, in CUDA
-// graphs too. VT_PDL=0 launches plainly (A/B runs); every kernel launched here must call
-// pdl_wait() before touching memory an earlier kernel writes or reads.
+// graphs too. Every kernel launched here must call pdl_wait() before touching memory an earlier
+// kernel writes or reads.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,8 +14,6 @@
 #include "backends/cuda/check.h"
 
 namespace vt::cuda {
-
-bool pdl_enabled();  // VT_PDL, default on; read once
 
 // Kernels with more than 48 KB of dynamic shared memory must say so on each device, once per
 // instantiation (tensor-parallel ranks launch them on several GPUs of one process): `devices`
@@ -30,7 +28,7 @@ void allow_dynamic_shared(Kernel kernel, size_t bytes, std::atomic<uint64_t>& de
   devices.fetch_or(uint64_t(1) << device);
 }
 
-// A launch's configuration: PDL where enabled, and thread block clusters of `cluster` CTAs along x
+// A launch's configuration: PDL, and thread block clusters of `cluster` CTAs along x
 // where cluster > 1 (the grid's x a multiple of it).
 struct LaunchConfig {
   cudaLaunchConfig_t config = {};
@@ -41,10 +39,8 @@ struct LaunchConfig {
     config.dynamicSmemBytes = shared_bytes;
     config.stream = stream;
     config.attrs = attributes;
-    if (pdl_enabled()) {
-      attributes[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attributes[config.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
-    }
+    attributes[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[config.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
     if (cluster > 1) {
       attributes[config.numAttrs].id = cudaLaunchAttributeClusterDimension;
       attributes[config.numAttrs++].val.clusterDim = {cluster, 1, 1};

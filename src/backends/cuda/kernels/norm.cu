@@ -9,7 +9,6 @@
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_ops.h"
-#include "backends/cuda/kernels/cluster.cuh"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/fp8_gemm_split.h"
 #include "backends/cuda/kernels/launch.cuh"
@@ -79,7 +78,6 @@ __device__ __forceinline__ void load8_partials(const GemmPartials& p, int row, i
 // n / 8 <= kPartialThreads (n <= 5,120), whose narrower block leaves the registers the partials' loads
 // need: six owners' words in flight).
 constexpr int kPartialThreads = 640;
-constexpr int kPartialRowCtas = 1;  // the partials' norm: CTAs per row (a cluster), VT_NORM_ROW_CTAS
 template <typename T, bool kPartials, int kChunks>
 __device__ __forceinline__ void add_rms_norm_quant_body(T* __restrict__ g_out, T* __restrict__ g_residual,
                                                         const T* __restrict__ g_branch, const GemmPartials& partials,
@@ -158,68 +156,6 @@ __global__ void __launch_bounds__(kChunks == 1 ? kPartialThreads : kThreads) sm9
                                             weight_offset);
 }
 
-// The partials' norm with each row spread over a cluster of CTAs, one chunk per thread (n / 8 =
-// CTAs x blockDim): at decode the rows alone (16 at batch 16) would leave most SMs idle while each
-// of those reads a row's ~90 KB of partials. Every warp's sum of squares goes into every CTA of
-// the cluster (distributed shared memory) and is added in global warp order, so the scale, and
-// every output, is the one-CTA kernel's bit for bit where that holds one chunk per thread
-// (n <= 5,120; wider rows: the same sum in another order).
-template <typename T>
-__global__ void __launch_bounds__(kPartialThreads) sm90_add_rms_norm_partials_cluster(
-    T* __restrict__ g_out, T* __restrict__ g_residual, const GemmPartials partials, const float* __restrict__ g_w,
-    uint8_t* __restrict__ g_q, float* __restrict__ g_scales, int64_t n, float eps, float weight_offset) {
-  __shared__ float s_warps[kMaxChunks * kThreads / 32];  // the row's warp sums, [rank x warps + warp]: n / 256
-  device::cluster_arrive_relaxed();          // phase 0: this CTA's shared memory may be written
-  const uint32_t rank = device::cluster_rank(), size = device::cluster_size();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  const int64_t row_index = blockIdx.x / size, chunk = int64_t(rank) * blockDim.x + threadIdx.x;
-  float r_w[8];
-  device::load8(g_w + chunk * 8, r_w);
-  device::pdl_enter();
-  T* row = g_residual + row_index * n;
-  float r_x[8], r_b[8];
-  device::load8(row + chunk * 8, r_x);
-  load8_partials<T>(partials, int(row_index), int(chunk * 8), r_b);
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    r_x[i] = device::round_to(r_x[i] + r_b[i], row);
-    sum += r_x[i] * r_x[i];
-  }
-  device::store8(row + chunk * 8, r_x);
-  sum = device::warp_sum(sum);
-  device::cluster_wait();  // phase 0: every CTA has started
-  if (lane == 0) {
-    const int slot = int(rank) * warps + warp;
-    for (uint32_t to = 0; to < size; ++to)
-      asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(device::cluster_address(&s_warps[slot], to)), "f"(sum)
-                   : "memory");
-  }
-  device::cluster_arrive();  // phase 1: the sums are in every CTA
-  device::cluster_wait();
-  float total = 0.0f;
-  for (int w = 0; w < warps * int(size); ++w) total += s_warps[w];
-  const float scale = rsqrtf(total / float(n) + eps);
-  float r_y[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) r_y[i] = device::round_to(r_x[i] * scale * (weight_offset + r_w[i]), g_out);
-  device::store8(g_out + row_index * n + chunk * 8, r_y);
-  if (g_q)
-    device::quantize8_half_warp(r_y, g_q + row_index * n + chunk * 8, g_scales + row_index * (n / 128) + chunk / 16,
-                                true, threadIdx.x % 16 == 0);
-}
-
-// CTAs per row for the partials' norm (VT_NORM_ROW_CTAS, read per call: tests switch it; 1: one
-// CTA per row); where n / 8 is not a multiple of 32 x that, fewer.
-int partials_row_ctas(int64_t n) {
-  const char* value = std::getenv("VT_NORM_ROW_CTAS");
-  int ctas = value && *value ? std::atoi(value) : kPartialRowCtas;
-  VT_CHECK(ctas >= 1 && ctas <= 8, "VT_NORM_ROW_CTAS=", ctas, ": 1..8");
-  // (n <= 32,768 for any vector norm: its warps fit the kernel's s_warps.)
-  while (ctas > 1 && ((n / 8) % (32 * ctas) != 0 || n / 8 / ctas > kPartialThreads)) --ctas;
-  return ctas;
-}
-
 // Two rows normed side by side: block (row, half) writes out[row, half * n, +n) from a (half 0)
 // or b (half 1). The same arithmetic as sm90_add_rms_norm without a branch.
 template <typename T>
@@ -290,14 +226,6 @@ void add_rms_norm(void* out, void* residual, Branch branch, const float* w, int6
                       launch("sm90_add_rms_norm_quant", cost, sm90_add_rms_norm_quant<T>, dim3(unsigned(rows)),
                              dim3(threads), 0, stream, static_cast<T*>(out), static_cast<T*>(residual),
                              static_cast<const T*>(branch.values), w, q, q_scales, n, eps, weight_offset));
-      return;
-    }
-    if (const int row_ctas = partials_row_ctas(n); row_ctas > 1) {
-      VT_DISPATCH_ACT(act, T,
-                      launch_clusters("sm90_add_rms_norm_partials_cluster", cost, sm90_add_rms_norm_partials_cluster<T>,
-                                      dim3(unsigned(rows * row_ctas)), unsigned(row_ctas),
-                                      dim3(unsigned(n / 8 / row_ctas)), 0, stream, static_cast<T*>(out),
-                                      static_cast<T*>(residual), *partials, w, q, q_scales, n, eps, weight_offset));
       return;
     }
     const auto run = [&](auto chunks) {
