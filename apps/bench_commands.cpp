@@ -22,20 +22,22 @@
 #include "apps/commands.h"
 #include "apps/lm_head_options.h"
 #include "core/error.h"
-#include "engine/sampler.h"
+#include "cuda/device.h"
 #include "models/registry.h"
-#include "profile/op_timer.h"
+#include "ops/gdn/gdn.h"
+#include "ops/gemm/gemm.h"
+#include "ops/sampling/sampler.h"
 #include "profile/prediction.h"
 #include "profile/step_report.h"
+#include "trace/op_timer.h"
 #ifdef VT_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "backends/cuda/cuda_ops.h"
-#include "models/qwen3_5_config.h"
-#include "models/qwen3_5_cuda.h"
-#include "profile/intent.h"
+#include "models/qwen3_5/config.h"
 #include "profile/kernel_gate.h"
 #include "profile/kernel_recorder.h"
+#include "runtime/qwen3_5_cuda.h"
+#include "trace/intent.h"
 #endif
 #ifdef VT_WITH_NCCL
 #include "parallel/tensor_parallel_cuda_model.h"
@@ -188,17 +190,17 @@ void cpu_decode_step(CpuDecode& decode) {
   for (size_t sequence = 0; sequence < decode.sequences.size(); ++sequence) {
     const int32_t token = decode.tokens[sequence];
     decode.model->forward({&token, 1}, *decode.sequences[sequence], decode.logits, vt::ForwardOptions{});
-    vt::profile::ScopedOpTimer timer("argmax", vt::profile::OpGroup::kSampling, {vocab}, 4.0 * double(vocab),
+    vt::trace::ScopedOpTimer timer("argmax", vt::trace::OpGroup::kSampling, {vocab}, 4.0 * double(vocab),
                                      double(vocab));
     decode.tokens[sequence] = vt::argmax(decode.logits.f32(), vocab);
   }
 }
 
 void run_profile_decode_cpu(const BenchArgs& args, int64_t batch) {
-  const double bandwidth = vt::profile::measure_memcpy_bandwidth();
+  const double bandwidth = vt::trace::measure_memcpy_bandwidth();
   CpuDecode decode = open_cpu_decode(args, batch, args.steps + 1);
   cpu_decode_step(decode);  // warm-up
-  vt::profile::OpRecorder recorder;
+  vt::trace::OpRecorder recorder;
   recorder.start();
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < args.steps; ++step) cpu_decode_step(decode);
@@ -218,7 +220,7 @@ void run_profile_decode_cpu(const BenchArgs& args, int64_t batch) {
 
 void run_bench_decode_cpu(const BenchArgs& args, const std::vector<int64_t>& batches) {
   BenchTable table(args, batches);
-  const double bandwidth = vt::profile::measure_memcpy_bandwidth();
+  const double bandwidth = vt::trace::measure_memcpy_bandwidth();
   char title[512];
   std::snprintf(title, sizeof(title), "%s (cpu), context %lld, memcpy bandwidth %.0f GB/s", args.model.c_str(),
                 (long long)args.context, bandwidth);
@@ -227,7 +229,7 @@ void run_bench_decode_cpu(const BenchArgs& args, const std::vector<int64_t>& bat
   for (int64_t batch : batches) {
     CpuDecode decode = open_cpu_decode(args, batch, args.steps + 2);
     // The floor's bytes: what the ops of one (warm-up) step say they move.
-    vt::profile::OpRecorder recorder;
+    vt::trace::OpRecorder recorder;
     recorder.start();
     cpu_decode_step(decode);
     double bytes = 0;
@@ -323,12 +325,12 @@ std::unique_ptr<vt::TensorParallelCudaModel> open_tensor_parallel_model(const Be
 // meant to launch must have run exactly intended x steps times; otherwise this throws naming the
 // op, the backend and what ran instead. Returns the step's intents.
 template <class CudaModel>
-std::vector<vt::profile::Intent> check_kernels_ran(CudaModel& model, std::vector<int32_t> tokens,
+std::vector<vt::trace::Intent> check_kernels_ran(CudaModel& model, std::vector<int32_t> tokens,
                                                    const std::vector<int32_t>& positions, bool use_graph) {
   std::vector<int32_t> next;
-  vt::profile::begin_intents();
+  vt::trace::begin_intents();
   model.decode_step(tokens, positions, &next, false);
-  auto intents = vt::profile::end_intent_records();
+  auto intents = vt::trace::end_intent_records();
   constexpr int kSteps = 3;
   vt::profile::KernelRecorder recorder;
   recorder.start();

@@ -16,8 +16,8 @@
 #include "apps/lm_head_options.h"
 #include "apps/model_text.h"
 #include "core/error.h"
-#include "engine/generate.h"
 #include "jinja/template.h"
+#include "model/generate.h"
 #include "tokenizer/streaming_detokenizer.h"
 
 namespace {

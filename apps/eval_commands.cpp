@@ -25,8 +25,8 @@
 #include "apps/lm_head_options.h"
 #include "apps/model_text.h"
 #include "core/error.h"
-#include "engine/generate.h"
-#include "engine/perplexity.h"
+#include "model/generate.h"
+#include "model/perplexity.h"
 
 namespace {
 

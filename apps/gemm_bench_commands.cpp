@@ -24,16 +24,19 @@
 #include "apps/cli_lists.h"
 #include "apps/commands.h"
 #include "core/error.h"
+#include "cuda/device.h"
+#include "ops/gemm/gemm.h"
+#include "ops/gemm/partials.h"
+#include "ops/norm/norm.h"
 #ifdef VT_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "backends/cuda/check.h"
-#include "backends/cuda/cublaslt_gemm.h"
-#include "backends/cuda/cuda_ops.h"
-#include "backends/cuda/device_buffer.h"
-#include "backends/cuda/fp8_gemm_registry.h"
-#include "models/qwen3_5_cuda.h"
+#include "cuda/check.h"
+#include "cuda/device_buffer.h"
+#include "ops/gemm/cublaslt_gemm.h"
+#include "ops/gemm/registry.h"
 #include "profile/kernel_recorder.h"
+#include "runtime/qwen3_5_cuda.h"
 #endif
 
 namespace vt::apps {
@@ -58,7 +61,7 @@ struct GemmShape {
   bool feeds_norm = false;  // its output goes straight into add_rms_norm (project_branch)
 };
 
-// The decode GEMMs of a Qwen3.5-family config as vt merges them (models/qwen3_5_cuda_weights.cpp).
+// The decode GEMMs of a Qwen3.5-family config as vt merges them (models/qwen3_5/cuda_weights.cpp).
 std::vector<GemmShape> decode_shapes(const Qwen35Config& c) {
   std::vector<GemmShape> shapes;
   const int64_t h = c.hidden_size;

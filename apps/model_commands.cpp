@@ -18,18 +18,18 @@
 #include "apps/lm_head_options.h"
 #include "apps/model_text.h"
 #include "core/error.h"
-#include "engine/generate.h"
 #include "io/gguf.h"
 #include "io/weight_store.h"
-#include "models/registry.h"
+#include "model/generate.h"
 #include "model/mtp_head.h"
-#include "spec/draft_model_drafter.h"
-#include "spec/mtp_drafter.h"
-#include "spec/ngram_drafter.h"
-#include "spec/speculative.h"
+#include "models/registry.h"
+#include "speculative/draft_model_drafter.h"
+#include "speculative/mtp_drafter.h"
+#include "speculative/ngram_drafter.h"
+#include "speculative/speculative.h"
 #include "tokenizer/streaming_detokenizer.h"
 #ifdef VT_WITH_CUDA
-#include "models/qwen3_5_cuda.h"
+#include "runtime/qwen3_5_cuda.h"
 #endif
 
 namespace {

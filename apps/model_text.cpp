@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
-#include "io/gguf_tokenizer.h"
+#include "tokenizer/gguf_tokenizer.h"
 
 namespace vt::apps {
 

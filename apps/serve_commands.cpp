@@ -26,9 +26,9 @@
 #include "io/weight_store.h"
 #include "model/mtp_head.h"
 #include "server/server.h"
-#include "spec/mtp_drafter.h"
+#include "speculative/mtp_drafter.h"
 #ifdef VT_WITH_CUDA
-#include "models/qwen3_5_cuda.h"
+#include "runtime/qwen3_5_cuda.h"
 #endif
 #ifdef VT_WITH_NCCL
 #include "parallel/tensor_parallel_cuda_model.h"

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "chi_square.h"
-#include "engine/sampler.h"
-#include "model/sampling.h"
+#include "ops/sampling/params.h"
+#include "ops/sampling/sampler.h"
 
 namespace vt::testing {
 

@@ -1,5 +1,7 @@
 #include "core/dtype.h"
 
+#include "core/threading.h"
+
 #include "core/error.h"
 
 namespace vt {
@@ -134,5 +136,14 @@ float load_as_f32(const void* data, DType dtype, size_t i) {
     default: VT_FAIL("load_as_f32: ", dtype_name(dtype), " is not a float type");
   }
 }
+
+
+namespace cpu {
+void to_f32(float* out, const void* in, DType dtype, int64_t count) {
+  parallel_for(count, 1 << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = load_as_f32(in, dtype, size_t(i));
+  });
+}
+}  // namespace cpu
 
 }  // namespace vt

@@ -55,4 +55,9 @@ constexpr float kF8E4M3Max = 448.0f;
 // Reads element i of a buffer of any float dtype as f32.
 float load_as_f32(const void* data, DType dtype, size_t i);
 
+namespace cpu {
+// Converts `count` values of any float dtype to f32 (multi-threaded).
+void to_f32(float* out, const void* in, DType dtype, int64_t count);
+}  // namespace cpu
+
 }  // namespace vt

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "spec/ngram_drafter.h"
+#include "speculative/ngram_drafter.h"
 
 namespace vt {
 

@@ -6,7 +6,7 @@
 // A request may decode speculatively: drafts of its context (n-gram, or the model's MTP head) are
 // verified with its last token in one item of the batched step (all-position logits, a rollback
 // window), several tokens
-// accepted at once, greedy exactly and sampled by rejection sampling (spec/speculative.h).
+// accepted at once, greedy exactly and sampled by rejection sampling (speculative/speculative.h).
 // submit() and cancel() are thread-safe.
 #pragma once
 
@@ -24,10 +24,10 @@
 #include "cache/hybrid_cache.h"
 #include "core/tensor.h"
 #include "engine/logprobs.h"
-#include "engine/sampler.h"
 #include "engine/stop_strings.h"
 #include "model/model.h"
-#include "spec/speculative.h"
+#include "ops/sampling/sampler.h"
+#include "speculative/speculative.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 

@@ -1,12 +1,14 @@
 #include "model/linear.h"
 
+#include "core/dtype.h"
+#include "ops/gemm/gemm.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <vector>
 
-#include "backends/cpu/cpu_ops.h"
 #include "ops/ops.h"
 
 namespace vt {
@@ -53,12 +55,12 @@ Linear Linear::load(WeightStore& store, const std::vector<LinearPart>& parts, in
   linear.format_ = fp8_parts ? WeightFormat::kFp8Block : WeightFormat::kDense;
   linear.quantize_activations_ =
       fp8_parts && options.fp8_activations == Fp8Activations::kQuantized;
-  linear.group_ = profile::gemm_group_of_weight(parts.front().name);
+  linear.group_ = trace::gemm_group_of_weight(parts.front().name);
   return linear;
 }
 
 Linear Linear::from_f32(Buffer weight, WeightFormat format, bool quantize_activations,
-                        profile::OpGroup group) {
+                        trace::OpGroup group) {
   Linear linear;
   linear.weight_ = std::move(weight);
   linear.format_ = format;

@@ -8,7 +8,7 @@
 
 #include "core/tensor.h"
 #include "io/weight_store.h"
-#include "profile/intent.h"
+#include "trace/intent.h"
 
 namespace vt {
 
@@ -63,7 +63,7 @@ class Linear {
   // A Linear over an f32 matrix [out, in] already in memory (expert slices, permuted weights);
   // `group` says what it serves in profiles (load() takes it from the checkpoint name).
   static Linear from_f32(Buffer weight, WeightFormat format, bool quantize_activations,
-                         profile::OpGroup group = profile::OpGroup::kGemmOther);
+                         trace::OpGroup group = trace::OpGroup::kGemmOther);
 
   // The same matrix quantised to e4m3 in blocks of block_rows x block_cols (scale = absmax / 448 per
   // block, as checkpoints and the CUDA loader do at 128 x 128) and dequantised to f32, run W8A8 or
@@ -83,7 +83,7 @@ class Linear {
   int64_t out_features() const { return weight_.shape()[0]; }
   WeightFormat format() const { return format_; }
   bool quantizes_activations() const { return quantize_activations_; }
-  profile::OpGroup group() const { return group_; }
+  trace::OpGroup group() const { return group_; }
   const Buffer& weight() const { return weight_; }
   Buffer& mutable_weight() { return weight_; }
 
@@ -91,7 +91,7 @@ class Linear {
   Buffer weight_;  // f32 [out, in], dequantised on load (the CPU reference computes in fp32)
   WeightFormat format_ = WeightFormat::kDense;
   bool quantize_activations_ = false;
-  profile::OpGroup group_ = profile::OpGroup::kGemmOther;
+  trace::OpGroup group_ = trace::OpGroup::kGemmOther;
   std::vector<int64_t> exact_columns_;
   Buffer exact_weight_;  // f32 [out, exact_columns_.size()]
 };

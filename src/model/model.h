@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "model/linear.h"
-#include "model/sampling.h"
+#include "ops/sampling/params.h"
 
 namespace vt {
 

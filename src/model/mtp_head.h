@@ -1,5 +1,5 @@
 // The multi-token-prediction head of a target model (the checkpoint's `mtp.*`), as the MTP drafter
-// (spec/mtp_drafter.h) drives it, whichever backend runs it. Hidden states stay where the model
+// (speculative/mtp_drafter.h) drives it, whichever backend runs it. Hidden states stay where the model
 // computes them (host memory on the CPU reference, device memory on CUDA): the drafter names
 // positions, never tensors.
 #pragma once

@@ -3,10 +3,10 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "io/json_config.h"
 #include "io/gguf.h"
-#include "models/llama.h"
-#include "models/qwen3_5.h"
+#include "io/json_config.h"
+#include "models/llama/model.h"
+#include "models/qwen3_5/model.h"
 
 namespace vt {
 

@@ -1,8 +1,15 @@
 #include "ops/ops.h"
 
-#include "backends/cpu/cpu_ops.h"
+#include "ops/activation/activation.h"
+#include "ops/attention/attention.h"
+#include "ops/embedding/embedding.h"
+#include "ops/gdn/gdn.h"
+#include "ops/gemm/gemm.h"
+#include "ops/moe/moe.h"
+#include "ops/norm/norm.h"
+
 #include "core/error.h"
-#include "profile/op_timer.h"
+#include "trace/op_timer.h"
 
 namespace vt::ops {
 namespace {
@@ -15,8 +22,8 @@ void expect_cpu_f32(const TensorView& t, const char* op, const char* name) {
 
 int64_t last_dim(const TensorView& t) { return t.dim(t.rank() - 1); }
 
-using profile::OpGroup;
-using Timer = profile::ScopedOpTimer;
+using trace::OpGroup;
+using Timer = trace::ScopedOpTimer;
 constexpr double kF32 = 4.0;  // bytes per element of the f32 operands
 
 }  // namespace

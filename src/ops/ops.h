@@ -1,13 +1,13 @@
 // The op API: one function per op on TensorViews. Each validates shapes and dtypes once, then
-// runs the backend of the tensors' device (the CPU reference here; CUDA kernels in
-// backends/cuda/ as they land). Shapes are written [rows, cols] in the comments; all f32 unless
-// stated. While a profile::OpRecorder runs, each call is timed with its bytes and FLOPs.
+// runs the CPU reference (each op's folder holds its CUDA kernels too, which the CUDA
+// forward calls directly). Shapes are written [rows, cols] in the comments; all f32 unless
+// stated. While a trace::OpRecorder runs, each call is timed with its bytes and FLOPs.
 #pragma once
 
 #include <cstdint>
 
 #include "core/tensor.h"
-#include "profile/intent.h"
+#include "trace/intent.h"
 
 namespace vt::ops {
 
@@ -55,7 +55,7 @@ void add_in_place(const TensorView& x, const TensorView& y);
 // y [M, N] = x [M, K] @ w [N, K]^T (+ y when accumulate). `group` says what the GEMM serves, for
 // profiles (Linear passes the group of its weight).
 void matmul_nt(const TensorView& y, const TensorView& x, const TensorView& w,
-               bool accumulate = false, profile::OpGroup group = profile::OpGroup::kGemmOther);
+               bool accumulate = false, trace::OpGroup group = trace::OpGroup::kGemmOther);
 
 // out [rows, K] = dequant(quant_e4m3(x)) with per-row groups of `group` along K.
 void fp8_quant_dequant(const TensorView& out, const TensorView& x, int64_t group = 128);

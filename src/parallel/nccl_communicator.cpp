@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "backends/cuda/check.h"
 #include "core/error.h"
+#include "cuda/check.h"
 
 // Checks an NCCL call; the message names the call, NCCL's error string and its last error detail.
 #define VT_NCCL_CHECK(call)                                                                        \

@@ -9,8 +9,8 @@
 #include <sstream>
 #include <thread>
 
-#include "backends/cuda/check.h"
 #include "core/error.h"
+#include "cuda/check.h"
 
 namespace vt {
 

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "models/qwen3_5_cuda.h"
+#include "models/qwen3_5/tensor_parallel_plan.h"
 #include "parallel/nccl_communicator.h"
-#include "parallel/tensor_parallel_plan.h"
+#include "runtime/qwen3_5_cuda.h"
 
 namespace vt {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "models/qwen3_5.h"
+#include "models/qwen3_5/model.h"
+#include "models/qwen3_5/tensor_parallel_plan.h"
 #include "parallel/in_process_all_reduce.h"
-#include "parallel/tensor_parallel_plan.h"
 
 namespace vt {
 

@@ -6,10 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "profile/intent.h"
 #include "profile/kernel_recorder.h"
+#include "trace/intent.h"
 
 namespace vt::profile {
+
+// The launch intents and timed ops this layer reports on (trace/).
+using namespace ::vt::trace;
 
 // "" when every intended kernel ran (intended per step) x steps times in `records`, else the
 // failure message (one line per kernel that did not).

@@ -2,11 +2,16 @@
 // from CUDA graphs, so reports say what actually ran, not what a launcher meant to launch.
 #pragma once
 
+#include "trace/intent.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace vt::profile {
+
+// The launch intents and timed ops this layer reports on (trace/).
+using namespace ::vt::trace;
 
 struct KernelRecord {
   std::string name;  // demangled

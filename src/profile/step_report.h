@@ -10,11 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "profile/intent.h"
 #include "profile/kernel_recorder.h"
-#include "profile/op_timer.h"
+#include "trace/intent.h"
+#include "trace/op_timer.h"
 
 namespace vt::profile {
+
+// The launch intents and timed ops this layer reports on (trace/).
+using namespace ::vt::trace;
 
 // One timed kernel (or CPU op) and what it was for.
 struct StepSpan {
@@ -28,7 +31,7 @@ struct StepSpan {
   double bytes = 0, flops = 0;
 };
 
-// Kernel name without parameters, namespaces or template arguments ("sm90_fp8_gemm_warp_rows").
+// Kernel name without parameters, namespaces or template arguments ("sm90_fp8_gemm_mma_splitk").
 std::string short_kernel_name(const std::string& name);
 
 // The intended kernel name a run kernel counts for: `kernel` itself, or an intent's name ending

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/sampler.h"
+#include "ops/sampling/sampler.h"
 
 namespace vt::server {
 

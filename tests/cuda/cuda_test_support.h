@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/cuda_ops.h"
-#include "models/qwen3_5_cuda.h"
+#include "cuda/device.h"
+#include "runtime/qwen3_5_cuda.h"
 
 namespace vt::testing {
 

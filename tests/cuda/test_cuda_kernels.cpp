@@ -12,11 +12,16 @@
 #include <vector>
 
 #include "../numerics.h"
-#include "backends/cpu/cpu_ops.h"
-#include "backends/cuda/cuda_ops.h"
-#include "cuda_test_support.h"
-#include "backends/cuda/device_buffer.h"
 #include "core/dtype.h"
+#include "cuda/device.h"
+#include "cuda/device_buffer.h"
+#include "cuda_test_support.h"
+#include "ops/attention/attention.h"
+#include "ops/gdn/gdn.h"
+#include "ops/moe/moe.h"
+#include "ops/norm/norm.h"
+#include "ops/sampling/sampling.h"
+#include "ops/step_layout.h"
 
 namespace vt {
 namespace {
@@ -262,8 +267,9 @@ TEST_F(CudaKernels, GatedDeltaNetMatchesCpu) {
   cuda::DeviceBuffer conv_out(DType::kF32, {T * conv_dim}), out(DType::kF32, {T * value_dim});
   cuda::gdn_conv(conv_out.as<float>(), d_conv_state.as<float>(), d_projected.data(), stride, d_conv_weight.as<float>(),
                  step, shape, DType::kF32, nullptr);
-  cuda::gdn_recurrent(out.data(), d_recurrent.as<float>(), conv_out.as<float>(), d_projected.data(), stride, conv_dim,
-                      d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(), step, shape,
+  cuda::gdn_recurrent({out.data(), d_recurrent.as<float>(), conv_out.as<float>(),
+                       d_projected.data(), stride, conv_dim, d_ba.data(), d_a_log.as<float>(),
+                       d_dt_bias.as<float>(), d_norm.as<float>(), step, shape, nullptr, nullptr},
                       DType::kF32, nullptr);
   cuda::synchronize();
   EXPECT_LE(relative_l2(download(out), expected), 1e-5);
@@ -321,9 +327,10 @@ TEST_F(CudaKernels, GatedDeltaNetWindowSavesEachTokensState) {
     cuda::DeviceBuffer conv_out(DType::kF32, {n * conv_dim}), out(DType::kF32, {n * value_dim});
     cuda::gdn_conv(conv_out.as<float>(), r.conv.as<float>(), d_projected.data(), stride, d_conv_weight.as<float>(),
                    step, shape, DType::kF32, nullptr, conv_window ? *conv_window : cuda::GdnWindow{});
-    cuda::gdn_recurrent(out.data(), r.state.as<float>(), conv_out.as<float>(), d_projected.data(), stride, conv_dim,
-                        d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(), step, shape,
-                        DType::kF32, nullptr, nullptr, nullptr, state_window ? *state_window : cuda::GdnWindow{});
+    cuda::gdn_recurrent({out.data(), r.state.as<float>(), conv_out.as<float>(), d_projected.data(),
+                         stride, conv_dim, d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(),
+                         d_norm.as<float>(), step, shape, nullptr, nullptr},
+                        DType::kF32, nullptr, state_window ? *state_window : cuda::GdnWindow{});
     cuda::synchronize();
     return download(out);
   };
@@ -454,15 +461,18 @@ GdnRun gpu_gdn_core(const GdnInputs& in, const HostLayout& layout, const std::ve
   // Poisoned output: an element no kernel writes reads back as NaN (relative_l2: infinite).
   auto out = upload(std::vector<float>(size_t(T * in.hv * in.dv), NAN), DType::kF32);
   if (chunked_from == 0 || recurrent_too)
-    cuda::gdn_recurrent(out.data(), d_state.as<float>(), d_conv_out.as<float>(), d_projected.data(), in.stride,
-                        in.z_offset, d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(), step,
-                        shape, DType::kF32, nullptr, nullptr, nullptr, {}, chunked_from, seqs_per_cluster);
+    cuda::gdn_recurrent(
+        {out.data(), d_state.as<float>(), d_conv_out.as<float>(), d_projected.data(), in.stride,
+         in.z_offset, d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(),
+         step, shape, nullptr, nullptr},
+        DType::kF32, nullptr, {}, chunked_from, seqs_per_cluster);
   if (chunked_from > 0) {
     const int64_t floats = cuda::gdn_chunked_scratch_floats(T, S, chunked_from, shape);
     auto scratch = upload(std::vector<float>(size_t(floats), NAN), DType::kF32);
-    cuda::gdn_chunked(out.data(), d_state.as<float>(), d_conv_out.as<float>(), d_projected.data(), in.stride,
-                      in.z_offset, d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(), step,
-                      shape, DType::kF32, nullptr, scratch.as<float>(), floats, chunked_from);
+    cuda::gdn_chunked({out.data(), d_state.as<float>(), d_conv_out.as<float>(), d_projected.data(),
+                       in.stride, in.z_offset, d_ba.data(), d_a_log.as<float>(),
+                       d_dt_bias.as<float>(), d_norm.as<float>(), step, shape, nullptr, nullptr},
+                      DType::kF32, nullptr, scratch.as<float>(), floats, chunked_from);
     cuda::synchronize();
   }
   cuda::synchronize();
@@ -584,14 +594,17 @@ TEST_F(CudaKernels, GatedDeltaNetChunkedFp8OutputAndBf16) {
   for (int64_t chunked_from : {int64_t(64), int64_t(0)}) {
     auto d_state = upload(initial, DType::kF32);
     cuda::DeviceBuffer out(DType::kBF16, {T * value_dim}), q(DType::kU8, {T * value_dim}), q_scales(DType::kF32, {T * hv});
-    cuda::gdn_recurrent(out.data(), d_state.as<float>(), d_conv_out.as<float>(), d_projected.data(), in.stride,
-                        in.z_offset, d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(), step,
-                        shape, DType::kBF16, nullptr, q.as<uint8_t>(), q_scales.as<float>(), {}, chunked_from);
+    cuda::gdn_recurrent(
+        {out.data(), d_state.as<float>(), d_conv_out.as<float>(), d_projected.data(), in.stride,
+         in.z_offset, d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(),
+         step, shape, q.as<uint8_t>(), q_scales.as<float>()},
+        DType::kBF16, nullptr, {}, chunked_from);
     if (chunked_from > 0)
-      cuda::gdn_chunked(out.data(), d_state.as<float>(), d_conv_out.as<float>(), d_projected.data(), in.stride,
-                        in.z_offset, d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(), step,
-                        shape, DType::kBF16, nullptr, scratch.as<float>(), floats, chunked_from, q.as<uint8_t>(),
-                        q_scales.as<float>());
+      cuda::gdn_chunked(
+          {out.data(), d_state.as<float>(), d_conv_out.as<float>(), d_projected.data(), in.stride,
+           in.z_offset, d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(),
+           step, shape, q.as<uint8_t>(), q_scales.as<float>()},
+          DType::kBF16, nullptr, scratch.as<float>(), floats, chunked_from);
     cuda::synchronize();
     outs.push_back(read_bf16(out));
     if (chunked_from == 0) continue;
@@ -616,8 +629,9 @@ TEST_F(CudaKernels, GatedDeltaNetChunkedFp8OutputAndBf16) {
   // min_tokens above every sequence's length: the chunked kernels touch neither output nor state.
   auto d_state = upload(initial, DType::kF32);
   auto out = upload(to_bf16(std::vector<float>(size_t(T * value_dim), 5.0f)), DType::kBF16);
-  cuda::gdn_chunked(out.data(), d_state.as<float>(), d_conv_out.as<float>(), d_projected.data(), in.stride, in.z_offset,
-                    d_ba.data(), d_a_log.as<float>(), d_dt_bias.as<float>(), d_norm.as<float>(), step, shape,
+  cuda::gdn_chunked({out.data(), d_state.as<float>(), d_conv_out.as<float>(), d_projected.data(),
+                     in.stride, in.z_offset, d_ba.data(), d_a_log.as<float>(),
+                     d_dt_bias.as<float>(), d_norm.as<float>(), step, shape, nullptr, nullptr},
                     DType::kBF16, nullptr, scratch.as<float>(), floats, 131);
   cuda::synchronize();
   EXPECT_TRUE(read_bf16(out) == std::vector<float>(size_t(T * value_dim), 5.0f));

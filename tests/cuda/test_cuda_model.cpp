@@ -13,17 +13,17 @@
 #include <nlohmann/json.hpp>
 
 #include "../numerics.h"
-#include "backends/cuda/cuda_ops.h"
 #include "cuda_test_support.h"
 #include "engine/engine.h"
-#include "engine/generate.h"
 #include "io/json_config.h"
-#include "models/qwen3_5_cuda.h"
+#include "model/generate.h"
 #include "models/registry.h"
-#include "profile/intent.h"
+#include "ops/gdn/gdn.h"
 #include "profile/kernel_gate.h"
 #include "profile/kernel_recorder.h"
 #include "profile/step_report.h"
+#include "runtime/qwen3_5_cuda.h"
+#include "trace/intent.h"
 
 namespace vt {
 namespace {
@@ -490,7 +490,7 @@ TEST_F(CudaModel, ProfileNamesTheUnfusedFallbackAndTheGateCatchesIt) {
   options.max_step_tokens = 1;
   options.tune_gemms = false;
   struct Step {
-    std::vector<profile::Intent> intents;
+    std::vector<trace::Intent> intents;
     std::vector<profile::KernelRecord> records;
   };
   std::map<std::string, Step> steps;
@@ -501,10 +501,10 @@ TEST_F(CudaModel, ProfileNamesTheUnfusedFallbackAndTheGateCatchesIt) {
     model.decode_step({5}, {9}, &next, false);  // lazy module loads outside the window
     profile::KernelRecorder recorder;
     recorder.start();
-    profile::begin_intents();
+    trace::begin_intents();
     model.decode_step({6}, {10}, &next, false);
     Step& step = steps[fused];
-    step.intents = profile::end_intent_records();
+    step.intents = trace::end_intent_records();
     step.records = recorder.stop();
   }
   const auto quantise_rows = [](const Step& step) {

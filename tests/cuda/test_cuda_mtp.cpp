@@ -1,5 +1,5 @@
 // The MTP head on the CUDA model (issue 10, GPU side) against the CPU reference's, on golden tiny
-// models given random `mtp.*` weights at test time (tests/spec/mtp_test_support.h): the fc input
+// models given random `mtp.*` weights at test time (tests/speculative/mtp_test_support.h): the fc input
 // kernel; the head's logits through the calls an MTP drafter makes (pairs from the target's kept
 // hidden states after a chunked prefill and after verify steps rolled back to several accepted
 // lengths, chained drafts, the head's own rollbacks) with f32 and bf16 activations and FP8 W8A8
@@ -24,17 +24,17 @@
 #include <vector>
 
 #include "../numerics.h"
-#include "../spec/mtp_test_support.h"
-#include "backends/cpu/cpu_ops.h"
-#include "backends/cuda/cuda_ops.h"
-#include "backends/cuda/device_buffer.h"
+#include "../speculative/mtp_test_support.h"
+#include "cuda/device.h"
+#include "cuda/device_buffer.h"
 #include "cuda_test_support.h"
-#include "engine/generate.h"
 #include "io/json_config.h"
-#include "models/qwen3_5.h"
-#include "models/qwen3_5_cuda.h"
-#include "spec/mtp_drafter.h"
-#include "spec/speculative.h"
+#include "model/generate.h"
+#include "models/qwen3_5/model.h"
+#include "ops/norm/norm.h"
+#include "runtime/qwen3_5_cuda.h"
+#include "speculative/mtp_drafter.h"
+#include "speculative/speculative.h"
 
 namespace vt {
 namespace {

@@ -4,7 +4,7 @@
 // the kept positions and the head's logits follow the CPU model's through batched steps, ring
 // wraps, verify rollbacks, a gap and a graph-replayed decode step, and a step that would keep more
 // than the ring holds is refused before it changes anything. The engine on the golden dense model
-// with an MTP head fitted to its greedy continuations (tests/spec/mtp_test_support.h): greedy
+// with an MTP head fitted to its greedy continuations (tests/speculative/mtp_test_support.h): greedy
 // outputs equal plain decoding's for k = 1..8 alone (accepting the drafts the CPU engine accepts)
 // and for 16 mixed requests at once (each as alone), through preemption and cancellation, and with
 // prompts far longer than a step (chunked prefill, the head catching up chunk by chunk). f32
@@ -25,12 +25,12 @@
 #include <vector>
 
 #include "../numerics.h"
-#include "../spec/mtp_test_support.h"
+#include "../speculative/mtp_test_support.h"
 #include "cuda_test_support.h"
 #include "engine/engine.h"
-#include "models/qwen3_5.h"
-#include "models/qwen3_5_cuda.h"
-#include "spec/mtp_drafter.h"
+#include "models/qwen3_5/model.h"
+#include "runtime/qwen3_5_cuda.h"
+#include "speculative/mtp_drafter.h"
 
 namespace vt {
 namespace {

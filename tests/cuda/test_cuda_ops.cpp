@@ -10,15 +10,18 @@
 #include <vector>
 
 #include "../numerics.h"
-#include "backends/cpu/cpu_ops.h"
-#include "backends/cuda/cuda_ops.h"
-#include "backends/cuda/fp8_gemm_registry.h"
+#include "core/dtype.h"
+#include "cuda/device.h"
+#include "cuda/device_buffer.h"
 #include "cuda_test_support.h"
 #include "model/linear.h"
-#include "profile/intent.h"
+#include "ops/activation/activation.h"
+#include "ops/gemm/gemm.h"
+#include "ops/gemm/partials.h"
+#include "ops/gemm/registry.h"
+#include "ops/norm/norm.h"
 #include "profile/kernel_recorder.h"
-#include "backends/cuda/device_buffer.h"
-#include "core/dtype.h"
+#include "trace/intent.h"
 
 namespace vt {
 namespace {
@@ -406,10 +409,10 @@ TEST_F(CudaOps, IntentsMatchWhatCuptiRecorded) {
   DeviceVector in(random_vector(rows * 2 * n, 5)), out(rows * n);
   profile::KernelRecorder recorder;
   recorder.start();
-  profile::begin_intents();
+  trace::begin_intents();
   cuda::silu_mul_f32(out.data, in.data, rows, n, nullptr);
   cuda::silu_mul_f32(out.data, in.data, rows, n, nullptr);
-  const auto intents = profile::end_intents();
+  const auto intents = trace::end_intents();
   cuda::synchronize();
   const auto records = recorder.stop();
   ASSERT_EQ(intents.size(), 1u);

@@ -19,15 +19,15 @@
 
 #include "../numerics.h"
 #include "../sampling_test_support.h"
-#include "backends/cpu/cpu_ops.h"
-#include "backends/cuda/cuda_ops.h"
-#include "backends/cuda/device_buffer.h"
+#include "cuda/device.h"
+#include "cuda/device_buffer.h"
 #include "cuda_test_support.h"
 #include "engine/engine.h"
-#include "models/qwen3_5_cuda.h"
-#include "profile/intent.h"
+#include "ops/sampling/sampling.h"
 #include "profile/kernel_gate.h"
 #include "profile/kernel_recorder.h"
+#include "runtime/qwen3_5_cuda.h"
+#include "trace/intent.h"
 
 namespace vt {
 namespace {
@@ -192,14 +192,14 @@ TEST_F(CudaSampling, IntentMatchesWhatCuptiRecorded) {
   kernel(DType::kF32)(logits, 1000, params);  // module load outside the window
   profile::KernelRecorder recorder;
   recorder.start();
-  profile::begin_intents();
+  trace::begin_intents();
   kernel(DType::kF32)(logits, 1000, params);
-  const auto intents = profile::end_intent_records();
+  const auto intents = trace::end_intent_records();
   cuda::synchronize();
   const auto records = recorder.stop();
   ASSERT_EQ(intents.size(), 1u);
   EXPECT_EQ(intents[0].kernel, "sm90_sample_rows");
-  EXPECT_EQ(intents[0].group, profile::OpGroup::kSampling);
+  EXPECT_EQ(intents[0].group, trace::OpGroup::kSampling);
   EXPECT_NO_THROW(profile::check_kernels_ran(intents, records, 1));
 }
 
@@ -271,9 +271,9 @@ TEST_F(CudaSampling, ModelRowsMatchForwardBatch) {
       Buffer logits(DType::kF32, {4, vocab});
       std::fill(logits.f32(), logits.f32() + 4 * vocab, -1.0f);
       std::vector<int32_t> tokens(4, 123);
-      profile::begin_intents();
+      trace::begin_intents();
       model->forward_batch_sample(items, rows, tokens, logits.view());
-      const auto intents = profile::end_intents();
+      const auto intents = trace::end_intents();
       EXPECT_EQ(intents.count("sm90_sample_rows"), 1u);
       const std::vector<float>& want = step_logits[size_t(step)];
       for (int s = 0; s < 4; ++s) {

@@ -20,15 +20,15 @@
 #include <vector>
 
 #include "../numerics.h"
+#include "../speculative/spec_test_support.h"
 #include "cuda_test_support.h"
-#include "engine/generate.h"
-#include "engine/sampler.h"
 #include "io/json_config.h"
-#include "models/qwen3_5_cuda.h"
-#include "spec/draft_model_drafter.h"
-#include "spec/ngram_drafter.h"
-#include "spec/speculative.h"
-#include "../spec/spec_test_support.h"
+#include "model/generate.h"
+#include "ops/sampling/sampler.h"
+#include "runtime/qwen3_5_cuda.h"
+#include "speculative/draft_model_drafter.h"
+#include "speculative/ngram_drafter.h"
+#include "speculative/speculative.h"
 
 namespace vt {
 namespace {
@@ -389,7 +389,7 @@ TEST_F(CudaSpec, RealShapesRollback) {
   }
 }
 
-// The CPU suite's statistical check (tests/spec/spec_test_support.h) on the CUDA model.
+// The CPU suite's statistical check (tests/speculative/spec_test_support.h) on the CUDA model.
 TEST_F(CudaSpec, SampledTokensFollowTheTargetDistribution) {
   auto target = load_golden("qwen3_5_dense", DType::kF32);
   testing::expect_speculative_sampling_follows_target(*target, golden_prompts("qwen3_5_dense")[0], "cuda");

@@ -10,8 +10,8 @@
 #include <tuple>
 #include <vector>
 
-#include "backends/cuda/check.h"
-#include "backends/cuda/device_buffer.h"
+#include "cuda/check.h"
+#include "cuda/device_buffer.h"
 #include "cuda_test_support.h"
 #include "parallel/nccl_communicator.h"
 

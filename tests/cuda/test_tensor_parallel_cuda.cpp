@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "../numerics.h"
-#include "backends/cuda/check.h"
+#include "cuda/check.h"
 #include "cuda_test_support.h"
-#include "engine/generate.h"
 #include "io/json_config.h"
+#include "model/generate.h"
 #include "parallel/tensor_parallel_cuda_model.h"
 
 namespace vt {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "../numerics.h"
-#include "engine/generate.h"
 #include "io/json_config.h"
+#include "model/generate.h"
 #include "models/registry.h"
 
 namespace vt {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "../numerics.h"
-#include "engine/generate.h"
-#include "models/llama.h"
+#include "model/generate.h"
+#include "models/llama/model.h"
 #include "models/registry.h"
 #include "ops/ops.h"
 

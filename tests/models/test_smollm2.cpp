@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "../numerics.h"
-#include "engine/generate.h"
-#include "engine/perplexity.h"
-#include "io/gguf_tokenizer.h"
+#include "model/generate.h"
+#include "model/perplexity.h"
 #include "models/registry.h"
+#include "tokenizer/gguf_tokenizer.h"
 
 namespace vt {
 namespace {

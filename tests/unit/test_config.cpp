@@ -3,7 +3,7 @@
 
 #include "checkpoint_fixture.h"
 #include "core/error.h"
-#include "models/qwen3_5_config.h"
+#include "models/qwen3_5/config.h"
 
 namespace vt {
 namespace {

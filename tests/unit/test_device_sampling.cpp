@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "../sampling_test_support.h"
-#include "backends/cpu/cpu_ops.h"
-#include "ops/device_sampling.h"
+#include "ops/sampling/device_sampling.h"
+#include "ops/sampling/sampling.h"
 
 namespace vt {
 namespace {

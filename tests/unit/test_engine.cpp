@@ -20,18 +20,18 @@
 #include <random>
 #include <sstream>
 
+#include "../speculative/mtp_test_support.h"
+#include "../speculative/spec_test_support.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "engine/generate.h"
 #include "engine/logprobs.h"
 #include "engine/stop_strings.h"
+#include "model/generate.h"
+#include "models/qwen3_5/model.h"
 #include "models/registry.h"
 #include "server/metrics.h"
-#include "models/qwen3_5.h"
-#include "spec/draft_model_drafter.h"
-#include "spec/mtp_drafter.h"
-#include "../spec/mtp_test_support.h"
-#include "../spec/spec_test_support.h"
+#include "speculative/draft_model_drafter.h"
+#include "speculative/mtp_drafter.h"
 
 namespace vt {
 namespace {

@@ -11,9 +11,9 @@
 #include <mutex>
 #include <random>
 
-#include "backends/cpu/cpu_ops.h"
 #include "engine/engine.h"
 #include "models/registry.h"
+#include "ops/sampling/sampling.h"
 
 namespace vt {
 namespace {

@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "backends/cuda/kernels/fp8_gemm_split.h"
+#include "ops/gemm/fp8_gemm_split.h"
 
 namespace vt {
 namespace {

@@ -9,15 +9,15 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "engine/sampler.h"
-#include "models/qwen3_5_config.h"
+#include "models/qwen3_5/config.h"
 #include "models/registry.h"
 #include "ops/ops.h"
-#include "profile/intent.h"
+#include "ops/sampling/sampler.h"
 #include "profile/kernel_gate.h"
-#include "profile/op_timer.h"
 #include "profile/prediction.h"
 #include "profile/step_report.h"
+#include "trace/intent.h"
+#include "trace/op_timer.h"
 
 namespace vt::profile {
 namespace {
@@ -76,8 +76,8 @@ TEST(Intents, LaunchCostTakesOpAndGroupFromTheInnermostScope) {
 
 TEST(ShortKernelName, StripsSignatureNamespacesAndTemplates) {
   EXPECT_EQ(short_kernel_name("void vt::cuda::(anonymous "
-                              "namespace)::sm90_fp8_gemm_warp_rows<__nv_bfloat16, 1>(T1 *, long)"),
-            "sm90_fp8_gemm_warp_rows");
+                              "namespace)::sm90_fp8_gemm_mma_splitk<__nv_bfloat16, 1>(T1 *, long)"),
+            "sm90_fp8_gemm_mma_splitk");
   EXPECT_EQ(short_kernel_name("nvjet_hsh_64x8_64x16_2x1_v_bz_TNT"),
             "nvjet_hsh_64x8_64x16_2x1_v_bz_TNT");
 }
@@ -176,8 +176,8 @@ TEST(StepReport, SameKernelForTwoOpsKeepsEachOpsBytes) {
     records.push_back(record("nvjet_tst", t + 150'000, t + 160'000));
   }
   const std::vector<Intent> intents = {
-      intent("gemm", "gdn.in_proj", OpGroup::kGemmGdnIn, "fp8_warp_rows", 8e6),
-      intent("gemm", "gdn.out_proj", OpGroup::kGemmOut, "fp8_warp_rows", 2e6)};
+      intent("gemm", "gdn.in_proj", OpGroup::kGemmGdnIn, "fp8_mma", 8e6),
+      intent("gemm", "gdn.out_proj", OpGroup::kGemmOut, "fp8_mma", 2e6)};
   const auto spans = spans_from_kernels(records, intents);
   ASSERT_EQ(spans.size(), 9u);
   EXPECT_EQ(spans[3].op, "gdn.in_proj");
@@ -237,7 +237,7 @@ TEST(KernelGate, IntendedKernelThatNeverRanNamesOpBackendAndWhatRanInstead) {
       intent("norm", "rms_norm", OpGroup::kNorm, "cuda", 1)};
   std::vector<KernelRecord> records;
   for (int step = 0; step < 3; ++step) {
-    records.push_back(record("void sm90_fp8_gemm_warp_rows<float, 1>(float*)", 0, 1));
+    records.push_back(record("void sm90_fp8_gemv<float>(float*)", 0, 1));
     records.push_back(record("norm", 0, 1));
   }
   const std::string message = failure_of([&] { check_kernels_ran(intents, records, 3); });
@@ -247,7 +247,7 @@ TEST(KernelGate, IntendedKernelThatNeverRanNamesOpBackendAndWhatRanInstead) {
       message.find("sm90_fp8_gemm_mma_splitk 1 times per step, but it ran 0 times in 3 steps"),
       std::string::npos)
       << message;
-  EXPECT_NE(message.find("Ran instead: sm90_fp8_gemm_warp_rows x3"), std::string::npos) << message;
+  EXPECT_NE(message.find("Ran instead: sm90_fp8_gemv x3"), std::string::npos) << message;
   EXPECT_EQ(message.find("rms_norm"), std::string::npos) << "the norm ran as intended: " << message;
 }
 
@@ -335,9 +335,9 @@ TEST(Intents, RecordOpGroupBackendShapeBytesAndFlops) {
   EXPECT_TRUE(intents_active());
   intend("sm90_rms_norm");
   intend(
-      "sm90_fp8_gemm_warp_rows",
+      "sm90_fp8_gemm_mma_splitk",
       IntentInfo{
-          "gdn.in_proj", OpGroup::kGemmGdnIn, "fp8_warp_rows", {1, 10240, 5120}, 52.4e6, 1.05e8});
+          "gdn.in_proj", OpGroup::kGemmGdnIn, "fp8_mma", {1, 10240, 5120}, 52.4e6, 1.05e8});
   const auto records = end_intent_records();
   EXPECT_FALSE(intents_active());
   ASSERT_EQ(records.size(), 2u);
@@ -345,7 +345,7 @@ TEST(Intents, RecordOpGroupBackendShapeBytesAndFlops) {
   EXPECT_EQ(records[0].op, "sm90_rms_norm");
   EXPECT_EQ(records[0].group, OpGroup::kOther);
   EXPECT_EQ(records[1].op, "gdn.in_proj");
-  EXPECT_EQ(records[1].backend, "fp8_warp_rows");
+  EXPECT_EQ(records[1].backend, "fp8_mma");
   EXPECT_EQ(records[1].shape, "1x10240x5120");
   EXPECT_EQ(records[1].group, OpGroup::kGemmGdnIn);
   EXPECT_DOUBLE_EQ(records[1].bytes, 52.4e6);

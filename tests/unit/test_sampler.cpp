@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "engine/sampler.h"
+#include "ops/sampling/sampler.h"
 
 namespace vt {
 namespace {

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Run ON the GPU machine (device tool; carry .gpu-deps and .base-src, made here by
+# scripts/gpu/pack_deps.sh and scripts/gpu/base_src.sh <commit>): the same-call A/B of two
+# commits' decode. Builds this tree (build-gpu) and the base (build-base), runs the CUDA test suite
+# on this tree with the GPU required, then `vt bench decode` of the synthetic 27B and 35B-A3B FP8
+# at BATCH (default 1,16,64), alternating base and this tree for ROUNDS (default 2) rounds, each
+# build tuning its own GEMM plan; finally the GEMM plan each model chose (qwen3-next-80b too) and
+# the tables. Logs: $OUT/decode_ab.tar.gz.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/gpu/env.sh
+LOGS=$(mktemp -d)
+status=0
+start=$(date +%s)
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DVT_CUDA=ON -DCMAKE_PREFIX_PATH="$VT_DEPS" \
+  >"$LOGS/configure.log" 2>&1 || { tail -30 "$LOGS/configure.log"; exit 1; }
+cmake --build build-gpu -j "$(nproc)" >"$LOGS/build.log" 2>&1 || { grep -E "error" -A3 "$LOGS/build.log" | head -40; exit 1; }
+echo "build: $(( $(date +%s) - start )) s"
+[ -f .base-src/COMMIT ] || { echo "no .base-src: run scripts/gpu/base_src.sh <commit> first"; exit 1; }
+BASE=$(cat .base-src/COMMIT)
+rm -rf /tmp/vt-base && cp -r .base-src /tmp/vt-base
+(cmake -S /tmp/vt-base -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DVT_CUDA=ON -DCMAKE_PREFIX_PATH="$VT_DEPS" &&
+  cmake --build build-base -j "$(nproc)" --target vt) >"$LOGS/base.log" 2>&1 || {
+  status=1; echo "FAILED: the base build ($BASE)"; tail -5 "$LOGS/base.log"; }
+echo "base build ($BASE): $(( $(date +%s) - start )) s"
+export VT_REQUIRE_GPU=1
+timeout 420 build-gpu/tests/vt_cuda_tests >"$LOGS/cuda_tests.log" 2>&1 || { status=1; echo "FAILED: vt_cuda_tests"; }
+[ -x build-gpu/tests/vt_nccl_tests ] && { timeout 120 build-gpu/tests/vt_nccl_tests >"$LOGS/nccl_tests.log" 2>&1 ||
+  { status=1; echo "FAILED: vt_nccl_tests"; }; }
+bench() {  # build-dir name model
+  env VT_CACHE_DIR="$LOGS/plan_$1" "$1/apps/vt" bench decode --synthetic "$3" --weights fp8 --batch "${BATCH:-1,16,64}" \
+    --context 1024 --steps 32 --json >"$LOGS/$2.json" 2>"$LOGS/$2.err" || {
+    status=1; echo "FAILED: $2"; tail -3 "$LOGS/$2.err"; }
+}
+for round in $(seq 1 "${ROUNDS:-2}"); do
+  for model in qwen3.5-27b qwen3.5-35b-a3b; do
+    [ -x build-base/apps/vt ] && bench build-base "base_${model}_$round" "$model"
+    bench build-gpu "new_${model}_$round" "$model"
+  done
+done
+bench build-gpu "new_qwen3-next-80b_1" qwen3-next-80b
+tar -czf "$OUT/decode_ab.tar.gz" -C "$LOGS" .
+echo "== vt_cuda_tests: $(grep -cE '^\[       OK \]' "$LOGS/cuda_tests.log") ok"
+grep -E "^\[  FAILED  \]|^\[  SKIPPED \]" "$LOGS/cuda_tests.log" | sort -u | head -20
+[ -f "$LOGS/nccl_tests.log" ] && echo "== vt_nccl_tests: $(grep -E '^\[  PASSED  \]|FAILED' "$LOGS/nccl_tests.log" | head -3)"
+for model in qwen3.5-27b qwen3.5-35b-a3b qwen3-next-80b; do
+  echo "== GEMM plan, $model (this tree)"; grep -E "M<=|forced|tuned" "$LOGS/new_${model}_1.err" | head -30
+done
+python3 scripts/gpu/decode_table.py "$LOGS"
+exit $status

@@ -1,0 +1,367 @@
+// Qwen3.5 forward on CUDA, top to bottom like the diagram (the CPU reference in model.cpp is the
+// oracle this is tested against): embed, then per layer the input norm, the mixer (gated
+// attention or Gated DeltaNet, cuda_gdn.cpp), the FFN (MLP or MoE), then the final norm and the
+// output layer. One step runs any mix of prefill chunks and decode tokens (runtime/cuda_runner.h
+// uploads it); linears and the residual branch are cuda_linear.cpp's.
+#include "models/qwen3_5/cuda_model.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "cuda/check.h"
+#include "models/qwen3_5/cuda_workspace.h"
+#include "ops/activation/activation.h"
+#include "ops/attention/attention.h"
+#include "ops/embedding/embedding.h"
+#include "ops/gdn/gdn.h"
+#include "ops/gemm/gemm.h"
+#include "ops/moe/moe.h"
+#include "ops/norm/norm.h"
+#include "ops/sampling/sampling.h"
+#include "trace/intent.h"
+
+namespace vt {
+
+using trace::OpGroup;
+
+namespace {
+
+// The fewest keys one attention split takes: one batch of keys per warp of the grouped kernel.
+constexpr int64_t kAttentionSplitKeys = 32;
+
+// Sequences of a step with at least this many new tokens (a full chunk) run the chunked delta
+// rule (cuda::gdn_chunked); shorter ones, decode tokens and verify steps run token by token.
+constexpr int64_t kGdnChunkedMinTokens = cuda::kGdnChunk;
+
+// with_mtp: also the MTP head's fc input [normed embedding | normed hidden], 2H wide.
+int64_t widest_projection(const Qwen35Config& c, bool with_mtp) {
+  return std::max({c.conv_dim() + c.linear_value_dim(), c.num_heads * c.head_dim * 2 + 2 * c.num_kv_heads * c.head_dim,
+                   2 * c.intermediate_size, 2 * c.shared_expert_intermediate_size, with_mtp ? 2 * c.hidden_size : 0});
+}
+
+int64_t widest_inner(const Qwen35Config& c) {
+  return std::max({c.linear_value_dim(), c.num_heads * c.head_dim, c.intermediate_size, c.moe_intermediate_size,
+                   c.shared_expert_intermediate_size});
+}
+
+}  // namespace
+
+
+Qwen35CudaForward::Qwen35CudaForward(Qwen35Config config, CudaWeights weights, const CudaModelOptions& options,
+                                     std::string description)
+    : config_(std::move(config)), weights_(std::move(weights)), options_(options),
+      description_(std::move(description)) {
+  VT_CHECK(options_.activations == DType::kF32 || options_.activations == DType::kBF16, "CUDA activations f32 or bf16");
+  VT_CUDA_CHECK(cudaSetDevice(options_.device));
+  info_.architecture = config_.architecture;
+  info_.vocab_size = config_.vocab_size;
+  info_.max_positions = std::min(config_.max_position_embeddings, options_.max_context);
+  VT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  if (options_.side_stream) {
+    VT_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+    VT_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
+    VT_CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
+  }
+  gemm_ = std::make_unique<cuda::CublasLtGemm>();
+  if (options_.fp8_lm_head && weights_.lm_head.format == WeightFormat::kDense)
+    convert_lm_head_fp8(options_.lm_head_exact_columns);
+
+  const DType act = options_.activations;
+  const int64_t T = std::max(options_.max_step_tokens, options_.max_sequences), S = options_.max_sequences;
+  const int64_t H = config_.hidden_size, logit_rows = std::max(S, options_.max_logit_rows);
+  auto& w = *(workspace_ = std::make_unique<Workspace>());
+  w.max_tokens = T;
+  w.max_seqs = S;
+  w.x = cuda::DeviceBuffer(act, {T, H});
+  w.normed = cuda::DeviceBuffer(act, {T, H});
+  w.branch = cuda::DeviceBuffer(act, {T, H});
+  const bool with_mtp = weights_.mtp.has_value();
+  w.projected = cuda::DeviceBuffer(act, {T, widest_projection(config_, with_mtp)});
+  w.ba = cuda::DeviceBuffer(act, {T, 2 * config_.linear_num_value_heads});
+  w.conv_out = cuda::DeviceBuffer(DType::kF32, {T, config_.conv_dim()});
+  w.mixer_out = cuda::DeviceBuffer(act, {T, widest_inner(config_)});
+  w.q = cuda::DeviceBuffer(DType::kF32, {T, config_.num_heads * config_.head_dim});
+  w.gate = cuda::DeviceBuffer(act, {T, config_.num_heads * config_.head_dim});
+  // splits(T') x T' <= max(T', attention_blocks_ / Hkv) for every T' <= T.
+  const int64_t group = config_.num_heads / std::max<int64_t>(config_.num_kv_heads, 1);
+  attention_blocks_ = cuda::attention_target_blocks(attention_shape(), act);
+  w.attention_partials = cuda::DeviceBuffer(
+      DType::kF32, {std::max<int64_t>(attention_blocks_ * group, T * config_.num_heads) * (config_.head_dim + 2)});
+  const int64_t widest_k = std::max({with_mtp ? 2 * H : H, widest_inner(config_)});
+  const int64_t top_k = std::max<int64_t>(config_.num_experts_per_tok, 1);
+  for (auto [codes, scales] : {std::pair{&w.quantized, &w.scales}, std::pair{&w.inner, &w.inner_scales},
+                                std::pair{&w.scratch, &w.scratch_scales}}) {
+    *codes = cuda::DeviceBuffer(DType::kU8, {T * top_k, widest_k});
+    *scales = cuda::DeviceBuffer(DType::kF32, {T * top_k, (widest_k + 127) / 128});
+  }
+  if (config_.num_experts > 0) {
+    const int64_t inter = config_.moe_intermediate_size, pairs = T * top_k;
+    w.router_logits = cuda::DeviceBuffer(DType::kF32, {T, config_.num_experts});  // f32: top-k must not see bf16 ties
+    w.route_ids = cuda::DeviceBuffer(DType::kI32, {pairs});
+    w.route_weights = cuda::DeviceBuffer(DType::kF32, {pairs});
+    w.expert_hidden = cuda::DeviceBuffer(act, {pairs, 2 * inter});
+    w.expert_act = cuda::DeviceBuffer(act, {pairs, inter});
+    w.expert_out = cuda::DeviceBuffer(act, {pairs, H});
+    w.shared_out = cuda::DeviceBuffer(act, {T, H});
+    w.shared_gate = cuda::DeviceBuffer(act, {T, 1});
+  }
+  w.last_hidden = cuda::DeviceBuffer(act, {logit_rows, H});
+  w.logits = cuda::DeviceBuffer(act, {logit_rows, config_.vocab_size});
+  w.next_tokens = cuda::DeviceBuffer(DType::kI32, {logit_rows});
+  // The chunked delta rule's scratch: for batched steps (sequences of >= kGdnChunkedMinTokens)
+  // and for a forward() that asks for chunks at any length (one sequence).
+  const cuda::DeltaNetShape delta_net{config_.linear_num_key_heads, config_.linear_num_value_heads,
+                                      config_.linear_key_head_dim, config_.linear_value_head_dim,
+                                      config_.linear_conv_kernel, config_.rms_norm_eps};
+  const bool has_gdn = std::find(config_.layer_types.begin(), config_.layer_types.end(),
+                                 LayerKind::kLinearAttention) != config_.layer_types.end();
+  if (has_gdn && cuda::gdn_chunked_supports(delta_net))
+    w.gdn_chunk_scratch = cuda::DeviceBuffer(
+        DType::kF32, {std::max(cuda::gdn_chunked_scratch_floats(T, S, kGdnChunkedMinTokens, delta_net),
+                               cuda::gdn_chunked_scratch_floats(T, 1, 1, delta_net))});
+  setup_fp8_gemms(workspace_->max_tokens);
+}
+
+Qwen35CudaForward::~Qwen35CudaForward() {
+  if (stream_) {
+    cudaStreamSynchronize(stream_);
+    cuda::fp8_gemm_release(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  if (side_stream_) {
+    cudaStreamSynchronize(side_stream_);
+    cudaStreamDestroy(side_stream_);
+    cudaEventDestroy(fork_event_);
+    cudaEventDestroy(join_event_);
+  }
+}
+
+CacheSpec Qwen35CudaForward::cache_spec() const {
+  const auto& c = config_;
+  CacheSpec spec;
+  spec.activations = options_.activations;
+  for (LayerKind kind : c.layer_types) {
+    CacheLayerSpec layer;
+    layer.attention = kind == LayerKind::kFullAttention;
+    if (layer.attention) {
+      layer.kv_heads = c.num_kv_heads;
+      layer.head_dim = c.head_dim;
+    } else {
+      layer.conv_channels = c.conv_dim();
+      layer.conv_history = c.linear_conv_kernel - 1;
+      layer.state_heads = c.linear_num_value_heads;
+      layer.state_k = c.linear_key_head_dim;
+      layer.state_v = c.linear_value_head_dim;
+    }
+    spec.layers.push_back(layer);
+  }
+  spec.has_mtp = has_mtp();
+  spec.mtp = {true, c.num_kv_heads, c.head_dim};
+  return spec;
+}
+
+const void* Qwen35CudaForward::logits() const { return workspace_->logits.data(); }
+const int32_t* Qwen35CudaForward::next_tokens() const { return workspace_->next_tokens.as<int32_t>(); }
+const void* Qwen35CudaForward::hidden() const { return workspace_->normed.data(); }
+bool Qwen35CudaForward::supports_chunked_delta_rule() const { return workspace_->gdn_chunk_scratch.data() != nullptr; }
+
+// One step over the metadata already uploaded: num_tokens tokens from num_seqs sequences.
+void Qwen35CudaForward::run_step(const CudaStep& step) {
+  auto& w = *workspace_;
+  const auto& c = config_;
+  const DType act = options_.activations;
+  const int64_t T = step.num_tokens, H = c.hidden_size;
+  const float eps = c.rms_norm_eps;
+  embed("embed", step);
+  cuda::Branch pending = nullptr;  // the previous block's output, added to x by the next norm
+  // GDN: sequences of >= chunked_from tokens take the chunked delta rule; 0: all token by token
+  // (decode steps and their graphs, steps that save rollback windows).
+  int64_t chunked_from = 0;
+  if (w.gdn_chunk_scratch.data() && !step.writes_window && step.delta_rule != DeltaRuleChoice::kRecurrent) {
+    if (step.delta_rule == DeltaRuleChoice::kChunked)
+      chunked_from = 1;
+    else if (step.longest_seq >= kGdnChunkedMinTokens)
+      chunked_from = kGdnChunkedMinTokens;
+  }
+  for (size_t i = 0; i < weights_.layers.size(); ++i) {
+    const CudaLayer& layer = weights_.layers[i];
+    const Fp8Rows mixer_in = input_norm(layer, T, pending);
+    if (layer.kind == LayerKind::kLinearAttention) {
+      gated_delta_net(layer, step.cache[i], step, mixer_in, chunked_from);
+    } else {
+      attention(layer, step.cache[i], step, mixer_in);
+    }
+    ffn(layer, T);
+    pending = branch_input();
+  }
+  trace::OpScope final_op("final_norm", OpGroup::kNorm);
+  cuda::add_rms_norm(w.normed.data(), w.x.data(), pending, weights_.final_norm.as<float>(), T, H, eps, 1.0f, act,
+                     stream_);
+  // last_index selects the rows that need logits (the last token of each sequence, or all).
+  const int64_t rows = step.logit_rows;
+  cuda::gather_rows(w.last_hidden.data(), w.normed.data(), step.last_index, rows, H, act, stream_);
+  {
+    trace::OpScope op("lm_head", OpGroup::kGemmLmHead);
+    linear(weights_.lm_head, w.logits.data(), w.last_hidden.data(), rows);
+  }
+  trace::OpScope sampling_op("argmax", OpGroup::kSampling);
+  cuda::argmax_rows(w.next_tokens.as<int32_t>(), w.logits.data(), rows, c.vocab_size, act, stream_);
+}
+
+void Qwen35CudaForward::embed(const char* op, const CudaStep& step) {
+  trace::OpScope scope(op, OpGroup::kEmbed);
+  cuda::embedding(workspace_->x.data(), options_.activations, step.token_ids, step.num_tokens,
+                  weights_.embed_tokens.data(), weights_.embed_tokens.view().dtype, config_.hidden_size, stream_);
+}
+
+Fp8Rows Qwen35CudaForward::input_norm(const CudaLayer& layer, int64_t T, cuda::Branch pending) {
+  auto& w = *workspace_;
+  const int64_t H = config_.hidden_size;
+  const CudaLinear& first = layer.kind == LayerKind::kLinearAttention ? layer.in_proj : layer.qkv;
+  const Fp8Rows mixer_in = H % 128 == 0 && fused_fp8(first) ? Fp8Rows{w.quantized.as<uint8_t>(), w.scales.as<float>()}
+                                                            : Fp8Rows{};
+  trace::OpScope op("input_norm", OpGroup::kNorm);
+  cuda::add_rms_norm(w.normed.data(), w.x.data(), pending, layer.input_norm.as<float>(), T, H, config_.rms_norm_eps,
+                     1.0f, options_.activations, stream_, const_cast<uint8_t*>(mixer_in.codes),
+                     const_cast<float*>(mixer_in.scales));
+  return mixer_in;
+}
+
+cuda::AttentionShape Qwen35CudaForward::attention_shape() const {
+  const auto& c = config_;
+  return {c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim, options_.block_size, c.rope_theta, c.rms_norm_eps};
+}
+
+// Gated attention: q(+gate)/k/v projection, norms + RoPE + cache writes, paged attention with the
+// sigmoid gate, o_proj into branch.
+void Qwen35CudaForward::attention(const CudaLayer& layer, const LayerCache& cache, const CudaStep& step,
+                                  const Fp8Rows& mixer_in) {
+  auto& w = *workspace_;
+  const auto& c = config_;
+  const DType act = options_.activations;
+  const int64_t T = step.num_tokens;
+  const cuda::StepLayout& layout = step.layout;
+  void* k_cache = cache.k;
+  void* v_cache = cache.v;
+  const cuda::AttentionShape shape = attention_shape();
+  // Static per (T, max_context), so a captured graph stays valid as positions grow.
+  const int64_t splits = std::clamp<int64_t>(attention_blocks_ / (T * c.num_kv_heads), 1,
+                                             (options_.max_context + kAttentionSplitKeys - 1) / kAttentionSplitKeys);
+  const int64_t keys_per_split = (options_.max_context + splits - 1) / splits;
+  {
+    trace::OpScope op("attn.qkv", OpGroup::kGemmAttnQkv);
+    linear(layer.qkv, w.projected.data(), w.normed.data(), T, mixer_in);
+  }
+  trace::OpScope attention_op("attention", OpGroup::kAttention);
+  cuda::attention_prepare(w.q.as<float>(), w.gate.data(), k_cache, v_cache, w.projected.data(),
+                          layer.q_norm.as<float>(), layer.k_norm.as<float>(), layout, shape, act, stream_);
+  const Fp8Rows o_in = fused_fp8(layer.o_proj) && c.head_dim % 128 == 0
+                           ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()}
+                           : Fp8Rows{};
+  cuda::paged_attention(w.mixer_out.data(), w.attention_partials.as<float>(), w.q.as<float>(), w.gate.data(), k_cache,
+                        v_cache, layout, shape, splits, keys_per_split, act, stream_, const_cast<uint8_t*>(o_in.codes),
+                        const_cast<float*>(o_in.scales), step.kv_tokens);
+  trace::OpScope out_op("attn.o_proj", OpGroup::kGemmOut);
+  project_branch(layer.o_proj, w.mixer_out.data(), T, o_in);
+}
+
+// x += branch; normed = post_attention_norm(x); branch = ffn(normed) (SwiGLU MLP or MoE).
+void Qwen35CudaForward::ffn(const CudaLayer& layer, int64_t T) {
+  auto& w = *workspace_;
+  const auto& c = config_;
+  const DType act = options_.activations;
+  const int64_t H = c.hidden_size;
+  const bool ffn_fp8 =
+      layer.is_moe ? options_.fuse_fp8_quantization && layer.moe.format == WeightFormat::kFp8Block : fused_fp8(layer.mlp.gate_up);
+  const Fp8Rows ffn_in =
+      H % 128 == 0 && ffn_fp8 ? Fp8Rows{w.quantized.as<uint8_t>(), w.scales.as<float>()} : Fp8Rows{};
+  {
+    trace::OpScope op("post_attention_norm", OpGroup::kNorm);
+    cuda::add_rms_norm(w.normed.data(), w.x.data(), branch_input(), layer.post_attention_norm.as<float>(), T, H,
+                       c.rms_norm_eps, 1.0f, act, stream_, const_cast<uint8_t*>(ffn_in.codes),
+                       const_cast<float*>(ffn_in.scales));
+  }
+  w.branch_partials.reset();  // taken: the FFN's output goes to branch
+  if (layer.is_moe) {
+    moe(layer.moe, T, ffn_in);
+  } else {
+    trace::OpScope mlp_op("mlp.gate_up", OpGroup::kGemmMlp);
+    linear(layer.mlp.gate_up, w.projected.data(), w.normed.data(), T, ffn_in);
+    const Fp8Rows down_in = fused_fp8(layer.mlp.down) && c.intermediate_size % 128 == 0
+                                ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()}
+                                : Fp8Rows{};
+    {
+      trace::OpScope op("mlp.silu_mul", OpGroup::kElementwise);
+      cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, c.intermediate_size, act, stream_,
+                     const_cast<uint8_t*>(down_in.codes), const_cast<float*>(down_in.scales));
+    }
+    trace::OpScope down_op("mlp.down", OpGroup::kGemmMlp);
+    project_branch(layer.mlp.down, w.mixer_out.data(), T, down_in);  // summed over ranks there
+    return;
+  }
+  reduce_branch(T);  // the MoE combine's partial
+}
+
+// MoE FFN on normed [T, H] -> branch [T, H]: route, expert GEMVs per (token, expert) pair
+// straight from the stacked expert weights, the gated shared expert, weighted combine.
+void Qwen35CudaForward::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed_codes) {
+  auto& w = *workspace_;
+  const auto& c = config_;
+  const DType act = options_.activations;
+  const int64_t H = c.hidden_size, k = c.num_experts_per_tok, inter = moe.intermediate, pairs = T * k;
+  const bool fp8 = moe.format == WeightFormat::kFp8Block;
+  // Router logits in f32 (bf16 inputs, fp32 accumulate): rounding them to bf16 flips near-tied
+  // experts, which moved bf16 logits by 15-23% on the golden MoE cases.
+  VT_CHECK(moe.router.format == WeightFormat::kDense && moe.router.parts.size() == 1, "MoE router must be dense");
+  trace::OpScope router_op("moe.router", OpGroup::kGemmRouter);
+  if (cuda::dense_gemv_supports(T, c.num_experts, H, act))
+    cuda::dense_gemv(w.router_logits.data(), DType::kF32, w.normed.data(), moe.router.parts[0].weight.data(), T,
+                     c.num_experts, H, act, stream_);
+  else
+    gemm_->matmul(w.router_logits.data(), w.normed.data(), moe.router.parts[0].weight.data(), T, c.num_experts, H,
+                  act, stream_, DType::kF32, true);
+  trace::OpScope experts_op("moe.experts", OpGroup::kMoe);
+  cuda::moe_route(w.route_ids.as<int32_t>(), w.route_weights.as<float>(), w.router_logits.data(), T, c.num_experts, k,
+                  c.norm_topk_prob, DType::kF32, stream_);
+  // The experts read the normed rows as FP8 codes: fused into the norm, or quantised here.
+  Fp8Rows x_codes = normed_codes;
+  if (fp8 && !x_codes.codes) {
+    x_codes = {w.scratch.as<uint8_t>(), w.scratch_scales.as<float>()};
+    cuda::fp8_quantize_rows(w.scratch.as<uint8_t>(), w.scratch_scales.as<float>(), w.normed.data(), T, H, act, stream_);
+  }
+  cuda::moe_expert_gemv(w.expert_hidden.data(), fp8 ? static_cast<const void*>(x_codes.codes) : w.normed.data(),
+                        x_codes.scales, w.route_ids.as<int32_t>(), moe.gate_up.data(), moe.gate_up_scales.as<float>(),
+                        pairs, 2 * inter, H, k, fp8, act, stream_);
+  const bool fuse_act = fp8 && options_.fuse_fp8_quantization && inter % 128 == 0;
+  Fp8Rows act_codes = fuse_act ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()} : Fp8Rows{};
+  cuda::silu_mul(w.expert_act.data(), w.expert_hidden.data(), pairs, inter, act, stream_,
+                 const_cast<uint8_t*>(act_codes.codes), const_cast<float*>(act_codes.scales));
+  if (fp8 && !act_codes.codes) {
+    act_codes = {w.scratch.as<uint8_t>(), w.scratch_scales.as<float>()};
+    cuda::fp8_quantize_rows(w.scratch.as<uint8_t>(), w.scratch_scales.as<float>(), w.expert_act.data(), pairs, inter,
+                            act, stream_);
+  }
+  cuda::moe_expert_gemv(w.expert_out.data(), fp8 ? static_cast<const void*>(act_codes.codes) : w.expert_act.data(),
+                        act_codes.scales, w.route_ids.as<int32_t>(), moe.down.data(), moe.down_scales.as<float>(),
+                        pairs, H, inter, 1, fp8, act, stream_);
+  if (moe.has_shared) {
+    const int64_t shared = moe.shared.down.k;
+    const bool shared_fp8 = options_.fuse_fp8_quantization && moe.shared.gate_up.format == WeightFormat::kFp8Block;
+    linear(moe.shared.gate_up, w.projected.data(), w.normed.data(), T, shared_fp8 ? normed_codes : Fp8Rows{});
+    const Fp8Rows down_in = options_.fuse_fp8_quantization && moe.shared.down.format == WeightFormat::kFp8Block && shared % 128 == 0
+                                ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()}
+                                : Fp8Rows{};
+    cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, shared, act, stream_, const_cast<uint8_t*>(down_in.codes),
+                   const_cast<float*>(down_in.scales));
+    linear(moe.shared.down, w.shared_out.data(), w.mixer_out.data(), T, down_in);
+    linear(moe.shared_gate, w.shared_gate.data(), w.normed.data(), T,
+           options_.fuse_fp8_quantization && moe.shared_gate.format == WeightFormat::kFp8Block ? normed_codes : Fp8Rows{});
+  }
+  cuda::moe_combine(w.branch.data(), w.expert_out.data(), w.route_weights.as<float>(),
+                    moe.has_shared ? w.shared_out.data() : nullptr, moe.has_shared ? w.shared_gate.data() : nullptr, T,
+                    H, k, act, stream_);
+}
+
+}  // namespace vt

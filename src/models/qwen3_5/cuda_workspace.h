@@ -1,0 +1,40 @@
+// The CUDA forward's activations: buffers for the widest step, allocated once at construction
+// (cuda_model.cpp). Internal to the model's source files (cuda_*.cpp).
+#pragma once
+
+#include <optional>
+
+#include "cuda/device_buffer.h"
+#include "models/qwen3_5/cuda_model.h"
+#include "ops/gemm/partials.h"
+
+namespace vt {
+
+struct Qwen35CudaForward::Workspace {
+  int64_t max_tokens = 0, max_seqs = 0;
+  cuda::DeviceBuffer x, normed, branch;   // [T, H] act: residual stream, norm output, block output
+  // The block output as an FP8 GEMM's partials instead of in `branch` (project_branch), when set.
+  std::optional<cuda::GemmPartials> branch_partials;
+  cuda::DeviceBuffer projected;           // [T, widest projection] act
+  cuda::DeviceBuffer ba;                  // [T, 2*Hv] act
+  cuda::DeviceBuffer conv_out;            // [T, conv_dim] f32
+  cuda::DeviceBuffer mixer_out;           // [T, widest mixer/MLP inner width] act
+  cuda::DeviceBuffer q, gate;             // [T, Hq*D] f32 / act
+  cuda::DeviceBuffer attention_partials;  // split-key attention partials, f32
+  // MoE: router logits [T, E], routes [T*k] (ids i32, weights f32), per-pair expert activations
+  // [T*k, 2I] / [T*k, I] / [T*k, H], shared expert output [T, H] and gate [T, 1].
+  cuda::DeviceBuffer router_logits, route_ids, route_weights, expert_hidden, expert_act, expert_out;
+  cuda::DeviceBuffer shared_out, shared_gate;
+  // FP8 activations [rows, widest K] e4m3 and [rows, K/128] scales: `quantized` holds a norm's
+  // output (fused into the norm; read by every linear of the block), `inner` a mixer's or
+  // SwiGLU's output (fused into gdn_recurrent / attention combine / silu_mul), `scratch` what a
+  // linear quantises itself when nothing upstream did.
+  cuda::DeviceBuffer quantized, scales, inner, inner_scales, scratch, scratch_scales;
+  cuda::DeviceBuffer last_hidden, logits;  // [rows, H], [rows, V] act
+  cuda::DeviceBuffer next_tokens;          // [rows] i32
+  // Chunked GDN prefill (cuda::gdn_chunked; none for head dims it does not take): scratch for the
+  // widest step.
+  cuda::DeviceBuffer gdn_chunk_scratch;
+};
+
+}  // namespace vt

@@ -1,0 +1,584 @@
+// Chunked Gated DeltaNet for prefill: the CPU reference's UT-transform form
+// (cpu::gated_delta_rule_chunked) in chunks of 64 tokens, so a long sequence costs 64-token matrix
+// work per chunk instead of a serial chain of block reductions per token. Three kernels:
+//   prepare (chunk, value head):  L2-norm q/k, gating g and beta, c = cumsum(g) within the chunk,
+//     A = strictly_lower((beta_i k_i.k_j) e^{c_i - c_j}), attn = lower((q_i.k_j) e^{c_i - c_j}),
+//     the unit lower-triangular solve U = (I + A)^-1 (beta v), W = (I + A)^-1 (beta k e^c);
+//   state (sequence, value head, 32 state columns), chunk after chunk:
+//     saves S (the chunk's start state), V' = U - W S, S = e^{c_last} S + (k e^{c_last - c})^T V';
+//   output (chunk, value head): O = (q e^c) S_start + attn V', then the gated RMSNorm epilogue
+//     (and the optional FP8 codes) exactly as sm90_gdn_recurrent writes them.
+// fp32 throughout, fixed reduction orders, no atomics: bit-identical run to run.
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "cuda/check.h"
+#include "cuda/common.cuh"
+#include "cuda/launch.cuh"
+#include "ops/gdn/gdn.h"
+#include "ops/step_layout.h"
+
+namespace vt::cuda {
+namespace {
+
+constexpr int kChunk = int(kGdnChunk);
+constexpr int kMaxDk = 128, kMaxDv = 128;
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kScanTile = 256;  // sequences staged per pass when locating a chunk
+// prepare: q and k rows padded to 129 floats (the 4x4 q.k tiles read them conflict-free).
+constexpr int kRowPad = kMaxDk + 1;
+constexpr size_t kPrepareShared = sizeof(float) * (2 * kChunk * kRowPad + kChunk * kChunk + 5 * kChunk);
+// state: S [128][32], W and k e^{c_last - c} [64][128] each, V' [64][32].
+constexpr int kStateCols = 32;
+constexpr int kStateRows = kMaxDk / kWarps;  // state rows per thread (16)
+constexpr int kSolveRows = kChunk / kWarps;  // V' rows per thread (8)
+constexpr size_t kStateShared =
+    sizeof(float) * (kMaxDk * kStateCols + 2 * kChunk * kMaxDk + kChunk * kStateCols);
+// output: phase 1 S [128][128] + q [64][128]; phase 2 (same memory) V' [64][128] + attn [64][64].
+constexpr int kOutRows = kChunk / kWarps;  // output rows per warp (8)
+constexpr int kOutCols = kMaxDv / 32;      // output columns per lane (4)
+constexpr size_t kOutputShared = sizeof(float) * (kMaxDk * kMaxDv + kChunk * kMaxDk);
+static_assert(kThreads >= kMaxDk + kMaxDv, "prepare: one thread per column of [U | W]");
+static_assert(kChunk * kMaxDv + kChunk * kChunk <= kMaxDk * kMaxDv + kChunk * kMaxDk, "output phase 2 fits");
+
+// The step's scratch, carved by the launcher (gdn_chunked_scratch_floats): per token and value head
+// W [dk], U then V' [dv], the attn row [64] and the factors {q: rnorm dk^-0.5 e^{c}, k: rnorm
+// e^{c_last - c}}; per chunk and value head e^{c_last} and the start state [dk, dv].
+struct Scratch {
+  float *w, *u, *attn, *factors, *decay, *states;
+};
+
+struct ChunkedArgs : GdnArgs {
+  Scratch scratch;
+  int32_t min_tokens;
+};
+
+struct ChunkRef {
+  int32_t seq, first, count, index;  // sequence, first token in the step, tokens (<= 64), chunk id in the step
+};
+
+// The chunks of the step: those of the sequences with >= min_tokens tokens, in sequence order.
+// Finds chunk `target_chunk` (target_seq < 0; seq = -1 past the last) or the first chunk of
+// sequence `target_seq`. Thread 0 walks seq_start, a tile at a time through shared memory; every
+// thread of the block must call it and gets the result.
+__device__ ChunkRef locate_chunk(const StepLayout& layout, int32_t min_tokens, int32_t target_chunk,
+                                 int32_t target_seq) {
+  __shared__ int32_t s_starts[kScanTile + 1];
+  __shared__ ChunkRef s_ref;
+  __shared__ int32_t s_done;
+  if (threadIdx.x == 0) {
+    s_ref = ChunkRef{-1, 0, 0, 0};
+    s_done = 0;
+  }
+  int32_t base = 0;  // thread 0: chunks of the sequences before the tile's current one
+  for (int64_t tile = 0; tile < layout.num_seqs; tile += kScanTile) {
+    const int n = int(layout.num_seqs - tile < kScanTile ? layout.num_seqs - tile : kScanTile);
+    __syncthreads();  // s_ref / s_done initialised; the previous tile's scan is over
+    for (int i = threadIdx.x; i <= n; i += blockDim.x) s_starts[i] = layout.seq_start[tile + i];
+    __syncthreads();
+    if (threadIdx.x == 0 && !s_done) {
+      for (int i = 0; i < n; ++i) {
+        const int32_t seq = int32_t(tile) + i, len = s_starts[i + 1] - s_starts[i];
+        const int32_t chunks = len >= min_tokens ? (len + kChunk - 1) / kChunk : 0;
+        if (target_seq >= 0 ? seq == target_seq : target_chunk < base + chunks) {
+          const int32_t index = target_seq >= 0 ? 0 : target_chunk - base;
+          s_ref = ChunkRef{seq, s_starts[i] + index * kChunk, min(kChunk, len - index * kChunk), base + index};
+          s_done = 1;
+          break;
+        }
+        base += chunks;
+      }
+    }
+    __syncthreads();
+    if (s_done) break;
+  }
+  __syncthreads();
+  return s_ref;
+}
+
+__device__ __forceinline__ float softplus(float a) { return a > 20.0f ? a : log1pf(expf(a)); }
+
+// Grid (chunk bound, value head), kThreads threads.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_prepare(ChunkedArgs args) {
+  extern __shared__ float4 shared_f4[];
+  float* s_q = reinterpret_cast<float*>(shared_f4);  // [64][129], normalised, q scaled
+  float* s_k = s_q + kChunk * kRowPad;               // [64][129], normalised
+  float* s_a = s_k + kChunk * kRowPad;               // [64][64] strictly lower A
+  float* s_c = s_a + kChunk * kChunk;                // [64] cumsum(g)
+  float* s_g = s_c + kChunk;                         // [64] g
+  float* s_beta = s_g + kChunk;                      // [64]
+  float* s_qn = s_beta + kChunk;                     // [64] q rnorm
+  float* s_kn = s_qn + kChunk;                       // [64] k rnorm
+  device::pdl_enter();
+  const ChunkRef chunk = locate_chunk(args.layout, args.min_tokens, int32_t(blockIdx.x), -1);
+  if (chunk.seq < 0) return;
+  const auto& shape = args.shape;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t head = blockIdx.y, hk = shape.num_k_heads, hv = shape.num_v_heads;
+  const int dk = int(shape.k_dim), dv = int(shape.v_dim), L = chunk.count;
+  const int64_t key_head = head / (hv / hk), conv_dim = 2 * hk * dk + hv * dv, t0 = chunk.first;
+  const Scratch& scratch = args.scratch;
+
+  // Raw q and k rows (zero past the chunk's tokens and past dk).
+  for (int idx = tid; idx < kChunk * kMaxDk; idx += kThreads) {
+    const int i = idx / kMaxDk, d = idx % kMaxDk;
+    float q = 0.0f, k = 0.0f;
+    if (i < L && d < dk) {
+      const float* row = args.conv_out + (t0 + i) * conv_dim;
+      q = row[key_head * dk + d];
+      k = row[hk * dk + key_head * dk + d];
+    }
+    s_q[i * kRowPad + d] = q;
+    s_k[i * kRowPad + d] = k;
+  }
+  __syncthreads();
+  // Per token: the L2 norms (one warp per row, fixed order), beta and g.
+  const T* ba = static_cast<const T*>(args.ba);
+  const float a_log = args.a_log[head], dt_bias = args.dt_bias[head];
+  for (int i = warp; i < kChunk; i += kWarps) {
+    float qq = 0.0f, kk = 0.0f;
+    for (int d = lane; d < kMaxDk; d += 32) {
+      qq += s_q[i * kRowPad + d] * s_q[i * kRowPad + d];
+      kk += s_k[i * kRowPad + d] * s_k[i * kRowPad + d];
+    }
+    qq = device::warp_sum(qq);
+    kk = device::warp_sum(kk);
+    if (lane == 0) {
+      float beta = 0.0f, g = 0.0f;
+      if (i < L) {
+        beta = device::sigmoid(device::to_float(ba[(t0 + i) * 2 * hv + head]));
+        const float a = device::to_float(ba[(t0 + i) * 2 * hv + hv + head]) + dt_bias;
+        g = -expf(a_log) * softplus(a);
+      }
+      s_qn[i] = rsqrtf(qq + 1e-6f);
+      s_kn[i] = rsqrtf(kk + 1e-6f);
+      s_beta[i] = beta;
+      s_g[i] = g;
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {
+    float running = 0.0f;
+    for (int i = 0; i < kChunk; ++i) s_c[i] = running += s_g[i];  // rows past L repeat c_{L-1}
+  }
+  const float q_scale = rsqrtf(float(dk));
+  for (int idx = tid; idx < kChunk * kMaxDk; idx += kThreads) {
+    const int i = idx / kMaxDk, d = idx % kMaxDk;
+    s_q[i * kRowPad + d] = s_q[i * kRowPad + d] * s_qn[i] * q_scale;  // as sm90_gdn_recurrent
+    s_k[i * kRowPad + d] *= s_kn[i];
+  }
+  __syncthreads();
+
+  // k_i.k_j and q_i.k_j for 4x4 (i, j) per thread: i = ib + 16 r, j = jb + 16 c.
+  {
+    const int ib = tid / 16, jb = tid % 16;
+    float kk[4][4] = {}, qk[4][4] = {};
+    for (int d = 0; d < dk; ++d) {
+      float qi[4], ki[4], kj[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        qi[r] = s_q[(ib + 16 * r) * kRowPad + d];
+        ki[r] = s_k[(ib + 16 * r) * kRowPad + d];
+        kj[r] = s_k[(jb + 16 * r) * kRowPad + d];
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          kk[r][c] = fmaf(ki[r], kj[c], kk[r][c]);
+          qk[r][c] = fmaf(qi[r], kj[c], qk[r][c]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int i = ib + 16 * r;
+      float* attn_row = scratch.attn + ((t0 + i) * hv + head) * kChunk;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int j = jb + 16 * c;
+        const float decay = j <= i && i < L ? expf(s_c[i] - s_c[j]) : 0.0f;
+        s_a[i * kChunk + j] = j < i && i < L ? s_beta[i] * kk[r][c] * decay : 0.0f;
+        if (i < L) attn_row[j] = qk[r][c] * decay;
+      }
+    }
+  }
+  __syncthreads();
+
+  // Forward substitution with the unit lower-triangular I + A, one column of [U | W] per thread,
+  // rows in registers (every index a compile-time constant).
+  const int col = tid;
+  if (col < dv + dk) {
+    const bool value = col < dv;
+    const int d = value ? col : col - dv;
+    float x[kChunk];
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      x[i] = 0.0f;
+      if (i < L)
+        x[i] = value ? s_beta[i] * args.conv_out[(t0 + i) * conv_dim + 2 * hk * dk + head * dv + d]
+                     : s_beta[i] * s_k[i * kRowPad + d] * expf(s_c[i]);
+    }
+#pragma unroll
+    for (int i = 1; i < kChunk; ++i) {
+      if (i >= L) break;
+#pragma unroll
+      for (int j = 0; j < i; ++j) x[i] = fmaf(-s_a[i * kChunk + j], x[j], x[i]);
+    }
+    float* dst = value ? scratch.u + (t0 * hv + head) * dv + d : scratch.w + (t0 * hv + head) * dk + d;
+    const int64_t row_stride = value ? hv * dv : hv * dk;
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i)
+      if (i < L) dst[i * row_stride] = x[i];
+  }
+  if (tid < L) {
+    const float last = s_c[L - 1];
+    float2 factors;
+    factors.x = s_qn[tid] * q_scale * expf(s_c[tid]);
+    factors.y = s_kn[tid] * expf(last - s_c[tid]);
+    reinterpret_cast<float2*>(scratch.factors)[(t0 + tid) * hv + head] = factors;
+    if (tid == 0) scratch.decay[int64_t(chunk.index) * hv + head] = expf(last);
+  }
+}
+
+// Grid (sequence, value head, column group of 32), kThreads threads: the state S[:, 32 columns]
+// chunk after chunk. Lane = column; in the V' product warp w owns rows 8w..8w+7 of the chunk, in
+// the state update rows 16w..16w+15 of S (held in registers between chunks).
+__global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs args) {
+  extern __shared__ float4 shared_f4[];
+  float* s_s = reinterpret_cast<float*>(shared_f4);  // [128][32] S at the chunk's start
+  float* s_w = s_s + kMaxDk * kStateCols;             // [64][128] W
+  float* s_kd = s_w + kChunk * kMaxDk;                // [64][128] k rnorm e^{c_last - c}
+  float* s_v = s_kd + kChunk * kMaxDk;                // [64][32] V'
+  device::pdl_enter();
+  const int64_t seq = blockIdx.x;
+  const int32_t seq_first = args.layout.seq_start[seq], seq_end = args.layout.seq_start[seq + 1];
+  if (seq_end - seq_first < args.min_tokens) return;  // token by token (gdn_recurrent)
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // Columns past dk stay zero (the state rows past dk then stay finite); locate_chunk syncs.
+  for (int idx = tid; idx < 2 * kChunk * kMaxDk; idx += kThreads) s_w[idx] = 0.0f;  // s_w and s_kd
+  const ChunkRef first_chunk = locate_chunk(args.layout, args.min_tokens, -1, int32_t(seq));
+  const auto& shape = args.shape;
+  const int64_t head = blockIdx.y, hk = shape.num_k_heads, hv = shape.num_v_heads;
+  const int dk = int(shape.k_dim), dv = int(shape.v_dim);
+  const int64_t key_head = head / (hv / hk), conv_dim = 2 * hk * dk + hv * dv;
+  const int col = int(blockIdx.z) * kStateCols + lane;
+  const bool owns_column = col < dv;
+  const Scratch& scratch = args.scratch;
+  float* state = args.recurrent + (int64_t(args.layout.slots[seq]) * hv + head) * dk * dv;
+
+  float r_s[kStateRows];
+#pragma unroll
+  for (int r = 0; r < kStateRows; ++r) {
+    const int d = warp * kStateRows + r;
+    r_s[r] = owns_column && d < dk ? state[d * dv + col] : 0.0f;
+  }
+  for (int32_t t0 = seq_first, index = first_chunk.index; t0 < seq_end; t0 += kChunk, ++index) {
+    const int L = min(kChunk, seq_end - t0);
+    // The chunk's start state: to shared memory for V', to the scratch for the output kernel.
+    float* saved = scratch.states + (int64_t(index) * hv + head) * dk * dv;
+#pragma unroll
+    for (int r = 0; r < kStateRows; ++r) {
+      const int d = warp * kStateRows + r;
+      s_s[d * kStateCols + lane] = r_s[r];
+      if (owns_column && d < dk) saved[d * dv + col] = r_s[r];
+    }
+#pragma unroll 1
+    for (int idx = tid; idx < L * dk; idx += kThreads) {
+      const int i = idx / dk, d = idx - i * dk;
+      const int64_t t = t0 + i;
+      s_w[i * kMaxDk + d] = scratch.w[(t * hv + head) * dk + d];
+      s_kd[i * kMaxDk + d] =
+          args.conv_out[t * conv_dim + hk * dk + key_head * dk + d] * scratch.factors[(t * hv + head) * 2 + 1];
+    }
+    float u[kSolveRows];
+#pragma unroll
+    for (int r = 0; r < kSolveRows; ++r) {
+      const int i = warp * kSolveRows + r;
+      u[r] = owns_column && i < L ? scratch.u[((t0 + i) * hv + head) * dv + col] : 0.0f;
+    }
+    const float chunk_decay = scratch.decay[int64_t(index) * hv + head];
+    __syncthreads();
+
+    // V' = U - W S for this warp's rows.
+    float acc[kSolveRows] = {};
+#pragma unroll 2
+    for (int d = 0; d < dk; d += 4) {
+      const float s0 = s_s[(d + 0) * kStateCols + lane], s1 = s_s[(d + 1) * kStateCols + lane];
+      const float s2 = s_s[(d + 2) * kStateCols + lane], s3 = s_s[(d + 3) * kStateCols + lane];
+#pragma unroll
+      for (int r = 0; r < kSolveRows; ++r) {
+        const float4 w4 = *reinterpret_cast<const float4*>(&s_w[(warp * kSolveRows + r) * kMaxDk + d]);
+        acc[r] = fmaf(w4.x, s0, acc[r]);
+        acc[r] = fmaf(w4.y, s1, acc[r]);
+        acc[r] = fmaf(w4.z, s2, acc[r]);
+        acc[r] = fmaf(w4.w, s3, acc[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kSolveRows; ++r) {
+      const int i = warp * kSolveRows + r;
+      const float v_new = i < L ? u[r] - acc[r] : 0.0f;
+      s_v[i * kStateCols + lane] = v_new;
+      if (owns_column && i < L) scratch.u[((t0 + i) * hv + head) * dv + col] = v_new;
+    }
+    __syncthreads();
+
+    // S = e^{c_last} S + (k e^{c_last - c})^T V' for this warp's rows of S.
+#pragma unroll
+    for (int r = 0; r < kStateRows; ++r) r_s[r] *= chunk_decay;
+#pragma unroll 4
+    for (int j = 0; j < L; ++j) {
+      const float v = s_v[j * kStateCols + lane];
+#pragma unroll
+      for (int q = 0; q < kStateRows / 4; ++q) {
+        const float4 k4 = *reinterpret_cast<const float4*>(&s_kd[j * kMaxDk + warp * kStateRows + 4 * q]);
+        r_s[4 * q + 0] = fmaf(k4.x, v, r_s[4 * q + 0]);
+        r_s[4 * q + 1] = fmaf(k4.y, v, r_s[4 * q + 1]);
+        r_s[4 * q + 2] = fmaf(k4.z, v, r_s[4 * q + 2]);
+        r_s[4 * q + 3] = fmaf(k4.w, v, r_s[4 * q + 3]);
+      }
+    }
+    __syncthreads();  // s_s, s_w, s_kd and s_v are rewritten by the next chunk
+  }
+#pragma unroll
+  for (int r = 0; r < kStateRows; ++r) {
+    const int d = warp * kStateRows + r;
+    if (owns_column && d < dk) state[d * dv + col] = r_s[r];
+  }
+}
+
+// Grid (chunk bound, value head), kThreads threads: warp w owns rows 8w..8w+7 of the chunk, lane
+// columns lane + 32m. O = (q rnorm dk^-0.5 e^c) S_start + attn V', then per row (one warp):
+// out = norm_w * rmsnorm(O) * silu(z) and its FP8 codes, as sm90_gdn_recurrent writes them.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs args) {
+  extern __shared__ float4 shared_f4[];
+  float* s_s = reinterpret_cast<float*>(shared_f4);  // phase 1: [128][128] S at the chunk's start
+  float* s_q = s_s + kMaxDk * kMaxDv;                 // phase 1: [64][128] q, scaled
+  float* s_v = reinterpret_cast<float*>(shared_f4);   // phase 2: [64][128] V'
+  float* s_attn = s_v + kChunk * kMaxDv;              // phase 2: [64][64]
+  device::pdl_enter();
+  const ChunkRef chunk = locate_chunk(args.layout, args.min_tokens, int32_t(blockIdx.x), -1);
+  if (chunk.seq < 0) return;
+  const auto& shape = args.shape;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t head = blockIdx.y, hk = shape.num_k_heads, hv = shape.num_v_heads;
+  const int dk = int(shape.k_dim), dv = int(shape.v_dim), L = chunk.count;
+  const int64_t key_head = head / (hv / hk), conv_dim = 2 * hk * dk + hv * dv, t0 = chunk.first;
+  const Scratch& scratch = args.scratch;
+
+  const float* saved = scratch.states + (int64_t(chunk.index) * hv + head) * dk * dv;
+  for (int idx = tid; idx < kMaxDk * kMaxDv; idx += kThreads) {
+    const int d = idx / kMaxDv, c = idx % kMaxDv;
+    s_s[idx] = d < dk && c < dv ? saved[d * dv + c] : 0.0f;
+  }
+  for (int idx = tid; idx < kChunk * kMaxDk; idx += kThreads) {
+    const int i = idx / kMaxDk, d = idx % kMaxDk;
+    s_q[idx] = i < L && d < dk ? args.conv_out[(t0 + i) * conv_dim + key_head * dk + d] *
+                                     scratch.factors[((t0 + i) * hv + head) * 2]
+                               : 0.0f;
+  }
+  __syncthreads();
+  float o[kOutRows][kOutCols] = {};
+  for (int d = 0; d < dk; d += 4) {
+    float s[4][kOutCols];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+#pragma unroll
+      for (int m = 0; m < kOutCols; ++m) s[e][m] = s_s[(d + e) * kMaxDv + lane + 32 * m];
+#pragma unroll
+    for (int r = 0; r < kOutRows; ++r) {
+      const float4 q4 = *reinterpret_cast<const float4*>(&s_q[(warp * kOutRows + r) * kMaxDk + d]);
+#pragma unroll
+      for (int m = 0; m < kOutCols; ++m) {
+        o[r][m] = fmaf(q4.x, s[0][m], o[r][m]);
+        o[r][m] = fmaf(q4.y, s[1][m], o[r][m]);
+        o[r][m] = fmaf(q4.z, s[2][m], o[r][m]);
+        o[r][m] = fmaf(q4.w, s[3][m], o[r][m]);
+      }
+    }
+  }
+  __syncthreads();  // phase 2 reuses the shared memory
+  for (int idx = tid; idx < kChunk * kMaxDv; idx += kThreads) {
+    const int i = idx / kMaxDv, c = idx % kMaxDv;
+    s_v[idx] = i < L && c < dv ? scratch.u[((t0 + i) * hv + head) * dv + c] : 0.0f;
+  }
+  for (int idx = tid; idx < kChunk * kChunk; idx += kThreads) {
+    const int i = idx / kChunk;
+    s_attn[idx] = i < L ? scratch.attn[((t0 + i) * hv + head) * kChunk + idx % kChunk] : 0.0f;
+  }
+  __syncthreads();
+  // attn[i][j] is zero for j > i: this warp's rows need j < 8 (w + 1) only.
+  const int j_end = min(L, (warp + 1) * kOutRows);
+  for (int j = 0; j < j_end; j += 4) {
+    float v[4][kOutCols];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+#pragma unroll
+      for (int m = 0; m < kOutCols; ++m) v[e][m] = s_v[(j + e) * kMaxDv + lane + 32 * m];
+#pragma unroll
+    for (int r = 0; r < kOutRows; ++r) {
+      const float4 a4 = *reinterpret_cast<const float4*>(&s_attn[(warp * kOutRows + r) * kChunk + j]);
+#pragma unroll
+      for (int m = 0; m < kOutCols; ++m) {
+        o[r][m] = fmaf(a4.x, v[0][m], o[r][m]);
+        o[r][m] = fmaf(a4.y, v[1][m], o[r][m]);
+        o[r][m] = fmaf(a4.z, v[2][m], o[r][m]);
+        o[r][m] = fmaf(a4.w, v[3][m], o[r][m]);
+      }
+    }
+  }
+
+  // Gated RMSNorm over the head's dv outputs, one warp per row: w * rmsnorm(o) * silu(z).
+  const T* projected = static_cast<const T*>(args.projected);
+#pragma unroll
+  for (int r = 0; r < kOutRows; ++r) {
+    const int i = warp * kOutRows + r;
+    if (i >= L) break;  // warp-uniform
+    const int64_t t = t0 + i;
+    float square = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kOutCols; ++m)
+      if (lane + 32 * m < dv) square += o[r][m] * o[r][m];
+    const float inv_rms = rsqrtf(device::warp_sum(square) / float(dv) + shape.eps);
+    float rounded[kOutCols];
+    float absmax = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kOutCols; ++m) {
+      const int c = lane + 32 * m;
+      rounded[m] = 0.0f;
+      if (c >= dv) continue;
+      const float z = device::to_float(projected[t * args.projected_stride + args.z_offset + head * dv + c]);
+      const float normed = args.norm_w[c] * (o[r][m] * inv_rms) * device::silu(z);
+      const T stored = device::from_float<T>(normed);
+      static_cast<T*>(args.out)[t * hv * dv + head * dv + c] = stored;
+      rounded[m] = device::to_float(stored);
+      absmax = fmaxf(absmax, fabsf(rounded[m]));
+    }
+    if (args.q_codes) {
+      const float scale = fmaxf(device::warp_max(absmax), 1e-10f) / 448.0f;
+#pragma unroll
+      for (int m = 0; m < kOutCols; ++m) {
+        const int c = lane + 32 * m;
+        if (c < dv)
+          args.q_codes[t * hv * dv + head * dv + c] =
+              __nv_fp8_e4m3(fminf(fmaxf(rounded[m] / scale, -448.0f), 448.0f)).__x;
+      }
+      if (lane == 0) args.q_scales[t * hv + head] = scale;
+    }
+  }
+}
+
+// > 48 KB of dynamic shared memory: a per-device function attribute, set once per device and kernel.
+template <typename Kernel>
+void allow_shared(Kernel kernel, size_t bytes, std::atomic<uint64_t>& set_on) {
+  int device = 0;
+  VT_CUDA_CHECK(cudaGetDevice(&device));
+  VT_CHECK(device < 64, "gdn_chunked: device index ", device, " beyond 63");
+  if (set_on.load() & (uint64_t(1) << device)) return;
+  VT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  set_on.fetch_or(uint64_t(1) << device);
+}
+
+int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
+
+}  // namespace
+
+bool gdn_chunked_supports(const DeltaNetShape& shape) {
+  return shape.k_dim >= 4 && shape.k_dim <= kMaxDk && shape.k_dim % 4 == 0 && shape.v_dim >= 1 &&
+         shape.v_dim <= kMaxDv && shape.num_k_heads >= 1 && shape.num_v_heads % shape.num_k_heads == 0;
+}
+
+int64_t gdn_chunked_max_chunks(int64_t tokens, int64_t seqs, int64_t min_tokens) {
+  VT_CHECK(tokens >= 0 && seqs >= 0 && min_tokens >= 1, "gdn_chunked_max_chunks: ", tokens, " tokens, ", seqs,
+           " sequences, min_tokens ", min_tokens);
+  // sum over the chunked sequences of ceil(len / 64) <= (tokens + 63 * their number) / 64.
+  const int64_t chunked_seqs = std::min(seqs, tokens / min_tokens);
+  return (tokens + (kGdnChunk - 1) * chunked_seqs) / kGdnChunk;
+}
+
+int64_t gdn_chunked_scratch_floats(int64_t tokens, int64_t seqs, int64_t min_tokens, const DeltaNetShape& shape) {
+  const int64_t chunks = gdn_chunked_max_chunks(tokens, seqs, min_tokens), hv = shape.num_v_heads;
+  return round4(tokens * hv * shape.k_dim) + round4(tokens * hv * shape.v_dim) + round4(tokens * hv * kGdnChunk) +
+         round4(tokens * hv * 2) + round4(chunks * hv) + round4(chunks * hv * shape.k_dim * shape.v_dim);
+}
+
+void gdn_chunked(const GdnArgs& core, DType act, cudaStream_t stream, float* scratch, int64_t scratch_floats,
+                 int64_t min_tokens) {
+  const StepLayout& layout = core.layout;
+  const DeltaNetShape& shape = core.shape;
+  uint8_t* q_codes = core.q_codes;
+  VT_CHECK(gdn_chunked_supports(shape), "gdn_chunked: head dims ", shape.k_dim, "/", shape.v_dim, ", heads ",
+           shape.num_k_heads, "/", shape.num_v_heads, " (dk a multiple of 4 up to ", kMaxDk, ", dv up to ", kMaxDv,
+           ", value heads a multiple of key heads)");
+  VT_CHECK(!q_codes || shape.v_dim == 128, "gdn_chunked: fused FP8 output needs v_dim == 128, got ", shape.v_dim);
+  VT_CHECK(min_tokens >= 1 && min_tokens <= (int64_t(1) << 30), "gdn_chunked: min_tokens ", min_tokens);
+  if (layout.num_seqs == 0 || layout.num_tokens == 0) return;
+  const int64_t step_tokens = layout.num_tokens, hv = shape.num_v_heads, dk = shape.k_dim, dv = shape.v_dim;
+  const int64_t chunks = gdn_chunked_max_chunks(step_tokens, layout.num_seqs, min_tokens);
+  if (chunks == 0) return;  // no sequence is long enough
+  const int64_t needed = gdn_chunked_scratch_floats(step_tokens, layout.num_seqs, min_tokens, shape);
+  VT_CHECK(scratch && scratch_floats >= needed, "gdn_chunked: scratch of ", scratch_floats, " floats, the step needs ",
+           needed);
+  VT_CHECK(chunks <= 0x7fffffff && hv <= 65535, "gdn_chunked: ", chunks, " chunks x ", hv, " heads");
+  Scratch parts;
+  float* next = scratch;
+  const auto take = [&next](int64_t floats) {
+    float* part = next;
+    next += round4(floats);
+    return part;
+  };
+  parts.w = take(step_tokens * hv * dk);
+  parts.u = take(step_tokens * hv * dv);
+  parts.attn = take(step_tokens * hv * kGdnChunk);
+  parts.factors = take(step_tokens * hv * 2);
+  parts.decay = take(chunks * hv);
+  parts.states = take(chunks * hv * dk * dv);
+  const ChunkedArgs args{core, parts, int32_t(min_tokens)};
+
+  // Costs: what each kernel reads and writes (every chunk's tokens counted once; with short
+  // sequences mixed in, an upper bound) and its multiply-adds.
+  const double tokens = double(step_tokens), element = double(dtype_size(act)), C = double(kGdnChunk);
+  const double state_bytes = double(chunks) * double(hv * dk * dv) * 4;
+  const ::vt::trace::LaunchCost prepare_cost{
+      "cuda",
+      {step_tokens, hv, dk, dv},
+      tokens * (double(2 * shape.num_k_heads * dk) * 4 + double(hv * dv) * 4 + 2 * double(hv) * element) +
+          tokens * double(hv) * (double(dk + dv) + C + 2) * 4,
+      tokens * double(hv) * (2.0 * C * double(dk) * 2 + C * double(dk + dv)),
+      ::vt::trace::OpGroup::kGdn};
+  const ::vt::trace::LaunchCost state_cost{
+      "cuda",
+      {step_tokens, hv, dk, dv},
+      double(layout.num_seqs) * double(hv * dk * dv) * 8 + state_bytes +
+          tokens * double(hv) * (double(dk) * 4 + double(dv) * 8 + 4) * double((dv + kStateCols - 1) / kStateCols),
+      tokens * double(hv) * double(dk * dv) * 4,
+      ::vt::trace::OpGroup::kGdn};
+  const ::vt::trace::LaunchCost output_cost{
+      "cuda",
+      {step_tokens, hv, dk, dv},
+      state_bytes + tokens * double(hv) * (double(dk + dv) * 4 + C * 4 + 4 + 2 * double(dv) * element) +
+          (q_codes ? tokens * double(hv) * (double(dv) + 4) : 0.0),
+      tokens * double(hv) * double(dv) * (2.0 * double(dk) + C),
+      ::vt::trace::OpGroup::kGdn};
+  const dim3 chunk_grid{unsigned(chunks), unsigned(hv)};
+  const dim3 state_grid{unsigned(layout.num_seqs), unsigned(hv), unsigned((dv + kStateCols - 1) / kStateCols)};
+  static std::atomic<uint64_t> state_shared_set{0};
+  allow_shared(sm90_gdn_chunk_state, kStateShared, state_shared_set);
+  VT_DISPATCH_ACT(act, T, {
+    static std::atomic<uint64_t> prepare_shared_set{0}, output_shared_set{0};
+    allow_shared(sm90_gdn_chunk_prepare<T>, kPrepareShared, prepare_shared_set);
+    allow_shared(sm90_gdn_chunk_output<T>, kOutputShared, output_shared_set);
+    launch("sm90_gdn_chunk_prepare", prepare_cost, sm90_gdn_chunk_prepare<T>, chunk_grid, dim3(kThreads),
+           kPrepareShared, stream, args);
+    launch("sm90_gdn_chunk_state", state_cost, sm90_gdn_chunk_state, state_grid, dim3(kThreads), kStateShared, stream,
+           args);
+    launch("sm90_gdn_chunk_output", output_cost, sm90_gdn_chunk_output<T>, chunk_grid, dim3(kThreads), kOutputShared,
+           stream, args);
+  });
+}
+
+}  // namespace vt::cuda
