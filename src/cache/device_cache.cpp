@@ -51,9 +51,9 @@ DeviceCache::DeviceCache(const CacheSpec& spec, const DeviceCacheOptions& option
   block_tables_ = cuda::to_device(tables);
 }
 
-void DeviceCache::reset_slot(int64_t slot, cudaStream_t stream) {
+void DeviceCache::reset_slot(int64_t slot, cudaStream_t stream) const {
   VT_CHECK(slot >= 0 && slot < state_slots(), "device cache: slot ", slot, " of ", state_slots());
-  for (Layer& layer : buffers_) {
+  for (const Layer& layer : buffers_) {
     if (!layer.recurrent.data()) continue;
     const size_t conv_bytes = layer.conv.bytes() / size_t(state_slots());
     const size_t state_bytes = layer.recurrent.bytes() / size_t(state_slots());

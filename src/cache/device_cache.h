@@ -36,7 +36,7 @@ class DeviceCache {
 
   // A new sequence in `slot` starts from zero recurrent and conv state (KV rows are written before
   // any position reads them).
-  void reset_slot(int64_t slot, cudaStream_t stream);
+  void reset_slot(int64_t slot, cudaStream_t stream) const;
   // Copies every linear-attention layer's state of `slot` into its window entry `entry`
   // (into_window) or back from it (a rollback), in one launch.
   void copy_window_entry(int64_t slot, int64_t entry, bool into_window, cudaStream_t stream);

@@ -111,7 +111,7 @@ std::unique_ptr<SequenceState> CudaRunner::new_sequence(int64_t capacity) const 
   VT_CHECK(free_slot != slot_used_.end(), "all ", slot_used_.size(), " CUDA sequence slots are in use");
   const int64_t slot = free_slot - slot_used_.begin();
   *free_slot = true;
-  const_cast<DeviceCache&>(cache_).reset_slot(slot, stream_);
+  cache_.reset_slot(slot, stream_);
   return std::make_unique<CudaSequence>(slot, capacity, &slot_used_);
 }
 
