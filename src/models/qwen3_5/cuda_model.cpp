@@ -333,7 +333,7 @@ void Qwen35CudaForward::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed
   }
   cuda::moe_expert_gemv(w.expert_hidden.data(), fp8 ? static_cast<const void*>(x_codes.codes) : w.normed.data(),
                         x_codes.scales, w.route_ids.as<int32_t>(), moe.gate_up.data(), moe.gate_up_scales.as<float>(),
-                        pairs, 2 * inter, H, k, fp8, act, stream_);
+                        pairs, 2 * inter, H, k, fp8, act, stream_, expected_experts(T));
   const bool fuse_act = fp8 && options_.fuse_fp8_quantization && inter % 128 == 0;
   Fp8Rows act_codes = fuse_act ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()} : Fp8Rows{};
   cuda::silu_mul(w.expert_act.data(), w.expert_hidden.data(), pairs, inter, act, stream_,
@@ -345,7 +345,7 @@ void Qwen35CudaForward::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed
   }
   cuda::moe_expert_gemv(w.expert_out.data(), fp8 ? static_cast<const void*>(act_codes.codes) : w.expert_act.data(),
                         act_codes.scales, w.route_ids.as<int32_t>(), moe.down.data(), moe.down_scales.as<float>(),
-                        pairs, H, inter, 1, fp8, act, stream_);
+                        pairs, H, inter, 1, fp8, act, stream_, expected_experts(T));
   if (moe.has_shared) {
     const int64_t shared = moe.shared.down.k;
     const bool shared_fp8 = options_.fuse_fp8_quantization && moe.shared.gate_up.format == WeightFormat::kFp8Block;

@@ -187,6 +187,9 @@ class Qwen35CudaForward final : public CudaForward {
                        int64_t chunked_from);
   void ffn(const CudaLayer& layer, int64_t num_tokens);
   void moe(const CudaMoe& moe, int64_t num_tokens, const Fp8Rows& normed_codes);
+  // The distinct experts `tokens` tokens route to when each chooses k of E uniformly:
+  // E (1 - (1 - k/E)^tokens), an estimate (routing happens on the device), for the floor's bytes.
+  double expected_experts(int64_t tokens) const;
   void setup_fp8_gemms(int64_t max_step_tokens);  // every linear's backend, for up to that many rows
   void convert_lm_head_fp8(int64_t exact_columns);
 

@@ -105,14 +105,9 @@ void Qwen35CudaForward::setup_fp8_gemms(int64_t max_step_tokens) {
 double Qwen35CudaForward::decode_bytes(int64_t batch, int64_t context) const {
   const auto& c = config_;
   double bytes = double(weights_.bytes());
-  // MoE: only the experts a step routes to are read. Expected distinct experts for `batch`
-  // tokens each choosing k of E uniformly: E (1 - (1 - k/E)^batch) (an estimate, stated so).
-  for (const auto& layer : weights_.layers) {
-    if (!layer.is_moe) continue;
-    const double e = double(layer.moe.experts), k = double(c.num_experts_per_tok);
-    const double distinct = e * (1.0 - std::pow(1.0 - k / e, double(batch)));
-    bytes -= double(layer.moe.expert_bytes()) * (e - distinct);
-  }
+  // MoE: only the experts a step routes to are read.
+  for (const auto& layer : weights_.layers)
+    if (layer.is_moe) bytes -= double(layer.moe.expert_bytes()) * (double(layer.moe.experts) - expected_experts(batch));
   double per_sequence = 0;
   const double act = double(dtype_size(options_.activations));
   for (LayerKind kind : c.layer_types) {
@@ -131,6 +126,11 @@ void Qwen35CudaForward::quantize_lm_head_fp8(const Fp8Quantization& quantization
            "other block shapes are the CPU reference's, for `vt eval drift`)");
   convert_lm_head_fp8(quantization.exact_columns);
   setup_fp8_gemms(workspace_->max_tokens);
+}
+
+double Qwen35CudaForward::expected_experts(int64_t tokens) const {
+  const double e = double(config_.num_experts), k = double(config_.num_experts_per_tok);
+  return e > 0 ? e * (1.0 - std::pow(1.0 - k / e, double(tokens))) : 0.0;
 }
 
 Qwen35CudaCheckpoint synthetic_cuda_checkpoint(const std::string& name, const std::string& weights, uint64_t seed) {

@@ -131,29 +131,57 @@ void moe_route(int32_t* ids, float* weights, const void* logits, int64_t tokens,
   VT_CHECK(experts > 0 && experts <= kMaxExperts && top_k > 0 && top_k <= kMaxTopK && top_k <= experts,
            "moe_route: ", experts, " experts, top ", top_k, " (at most ", kMaxExperts, " / ", kMaxTopK, ")");
   if (tokens == 0) return;
+  // The logits read, each token's top-k ids and weights written.
+  const ::vt::trace::LaunchCost cost{"cuda",
+                                     {tokens, experts, top_k, 0},
+                                     double(tokens) * (double(experts) * double(dtype_size(act)) + double(top_k) * 8),
+                                     0,
+                                     ::vt::trace::OpGroup::kMoe};
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_moe_route", sm90_moe_route<T>, dim3(unsigned(tokens)), dim3(kRouteThreads), 0, stream,
-                         ids, weights, static_cast<const T*>(logits), experts, top_k, renormalize));
+                  launch("sm90_moe_route", cost, sm90_moe_route<T>, dim3(unsigned(tokens)), dim3(kRouteThreads), 0,
+                         stream, ids, weights, static_cast<const T*>(logits), experts, top_k, renormalize));
 }
 
 void moe_expert_gemv(void* y, const void* x, const float* x_scales, const int32_t* expert_ids, const void* weights,
                      const float* w_scales, int64_t pairs, int64_t n, int64_t k, int64_t input_divisor, bool fp8,
-                     DType act, cudaStream_t stream) {
+                     DType act, cudaStream_t stream, double experts_read) {
   VT_CHECK(!fp8 || k % 16 == 0, "moe_expert_gemv: FP8 K = ", k, " must be a multiple of 16");
   VT_CHECK(input_divisor >= 1, "moe_expert_gemv: input_divisor");
   if (pairs == 0) return;
   ExpertGemvArgs args{y, x, x_scales, expert_ids, weights, w_scales, pairs, n, k, input_divisor};
   dim3 grid(unsigned((n + kGemvWarps - 1) / kGemvWarps), unsigned(pairs));
+  // Each expert's weights (and block scales) once per expert read, each pair's input row and output.
+  const double element = double(dtype_size(act));
+  const double expert_bytes =
+      fp8 ? double(n) * double(k) + double((n + 127) / 128) * double((k + 127) / 128) * 4 : double(n) * double(k) * element;
+  const double input_row = fp8 ? double(k) + double((k + 127) / 128) * 4 : double(k) * element;
+  const double rows_in = double((pairs + input_divisor - 1) / input_divisor);
+  const ::vt::trace::LaunchCost cost{fp8 ? "fp8_expert_gemv" : "expert_gemv",
+                                     {pairs, n, k, 0},
+                                     (experts_read > 0 ? experts_read : double(pairs)) * expert_bytes +
+                                         rows_in * input_row + double(pairs) * double(n) * element,
+                                     2.0 * double(pairs) * double(n) * double(k),
+                                     ::vt::trace::OpGroup::kMoe};
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_moe_expert_gemv", fp8 ? sm90_moe_expert_gemv<T, true> : sm90_moe_expert_gemv<T, false>,
-                         grid, dim3(kGemvWarps * 32), 0, stream, args));
+                  launch("sm90_moe_expert_gemv", cost,
+                         fp8 ? sm90_moe_expert_gemv<T, true> : sm90_moe_expert_gemv<T, false>, grid,
+                         dim3(kGemvWarps * 32), 0, stream, args));
 }
 
 void moe_combine(void* out, const void* expert_out, const float* weights, const void* shared, const void* shared_gate,
                  int64_t tokens, int64_t hidden, int64_t top_k, DType act, cudaStream_t stream) {
   if (tokens == 0) return;
+  // Every pair's expert output and weight, the shared expert's output and gate, the output.
+  const double element = double(dtype_size(act));
+  const ::vt::trace::LaunchCost cost{
+      "cuda",
+      {tokens, hidden, top_k, 0},
+      double(tokens) * (double(top_k) * (double(hidden) * element + 4) +
+                        (shared ? double(hidden) * element + element : 0) + double(hidden) * element),
+      0,
+      ::vt::trace::OpGroup::kMoe};
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_moe_combine", sm90_moe_combine<T>, dim3(unsigned(tokens)), dim3(256), 0, stream,
+                  launch("sm90_moe_combine", cost, sm90_moe_combine<T>, dim3(unsigned(tokens)), dim3(256), 0, stream,
                          static_cast<T*>(out), static_cast<const T*>(expert_out), weights,
                          static_cast<const T*>(shared), static_cast<const T*>(shared_gate), hidden, top_k));
 }
