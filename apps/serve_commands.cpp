@@ -4,6 +4,7 @@
 //   ... [--speculative ngram|mtp [--num-draft K] [--adaptive-draft]]   (speculative decoding in the batch;
 //       mtp: the checkpoint's MTP head drafts, on the CPU reference or one GPU)
 //   ... [--device-sampling on|off]   (CUDA: tokens drawn on the GPU, the default; off for A/B runs)
+//   ... [--step-trace FILE]   (one JSON line per engine step: its times and tokens by kind)
 // Prints "vt serve: listening on http://HOST:PORT" on stderr once it accepts connections
 // (--port 0 picks a free port). SIGINT or SIGTERM drains: new requests get 503, those in flight
 // finish (up to --drain-timeout seconds, then they are cancelled), and it exits 0; a second
@@ -240,6 +241,9 @@ void add_serve_commands(CLI::App& app) {
                     "logprobs, logit_bias or drafts still get their logits); off: every step's logits go to the "
                     "host, which samples (A/B runs). Seeded requests repeat on either, with other tokens")
       ->check(CLI::IsMember({"on", "off"}));
+  serve->add_option("--step-trace", args->engine.step_trace,
+                    "write one JSON line per engine step to this file: wall, forward and host ms, sequences, "
+                    "prefill / decode / verify tokens");
   serve->callback([args] { run_serve(*args); });
 }
 

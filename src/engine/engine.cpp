@@ -79,6 +79,7 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& op
   device_sampling_ = options.device_sampling && model.supports_device_sampling();
   watermark_blocks_ = options.admission_watermark_blocks >= 0 ? options.admission_watermark_blocks
                                                               : options.cache_blocks / 100;
+  if (!options.step_trace.empty()) step_trace_ = std::make_unique<StepTrace>(options.step_trace);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -383,6 +384,12 @@ void Engine::loop() {
 // one Model::forward_batch_sample: rows that make a token get it drawn there (row_output), rows the
 // host must see come back as logits. A failed forward fails the sequences of its batch.
 void Engine::run_step(std::vector<Sequence*>& scheduled) {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::duration duration) { return std::chrono::duration<double>(duration).count(); };
+  const Clock::time_point step_start = Clock::now();
+  StepRecord record;
+  record.start_seconds = seconds(step_start - started_);
+  record.sequences = int64_t(scheduled.size());
   int64_t prompt_tokens = 0, generated_tokens = 0, recomputed_tokens = 0;
   struct VerifyRecord {
     int64_t drafts, accepted, emitted;
@@ -421,6 +428,17 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
       members.push_back(sequence);
     }
     if (items.empty()) continue;
+    ++record.forwards;
+    for (size_t j = 0; j < items.size(); ++j) {
+      const int64_t tokens = int64_t(items[j].tokens.size());
+      if (members[j]->verifying) {
+        record.verify_tokens += tokens;
+      } else if (members[j]->decoding() && members[j]->fed >= members[j]->fed_most) {
+        record.decode_tokens += tokens;
+      } else {
+        record.prefill_tokens += tokens;
+      }
+    }
     const int64_t rows = batch_logit_rows(items);
     if (logits_.shape()[0] < rows) logits_ = Buffer(DType::kF32, {rows, vocab_size_});
     const TensorView logits = logits_.view().rows(0, rows);
@@ -432,13 +450,16 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
       }
       sampled.assign(size_t(rows), -1);
     }
+    const Clock::time_point forward_start = Clock::now();
     try {
       if (device_sampling_) {
         model_.forward_batch_sample(items, row_outputs, sampled, logits);
       } else {
         model_.forward_batch(items, logits);
       }
+      record.forward_seconds += seconds(Clock::now() - forward_start);
     } catch (const std::exception& error) {
+      record.forward_seconds += seconds(Clock::now() - forward_start);
       for (Sequence* sequence : members) fail(*sequence, error.what());
       continue;
     }
@@ -480,7 +501,10 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
       sequence->fed_most = std::max(sequence->fed_most, sequence->fed);
     }
   }
+  record.wall_seconds = seconds(Clock::now() - step_start);
+  if (step_trace_) step_trace_->write(record);
   std::lock_guard<std::mutex> lock(mutex_);
+  totals_.step.add(record);
   totals_.prompt_tokens_total += prompt_tokens;
   totals_.generation_tokens_total += generated_tokens;
   totals_.recomputed_tokens += recomputed_tokens;

@@ -10,6 +10,7 @@
 // submit() and cancel() are thread-safe.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -27,6 +28,7 @@
 #include "engine/stop_strings.h"
 #include "model/model.h"
 #include "ops/sampling/sampler.h"
+#include "engine/step_record.h"
 #include "speculative/speculative.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -71,6 +73,9 @@ struct EngineOptions {
   // seed and token index fix each draw, whatever else runs) but draws other tokens than the host
   // Sampler's generator would.
   bool device_sampling = true;
+  // A file that gets one JSON line per step (StepRecord: wall, forward and host time, tokens by
+  // kind); empty: none.
+  std::string step_trace;
 };
 
 struct RequestParams {
@@ -122,6 +127,7 @@ struct EngineStats {
   // Decode steps of speculating requests, summed over the requests (num_draft: the engine's
   // max_num_draft; empty histograms when speculation is off).
   SpeculativeStats speculative;
+  StepStats step;  // every step's wall time (a histogram), its forwards' share, its tokens by kind
 };
 
 class Engine {
@@ -190,6 +196,8 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
   std::unordered_set<int64_t> cancelled_;
   EngineStats totals_;
+  std::unique_ptr<StepTrace> step_trace_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::thread thread_;
 };
 

@@ -90,6 +90,33 @@ void render_speculative(std::ostringstream& out, const SpeculativeStats& spec) {
         << (spec.drafted_at[i] ? double(spec.accepted_at[i]) / double(spec.drafted_at[i]) : 0.0) << "\n";
 }
 
+// The engine's steps: a histogram of their wall time, the seconds spent in the model's forwards
+// and on the host, and the tokens they ran by kind.
+void render_steps(std::ostringstream& out, const StepStats& step) {
+  const char* name = "vt_engine_step_duration_seconds";
+  out << "# HELP " << name << " Wall seconds of an engine step (forwards and the host's work around them).\n"
+      << "# TYPE " << name << " histogram\n";
+  int64_t cumulative = 0;
+  for (size_t i = 0; i < step.kBounds.size(); ++i) {
+    cumulative += step.buckets[i];
+    out << name << "_bucket{le=\"" << step.kBounds[i] << "\"} " << cumulative << "\n";
+  }
+  cumulative += step.buckets.back();
+  out << name << "_bucket{le=\"+Inf\"} " << cumulative << "\n";
+  out << name << "_sum " << step.wall_seconds << "\n" << name << "_count " << step.count << "\n";
+  metric(out, "vt_engine_step_forward_seconds_total", "counter",
+         "Seconds of engine steps spent in the model's forwards (device work and the copies back).",
+         step.forward_seconds);
+  metric(out, "vt_engine_step_host_seconds_total", "counter",
+         "Seconds of engine steps spent on the host around the forwards (scheduling, sampling, emitting).",
+         step.wall_seconds - step.forward_seconds);
+  out << "# HELP vt_engine_step_tokens_total Tokens the engine's steps ran, by kind.\n"
+         "# TYPE vt_engine_step_tokens_total counter\n"
+      << "vt_engine_step_tokens_total{kind=\"prefill\"} " << step.prefill_tokens << "\n"
+      << "vt_engine_step_tokens_total{kind=\"decode\"} " << step.decode_tokens << "\n"
+      << "vt_engine_step_tokens_total{kind=\"verify\"} " << step.verify_tokens << "\n";
+}
+
 }  // namespace
 
 std::string ServerMetrics::render(const EngineStats& stats, int64_t in_flight) const {
@@ -121,6 +148,7 @@ std::string ServerMetrics::render(const EngineStats& stats, int64_t in_flight) c
     for (const auto& [status, count] : responses_) out << "vt_http_responses_total{code=\"" << status << "\"} " << count << "\n";
   }
   if (stats.speculative.num_draft > 0) render_speculative(out, stats.speculative);
+  render_steps(out, stats.step);
   out << time_to_first_token_.render("vt_time_to_first_token_seconds",
                                      "Seconds from a request's arrival to its first generated token.");
   out << inter_token_latency_.render("vt_inter_token_latency_seconds",

@@ -174,6 +174,9 @@ def test_concurrent_streams(client, port, count=64, distinct=16):
     check(after["vt_time_to_first_token_seconds_count"] > before["vt_time_to_first_token_seconds_count"], "TTFT observed")
     check(after["vt_inter_token_latency_seconds_count"] >= before["vt_inter_token_latency_seconds_count"] + count * 4,
           "inter-token latencies observed")
+    steps = after["vt_engine_steps_total"] - before["vt_engine_steps_total"]
+    check(steps > 0 and after["vt_engine_step_duration_seconds_count"] - before["vt_engine_step_duration_seconds_count"] == steps,
+          "every engine step is in the step-time histogram")
 
 
 def test_sampling_features(client):

@@ -13,12 +13,15 @@
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "../speculative/mtp_test_support.h"
 #include "../speculative/spec_test_support.h"
@@ -178,6 +181,53 @@ TEST_F(EngineTest, PreemptionByRecomputeKeepsOutputsExact) {
     EXPECT_EQ(collectors[i].ids, run_alone(*model_, alone, prompts[i], params[i])) << "request " << i;
     EXPECT_EQ(int64_t(collectors[i].ids.size()), params[i].max_tokens);
   }
+}
+
+// Every step is recorded: in the histogram /metrics renders (its buckets hold every step, its
+// forwards' time within the wall time) and as one JSON line of the step trace; the prompt's tokens
+// are prefill tokens, the tokens fed after it decode tokens.
+TEST_F(EngineTest, EveryStepIsRecordedAndTraced) {
+  EngineOptions options;
+  options.prefill_chunk = 8;
+  options.step_token_budget = 24;
+  options.step_trace = ::testing::TempDir() + "engine_steps.jsonl";
+  std::mt19937 rng(11);
+  std::vector<Collector> collectors(3);
+  EngineStats stats;
+  {
+    Engine engine(*model_, nullptr, options);
+    for (auto& collector : collectors) {
+      RequestParams params;
+      params.max_tokens = 6;
+      engine.submit(random_prompt(rng, 13, model_->info().vocab_size), params, collector.callback());
+    }
+    for (auto& collector : collectors) collector.wait();
+    stats = engine.stats();
+  }
+  ASSERT_GT(stats.steps, 0);
+  EXPECT_EQ(stats.step.count, stats.steps);
+  int64_t in_buckets = 0;
+  for (int64_t bucket : stats.step.buckets) in_buckets += bucket;
+  EXPECT_EQ(in_buckets, stats.steps);
+  EXPECT_GT(stats.step.forward_seconds, 0.0);
+  EXPECT_LE(stats.step.forward_seconds, stats.step.wall_seconds);
+  EXPECT_EQ(stats.step.prefill_tokens, 3 * 13);
+  EXPECT_EQ(stats.step.decode_tokens, 3 * 5);  // the first token comes from the prompt's last chunk
+  EXPECT_EQ(stats.step.verify_tokens, 0);
+  std::ifstream trace(options.step_trace);
+  int64_t lines = 0, prefill = 0;
+  for (std::string line; std::getline(trace, line); ++lines) {
+    const auto step = nlohmann::json::parse(line);
+    EXPECT_GE(step.at("wall_ms").get<double>(), step.at("forward_ms").get<double>());
+    EXPECT_GE(step.at("host_ms").get<double>(), 0.0);
+    prefill += step.at("prefill_tokens").get<int64_t>();
+  }
+  EXPECT_EQ(lines, stats.steps);
+  EXPECT_EQ(prefill, 3 * 13);
+  const std::string metrics = server::ServerMetrics().render(stats, 0);
+  EXPECT_NE(metrics.find("vt_engine_step_duration_seconds_count " + std::to_string(stats.steps)), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("vt_engine_step_tokens_total{kind=\"prefill\"} 39"), std::string::npos);
 }
 
 // With full reservation nothing is ever preempted: requests wait for memory instead.
