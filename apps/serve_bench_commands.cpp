@@ -53,7 +53,62 @@ struct ServeBenchArgs {
   int64_t top_k = 0;
   uint64_t seed = 1;
   bool json = false;
+  // The engine's own rates, for the engine-bound time of each run: prompt tokens per second
+  // (`vt bench prefill`) and ms per decode step by batch (`vt bench decode`), "1:8.5,16:11.1".
+  double prefill_rate = 0;
+  std::string decode_step_ms;
 };
+
+// ms per decode step at `batch`, interpolated linearly between the given batches (the nearest
+// outside them); 0 when none is given.
+double decode_step_ms_at(const std::map<int64_t, double>& steps, int64_t batch) {
+  if (steps.empty()) return 0;
+  const auto above = steps.lower_bound(batch);
+  if (above == steps.end()) return std::prev(above)->second;
+  if (above->first == batch || above == steps.begin()) return above->second;
+  const auto below = std::prev(above);
+  const double t = double(batch - below->first) / double(above->first - below->first);
+  return below->second + t * (above->second - below->second);
+}
+
+std::map<int64_t, double> parse_decode_steps(const std::string& text) {
+  std::map<int64_t, double> steps;
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    const size_t colon = item.find(':');
+    VT_CHECK(colon != std::string::npos, "--decode-step-ms: '", item, "' is not BATCH:MS");
+    const int64_t batch = std::stoll(item.substr(0, colon));
+    const double ms = std::stod(item.substr(colon + 1));
+    VT_CHECK(batch >= 1 && ms > 0, "--decode-step-ms: '", item, "' needs a batch >= 1 and ms > 0");
+    steps[batch] = ms;
+  }
+  return steps;
+}
+
+// What the run would take at the engine's own rates: its prompt tokens at the prefill rate and
+// its output tokens' decode steps (one token per client per step) at the step time for that many
+// clients; and the server's engine steps over the run (/metrics): their count, wall time, the
+// part in the model's forwards and on the host.
+void add_engine_bound(Json& summary, const ServeBenchArgs& args, const std::map<int64_t, double>& steps,
+                      const std::map<std::string, double>& before, const std::map<std::string, double>& after) {
+  const auto delta = [&](const char* name) {
+    const auto found = after.find(name);
+    if (found == after.end()) return 0.0;
+    const auto old = before.find(name);
+    return found->second - (old == before.end() ? 0.0 : old->second);
+  };
+  summary["engine_steps"] = {{"count", delta("vt_engine_step_duration_seconds_count")},
+                             {"wall_s", delta("vt_engine_step_duration_seconds_sum")},
+                             {"forward_s", delta("vt_engine_step_forward_seconds_total")},
+                             {"host_s", delta("vt_engine_step_host_seconds_total")}};
+  const int64_t clients = summary["concurrency"].get<int64_t>();
+  const double step_ms = decode_step_ms_at(steps, clients);
+  if (args.prefill_rate <= 0 || step_ms <= 0) return;
+  const double bound = double(summary["prompt_tokens"].get<int64_t>()) / args.prefill_rate +
+                       double(summary["output_tokens"].get<int64_t>()) / double(clients) * step_ms / 1e3;
+  summary["engine_bound_s"] = std::round(bound * 100) / 100;
+  summary["efficiency"] = std::round(bound / summary["seconds"].get<double>() * 1000) / 1000;
+}
 
 // Paragraphs of real prose and code from the repository (docs, README), the workloads' material.
 std::vector<std::string> load_corpus(const ServeBenchArgs& args) {
@@ -493,6 +548,7 @@ void run_bench_serve(const ServeBenchArgs& args) {
   if (model_name.empty())
     model_name = client.get_json("/v1/models")["data"][0]["id"].get<std::string>();
   Json runs = Json::array();
+  const std::map<int64_t, double> decode_steps = parse_decode_steps(args.decode_step_ms);
   if (!args.json)
     std::printf("%-6s %5s %6s %5s %6s %9s %9s %9s %9s %9s %9s %10s\n", "load", "conc", "reqs", "ok",
                 "cancel", "ttft_p50", "ttft_p99", "tpot_p50", "itl_p50", "itl_p99", "tok/s", "5xx");
@@ -500,7 +556,9 @@ void run_bench_serve(const ServeBenchArgs& args) {
     for (int64_t clients : concurrency) {
       const auto metrics_before = client.metrics();
       Json summary = summarize(run_point(client, model_name, workload, clients, corpus, args));
-      const Json speculative = speculative_delta(metrics_before, client.metrics());
+      const auto metrics_after = client.metrics();
+      const Json speculative = speculative_delta(metrics_before, metrics_after);
+      add_engine_bound(summary, args, decode_steps, metrics_before, metrics_after);
       if (!speculative.is_null()) summary["speculative"] = speculative;
       int64_t server_errors = 0;
       for (const auto& [status, count] : summary["status_counts"].items())
@@ -517,6 +575,14 @@ void run_bench_serve(const ServeBenchArgs& args) {
                     summary["itl_ms"]["p99"].get<double>(),
                     summary["output_tokens_per_second"].get<double>(),
                     static_cast<long long>(server_errors));
+      if (!args.json && summary.contains("engine_bound_s"))
+        std::printf("       engine-bound %.2f s of %.2f s measured: efficiency %.0f%%\n",
+                    summary["engine_bound_s"].get<double>(), summary["seconds"].get<double>(),
+                    100 * summary["efficiency"].get<double>());
+      if (!args.json && summary["engine_steps"]["count"].get<double>() > 0)
+        std::printf("       server steps: %.0f, %.2f s (forwards %.2f s, host %.2f s)\n",
+                    summary["engine_steps"]["count"].get<double>(), summary["engine_steps"]["wall_s"].get<double>(),
+                    summary["engine_steps"]["forward_s"].get<double>(), summary["engine_steps"]["host_s"].get<double>());
       if (!args.json && !speculative.is_null())
         std::printf("       speculative: %.2f drafts accepted/step (%.2f tokens/step over %lld steps), acceptance %.1f%%, "
                     "accepted per step %s, acceptance by position %s\n",
@@ -627,6 +693,12 @@ void add_serve_bench_commands(CLI::App& app) {
   serve->add_option("--top-k", args->top_k, "the requests' top_k (default 0: none)")->check(CLI::NonNegativeNumber);
   serve->add_option("--top-p", args->top_p, "the requests' top_p (default 1: none)")->check(CLI::Range(0.0, 1.0));
   serve->add_option("--seed", args->seed, "which paragraphs each request takes (default 1)");
+  serve->add_option("--prefill-rate", args->prefill_rate,
+                    "the engine's prompt tokens per second (vt bench prefill): with --decode-step-ms, each run "
+                    "prints its engine-bound time and efficiency")
+      ->check(CLI::NonNegativeNumber);
+  serve->add_option("--decode-step-ms", args->decode_step_ms,
+                    "the engine's ms per decode step by batch (vt bench decode), e.g. 1:8.5,16:11.1,64:20.1");
   serve->add_flag("--json", args->json, "print one JSON object");
   serve->callback([args] { run_bench_serve(*args); });
 }
