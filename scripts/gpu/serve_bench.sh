@@ -4,7 +4,10 @@
 # synthetic Qwen3.5-27B FP8 model (CUDA, batched engine steps) and `vt bench serve` against it at
 # concurrency 1/16/64, chat and edit workloads. Logs in $OUT/serve_bench.tar.gz; the table last.
 # A/B of sampling on the GPU: DEVICE_SAMPLING=on|off (vt serve --device-sampling, default on), with
-# the requests' TEMPERATURE (default 0: greedy) and TOP_P (default 1).
+# the requests' TEMPERATURE (default 0: greedy) and TOP_P (default 1). The engine's own rates are
+# measured first with the same build (`vt bench prefill` at 1,024 tokens, `vt bench decode` at
+# batch 1/16/64), so each run prints its engine-bound time and efficiency; the server writes its
+# step trace (one JSON line per engine step), summarised last by kind of step.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
@@ -13,14 +16,29 @@ TOKENIZER=${TOKENIZER:-.cache/tokenizers/qwen3_5}
 PORT=${PORT:-18800}
 require_build
 [ -f "$TOKENIZER/tokenizer.json" ] || { echo "no tokenizer at $TOKENIZER" >&2; exit 1; }
+"$VT" bench prefill --synthetic "${MODEL:-qwen3.5-27b}" --weights fp8 --tokens 1024 --repeats 2 --json \
+  >"$LOGS/prefill.json" 2>"$LOGS/prefill.err" || echo "FAILED: bench prefill"
+"$VT" bench decode --synthetic "${MODEL:-qwen3.5-27b}" --weights fp8 --batch 1,16,64 --context 1024 --steps 16 --json \
+  >"$LOGS/decode.json" 2>"$LOGS/decode.err" || echo "FAILED: bench decode"
+rates=$(python3 - "$LOGS/prefill.json" "$LOGS/decode.json" <<'PY'
+import json, sys
+prefill = json.load(open(sys.argv[1]))
+rate = max(row["tokens_per_second"] for row in prefill["rows"] if row.get("delta_rule", "chunked") == "chunked")
+decode = json.load(open(sys.argv[2]))
+steps = ",".join(f"{row['batch']}:{row['ms_per_step']:.3f}" for row in decode["rows"])
+print(f"--prefill-rate {rate:.0f} --decode-step-ms {steps}")
+PY
+) || rates=""
+echo "engine rates: $rates"
 "$VT" serve --synthetic "${MODEL:-qwen3.5-27b}" --weights fp8 --tokenizer "$TOKENIZER" --port "$PORT" \
-  --max-running 64 --max-context 2048 --device-sampling "${DEVICE_SAMPLING:-on}" 2>"$LOGS/serve.err" &
+  --max-running 64 --max-context 2048 --device-sampling "${DEVICE_SAMPLING:-on}" --step-trace "$LOGS/steps.jsonl" \
+  2>"$LOGS/serve.err" &
 server=$!
 for _ in $(seq 1 300); do grep -q "listening on" "$LOGS/serve.err" && break; sleep 1; done
 grep -q "listening on" "$LOGS/serve.err" || { echo "server did not start"; tail -20 "$LOGS/serve.err"; kill $server; exit 1; }
 status=0
 "$VT" bench serve --url "http://127.0.0.1:$PORT" --concurrency "${CONCURRENCY:-1,16,64}" --workload "${WORKLOADS:-chat,edit}" \
-  --temperature "${TEMPERATURE:-0}" --top-p "${TOP_P:-1}" \
+  --temperature "${TEMPERATURE:-0}" --top-p "${TOP_P:-1}" ${REQUESTS:+--requests $REQUESTS} $rates \
   --json >"$LOGS/bench_serve.json" 2>"$LOGS/bench_serve.err" || { status=1; tail -20 "$LOGS/bench_serve.err"; }
 curl -s "http://127.0.0.1:$PORT/metrics" >"$LOGS/metrics.txt" 2>/dev/null || true
 kill -TERM $server
@@ -36,5 +54,21 @@ except Exception as error:
 runs = report.get("runs", report if isinstance(report, list) else [])
 for run in runs:
     print(json.dumps({k: v for k, v in run.items() if not isinstance(v, (list, dict))}))
+PY
+python3 - "$LOGS/steps.jsonl" <<'PY'
+import json, sys
+steps = [json.loads(line) for line in open(sys.argv[1])] if sys.argv[1] else []
+kinds = {}
+for step in steps:
+    kind = "verify" if step["verify_tokens"] else "mixed" if step["prefill_tokens"] and step["decode_tokens"] else \
+        "prefill" if step["prefill_tokens"] else "decode"
+    kinds.setdefault(kind, []).append(step)
+print("| steps | count | wall ms mean | forward ms mean | host ms mean | decode tokens/step | prefill tokens/step |")
+print("|---|---|---|---|---|---|---|")
+for kind, rows in sorted(kinds.items()):
+    n = len(rows)
+    mean = lambda key: sum(row[key] for row in rows) / n
+    print(f"| {kind} | {n} | {mean('wall_ms'):.2f} | {mean('forward_ms'):.2f} | {mean('host_ms'):.2f} | "
+          f"{mean('decode_tokens'):.1f} | {mean('prefill_tokens'):.1f} |")
 PY
 exit $status
