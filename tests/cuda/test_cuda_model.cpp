@@ -1,6 +1,7 @@
 // The CUDA forward against HF transformers (the golden references) and the CPU reference.
 // f32 activations: the same tolerances as the CPU reference. bf16 activations: a documented,
 // looser bound (docs/numerics.md). Skips without a GPU unless VT_REQUIRE_GPU is set.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,12 +14,16 @@
 #include <nlohmann/json.hpp>
 
 #include "../numerics.h"
+#include "cuda/check.h"
+#include "cuda/device.h"
 #include "cuda_test_support.h"
 #include "engine/engine.h"
 #include "io/json_config.h"
 #include "model/generate.h"
 #include "models/registry.h"
+#include "ops/activation/activation.h"
 #include "ops/gdn/gdn.h"
+#include "ops/norm/norm.h"
 #include "profile/kernel_gate.h"
 #include "profile/kernel_recorder.h"
 #include "profile/step_report.h"
@@ -522,6 +527,73 @@ TEST_F(CudaModel, ProfileNamesTheUnfusedFallbackAndTheGateCatchesIt) {
   const std::string failure = profile::kernel_gate_failure(steps["0"].intents, steps["1"].records, 1);
   EXPECT_NE(failure.find("intended kernel sm90_fp8_quantize_rows"), std::string::npos) << failure;
   EXPECT_NE(failure.find("but it ran 0 times"), std::string::npos) << failure;
+}
+
+// The kernel-ran gate on a captured CUDA graph: a graph of two ops (a norm, then SwiGLU, each
+// recording its intent at capture) passes; the same graph with its SwiGLU node removed runs without
+// it, and the gate names that kernel and its op.
+TEST_F(CudaModel, GateNamesAKernelDroppedFromACapturedGraph) {
+  const int64_t rows = 4, n = 200;  // not a multiple of 128: the plain kernels, no fused FP8 codes
+  cuda::DeviceBuffer x(DType::kF32, {rows, n}), normed(DType::kF32, {rows, n}), weight(DType::kF32, {n});
+  cuda::DeviceBuffer gate_up(DType::kF32, {rows, 2 * n}), out(DType::kF32, {rows, n});
+  cudaStream_t stream = nullptr;
+  VT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const cuda::DeviceBuffer* buffer : {&x, &weight, &gate_up})
+    cuda::fill_random(buffer->data(), DType::kF32, buffer->shape().numel(), 7, 1.0f, 0.0f, stream);
+  VT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const auto capture = [&](std::vector<trace::Intent>* intents) {
+    trace::begin_intents();
+    cudaGraph_t graph = nullptr;
+    VT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    {
+      trace::OpScope op("final_norm", trace::OpGroup::kNorm);
+      cuda::rms_norm_f32(normed.as<float>(), x.as<float>(), weight.as<float>(), rows, n, 1e-6f, 1.0f, stream);
+    }
+    {
+      trace::OpScope op("mlp.silu_mul", trace::OpGroup::kElementwise);
+      cuda::silu_mul_f32(out.as<float>(), gate_up.as<float>(), rows, n, stream);
+    }
+    VT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    *intents = trace::end_intent_records();
+    return graph;
+  };
+  const auto run = [&](cudaGraph_t graph) {
+    cudaGraphExec_t exec = nullptr;
+    VT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    profile::KernelRecorder recorder;
+    recorder.start();
+    VT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    VT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<profile::KernelRecord> records = recorder.stop();
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    return records;
+  };
+  std::vector<trace::Intent> intents;
+  cudaGraph_t whole = capture(&intents);
+  ASSERT_EQ(intents.size(), 2u);
+  EXPECT_EQ(profile::kernel_gate_failure(intents, run(whole), 1), "");
+  // The SwiGLU node is the one nothing depends on (the ops were captured in order).
+  cudaGraph_t cut = capture(&intents);
+  size_t count = 0;
+  VT_CUDA_CHECK(cudaGraphGetNodes(cut, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  VT_CUDA_CHECK(cudaGraphGetNodes(cut, nodes.data(), &count));
+  ASSERT_EQ(count, 2u);
+  size_t last = count;
+  for (size_t i = 0; i < count; ++i) {
+    size_t dependents = 0;
+    VT_CUDA_CHECK(cudaGraphNodeGetDependentNodes(nodes[i], nullptr, nullptr, &dependents));
+    if (dependents == 0) last = i;
+  }
+  ASSERT_LT(last, count);
+  VT_CUDA_CHECK(cudaGraphDestroyNode(nodes[last]));
+  const std::string failure = profile::kernel_gate_failure(intents, run(cut), 1);
+  EXPECT_NE(failure.find("intended kernel sm90_silu_mul"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("mlp.silu_mul"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("but it ran 0 times"), std::string::npos) << failure;
+  EXPECT_EQ(failure.find("sm90_add_rms_norm 1 times"), std::string::npos) << "the norm ran: " << failure;
+  VT_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 }  // namespace
