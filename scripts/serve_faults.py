@@ -239,12 +239,17 @@ def one_request(target, index, stream, keep=None, hang_after=0, max_tokens=8):
     connection = keep or http.client.HTTPConnection(HOST, target.port, timeout=600)
     body = {"model": target.model, "prompt": f"Here is one short sentence about the number {index}, and here is",
             "max_tokens": max_tokens, "temperature": 0, "stream": stream}
+    start, phase = time.time(), "connect"
     try:
+        if connection.sock is None:
+            connection.connect()
+        phase = "send"
         connection.request("POST", "/v1/completions", body=json.dumps(body), headers=target.headers())
+        phase = "wait for the status"
         response = connection.getresponse()
     except (OSError, http.client.HTTPException) as error:
         connection.close()
-        return "no status", repr(error)
+        return "no status", f"{repr(error)} at {phase}, {time.time() - start:.1f} s in"
     try:
         if response.status != 200:
             response.read()
