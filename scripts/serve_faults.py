@@ -262,6 +262,7 @@ def one_request(target, index, stream, keep=None, hang_after=0, max_tokens=8):
             line = line.strip()
             if line == b"data: [DONE]":
                 done = True
+                response.read()  # the last chunk, so that a kept-alive connection can be used again
                 break
             if line.startswith(b"data: "):
                 chunk = json.loads(line[6:])
