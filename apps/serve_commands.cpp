@@ -47,6 +47,7 @@ struct ServeArgs {
   int64_t cache_tokens = 65536;
   double drain_timeout_seconds = 30;
   double header_timeout_seconds = 10;
+  int64_t prefill_chunk = 0, step_token_budget = 0;  // 0: the device's default
   std::string reservation = "on-demand";
   std::string speculative;  // "", "ngram" or "mtp"
   int64_t num_draft = 0;    // 0: not given (4 with --speculative)
@@ -102,6 +103,14 @@ void run_serve(ServeArgs args) {
            "tensor-parallel ranks");
   VT_CHECK(!args.speculative.empty() || (args.num_draft == 0 && !args.adaptive_draft),
            "serve: --num-draft and --adaptive-draft go with --speculative");
+  // A step carries every decoding request's token plus prompt chunks up to the budget. On the CPU a
+  // step's time grows with its tokens (a 256-token chunk deep in a long prompt takes seconds), and
+  // every decoding request waits for it: small chunks keep one long prompt from stalling the rest.
+  const bool on_cpu = args.device == "cpu" && args.synthetic.empty();
+  args.engine.prefill_chunk = args.prefill_chunk > 0 ? args.prefill_chunk : on_cpu ? 64 : 256;
+  args.engine.step_token_budget = args.step_token_budget > 0 ? args.step_token_budget : on_cpu ? 128 : 512;
+  VT_CHECK(args.engine.step_token_budget >= args.engine.prefill_chunk, "serve: --step-token-budget (",
+           args.engine.step_token_budget, ") must hold one --prefill-chunk (", args.engine.prefill_chunk, ")");
   if (!args.speculative.empty()) {
     if (args.num_draft == 0) args.num_draft = 4;
     // Every running request can verify its drafts in each step.
@@ -238,6 +247,12 @@ void add_serve_commands(CLI::App& app) {
       ->check(CLI::Range(1, 4096));
   serve->add_option("--cache-tokens", args->cache_tokens, "KV cache size in tokens (default 65536)")
       ->check(CLI::PositiveNumber);
+  serve->add_option("--prefill-chunk", args->prefill_chunk,
+                    "prompt tokens fed per request per step, at fixed offsets (default 256 on CUDA, 64 on the CPU)")
+      ->check(CLI::Range(1, 1 << 20));
+  serve->add_option("--step-token-budget", args->step_token_budget,
+                    "tokens per step: decoding requests' plus prompt chunks (default 512 on CUDA, 128 on the CPU)")
+      ->check(CLI::Range(1, 1 << 20));
   serve->add_option("--max-body-bytes", args->server.max_body_bytes, "largest request body (default 1 MiB)")
       ->check(CLI::PositiveNumber);
   serve->add_option("--threads-http", args->server.http.worker_threads,

@@ -12,6 +12,7 @@ Scenarios (each bounded in time; addresses are loopback only):
   status      C clients x R requests (streamed or not, new connection or kept alive): each must end
               with an HTTP status and a complete body (streams: a finish_reason and [DONE])
   soak        `status` repeated for S seconds with 10% hang-ups, the server's RSS sampled (needs --pid)
+  fairness    a short stream while a ~2,700-token prompt prefills: its TTFT and largest gap
 Prints one line per check and exits 1 if any failed. tests/e2e/test_server_faults.py runs the CI set.
 """
 import argparse
@@ -341,7 +342,42 @@ def soak(target, seconds=300, clients=32):
         target.check(max(warm) - min(warm) < 100, "soak: RSS flat after warm-up (< 100 MB spread)")
 
 
-SCENARIOS = {"slowloris": slowloris, "idle": idle, "chunked": chunked, "hangup": hangup, "storm": storm,
+def fairness(target, prompt_words=2000, max_gap=None):
+    """A short stream while a long prompt prefills: its time to first token and largest gap between
+    tokens (one long prompt must not stall the others for a whole long step)."""
+    long_result = {}
+
+    def long_request():
+        status, seconds = target.completion(max_tokens=1, timeout=900, prompt="word " * prompt_words)
+        long_result.update(status=status, seconds=seconds)
+
+    thread = threading.Thread(target=long_request)
+    thread.start()
+    time.sleep(2.0)  # the long prompt is being fed
+    connection = http.client.HTTPConnection(HOST, target.port, timeout=900)
+    body = {"model": target.model, "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0,
+            "stream": True}
+    start = time.time()
+    connection.request("POST", "/v1/completions", body=json.dumps(body), headers=target.headers())
+    response = connection.getresponse()
+    arrivals = []
+    for line in response:
+        if line.startswith(b"data: {"):
+            arrivals.append(time.time())
+        if line.strip() == b"data: [DONE]":
+            break
+    connection.close()
+    thread.join()
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    ttft = arrivals[0] - start if arrivals else float("inf")
+    print(f"fairness: {prompt_words}-word prompt took {long_result.get('seconds', 0):.1f} s "
+          f"({long_result.get('status')}); the short stream's TTFT {ttft:.2f} s, largest gap "
+          f"{max(gaps) if gaps else 0:.2f} s, {len(arrivals)} chunks in {arrivals[-1] - start:.1f} s", flush=True)
+    if max_gap is not None:
+        target.check(max(gaps + [ttft]) < max_gap, f"fairness: no wait over {max_gap} s")
+
+
+SCENARIOS = {"fairness": fairness, "slowloris": slowloris, "idle": idle, "chunked": chunked, "hangup": hangup, "storm": storm,
              "status": status, "soak": soak}
 
 
