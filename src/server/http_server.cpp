@@ -12,6 +12,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -150,7 +151,9 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
   void read_header() {
     parser.emplace();
     parser->header_limit(uint32_t(core->options.max_header_bytes));
-    parser->body_limit(uint64_t(core->options.max_body_bytes));
+    // No limit until the headers passed the hook (auth comes before size). Not boost::none: Beast
+    // 1.74 compares a Content-Length with an empty optional as larger.
+    parser->body_limit(std::numeric_limits<uint64_t>::max());
     reading = true;
     http::async_read_header(socket, buffer, *parser, [self = shared_from_this()](beast::error_code error, size_t) {
       self->reading = false;
@@ -224,6 +227,11 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
       answer_complete = true;
       return flush();
     }
+    const auto announced = parser->content_length();
+    if (announced && *announced > core->options.max_body_bytes)
+      return refuse_request(413, "the request body exceeds " + std::to_string(core->options.max_body_bytes) + " bytes",
+                            extra);
+    parser->body_limit(uint64_t(core->options.max_body_bytes));  // chunked bodies: checked chunk by chunk
     pending = std::move(request);
     pending_extra = std::move(extra);
     pending_route = route;

@@ -177,7 +177,7 @@ def main():
         serve_faults.hangup(target, max_tokens=6000, within=10.0)
         burst(target)
         keep_alive_latency(target)
-        # A ~1,600-token prompt: 256-token chunks stalled a short stream for 6-7 s here, 64-token ones for 1 s.
+        # A ~1,200-token prompt: 256-token chunks stalled a short stream for 6-7 s here, 64-token ones for 1 s.
         serve_faults.fairness(target, prompt_words=1200, max_gap=4.0)
     finally:
         process.send_signal(signal.SIGTERM)
