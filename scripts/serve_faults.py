@@ -12,6 +12,7 @@ Scenarios (each bounded in time; addresses are loopback only):
   status      C clients x R requests (streamed or not, new connection or kept alive): each must end
               with an HTTP status and a complete body (streams: a finish_reason and [DONE])
   soak        `status` repeated for S seconds with 10% hang-ups, the server's RSS sampled (needs --pid)
+  sigterm     SIGTERM under load: in-flight requests end with 200 (cut streams properly) or 503 (needs --pid)
   fairness    a short stream while a ~2,700-token prompt prefills: its TTFT and largest gap
 Prints one line per check and exits 1 if any failed. tests/e2e/test_server_faults.py runs the CI set.
 """
@@ -19,8 +20,10 @@ import argparse
 import concurrent.futures
 import http.client
 import json
+import os
 import random
 import resource
+import signal
 import socket
 import sys
 import threading
@@ -377,7 +380,46 @@ def fairness(target, prompt_words=2000, max_gap=None):
         target.check(max(gaps + [ttft]) < max_gap, f"fairness: no wait over {max_gap} s")
 
 
-SCENARIOS = {"fairness": fairness, "slowloris": slowloris, "idle": idle, "chunked": chunked, "hangup": hangup, "storm": storm,
+def sigterm(target, clients=16, after=3.0):
+    """SIGTERM under load (needs --pid; the server goes away): requests in flight end with 200 and a
+    whole body (a stream the drain cuts: finish_reason and [DONE]) or 503; none without a status
+    until the listener closes, and the process exits."""
+    outcomes, lock = {}, threading.Lock()
+    stop = threading.Event()
+
+    def client(number):
+        while not stop.is_set():
+            outcome, detail = one_request(target, number, stream=number % 2 == 0, max_tokens=32)
+            if outcome == "no status" and "ConnectionRefused" in detail:
+                return  # the listener is closed: the server is gone
+            with lock:
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            if outcome == "status 503":
+                return
+
+    threads = [threading.Thread(target=client, args=(number,)) for number in range(clients)]
+    for thread in threads:
+        thread.start()
+    time.sleep(after)
+    os.kill(target.pid, signal.SIGTERM)
+    deadline = time.time() + 120
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.time()))
+    stop.set()
+    gone = False
+    while time.time() < deadline and not gone:
+        try:
+            os.kill(target.pid, 0)
+            time.sleep(0.2)
+        except ProcessLookupError:
+            gone = True
+    bad = sum(count for outcome, count in outcomes.items() if outcome not in ("ok", "status 503"))
+    print(f"sigterm: {outcomes}", flush=True)
+    target.check(bad == 0, f"sigterm: every request in flight ended with 200 or 503 ({bad} did not)")
+    target.check(gone, "sigterm: the server exited")
+
+
+SCENARIOS = {"fairness": fairness, "sigterm": sigterm, "slowloris": slowloris, "idle": idle, "chunked": chunked, "hangup": hangup, "storm": storm,
              "status": status, "soak": soak}
 
 
