@@ -1,8 +1,8 @@
-// The HTTP/1.1 transport on Asio with Boost.Beast's request parser. Each connection lives on its own
-// strand: a deadline timer bounds the headers, the body and every write of an answer; while an
+// The HTTP/1.1 transport on Asio with Boost.Beast's request parser. Each connection lives on its
+// own strand: a deadline timer bounds the headers, the body and every write of an answer; while an
 // answer is pending the next request's headers are already being read, which both finds a client
-// that hung up (end of stream) at once and keeps pipelined requests in order. Answers are written as
-// raw HTTP/1.1 (a Content-Length body, or chunks for a stream) from a queue of bounded size.
+// that hung up (end of stream) at once and keeps pipelined requests in order. Answers are written
+// as raw HTTP/1.1 (a Content-Length body, or chunks for a stream) from a queue of bounded size.
 #include "server/http_server.h"
 
 #include <sys/socket.h>
@@ -36,9 +36,11 @@ namespace {
 
 // Status line and headers; a body of `content_length` bytes follows, or chunks when it is empty.
 std::string response_head(int status, const std::string& content_type, const HttpHeaders& headers,
-                          const HttpHeaders& extra_headers, std::optional<size_t> content_length, bool keep_alive) {
+                          const HttpHeaders& extra_headers, std::optional<size_t> content_length,
+                          bool keep_alive) {
   const auto reason = http::obsolete_reason(http::int_to_status(unsigned(status)));
-  std::string head = "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason.data(), reason.size()) + "\r\n";
+  std::string head = "HTTP/1.1 " + std::to_string(status) + " " +
+                     std::string(reason.data(), reason.size()) + "\r\n";
   if (!content_type.empty()) head += "Content-Type: " + content_type + "\r\n";
   for (const auto& [name, value] : headers) head += name + ": " + value + "\r\n";
   for (const auto& [name, value] : extra_headers) head += name + ": " + value + "\r\n";
@@ -67,10 +69,12 @@ struct HttpCore {
   std::atomic<size_t> open{0};       // connections open
   std::atomic<size_t> answering{0};  // connections with an answer not yet written
   std::mutex connections_mutex;
-  std::unordered_map<HttpExchange::Connection*, std::weak_ptr<HttpExchange::Connection>> connections;
+  std::unordered_map<HttpExchange::Connection*, std::weak_ptr<HttpExchange::Connection>>
+      connections;
 
-  HttpCore(HttpServerOptions options_, std::vector<HttpRoute> routes_, HttpServer::HeaderHook header_hook_,
-           HttpServer::ErrorBody error_body_, HttpServer::StatusObserver observe_status_)
+  HttpCore(HttpServerOptions options_, std::vector<HttpRoute> routes_,
+           HttpServer::HeaderHook header_hook_, HttpServer::ErrorBody error_body_,
+           HttpServer::StatusObserver observe_status_)
       : options(std::move(options_)),
         routes(std::move(routes_)),
         header_hook(std::move(header_hook_)),
@@ -85,11 +89,12 @@ struct HttpCore {
     return nullptr;
   }
 
-  std::string error_response(int status, const std::string& message, const HttpHeaders& extra_headers,
-                             bool keep_alive) {
+  std::string error_response(int status, const std::string& message,
+                             const HttpHeaders& extra_headers, bool keep_alive) {
     if (observe_status) observe_status(status);
     const std::string body = error_body(status, message);
-    return response_head(status, "application/json", {}, extra_headers, body.size(), keep_alive) + body;
+    return response_head(status, "application/json", {}, extra_headers, body.size(), keep_alive) +
+           body;
   }
 
   void accept(const std::shared_ptr<HttpCore>& self);
@@ -104,10 +109,10 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
   uint64_t deadline_serial = 0;
   beast::flat_buffer buffer;
   std::optional<http::request_parser<http::string_body>> parser;
-  bool reading = false;       // a header read is pending
-  bool answering = false;     // a request is being answered
+  bool reading = false;    // a header read is pending
+  bool answering = false;  // a request is being answered
   bool keep_alive = true;
-  bool next_ready = false;    // the next request's headers came in while answering
+  bool next_ready = false;  // the next request's headers came in while answering
   bool closed = false;
   std::atomic<bool> gone{false};  // hung up or cut off before its answer was written
   std::function<void()> gone_callback;
@@ -123,7 +128,10 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
   const HttpRoute* pending_route = nullptr;
 
   Connection(std::shared_ptr<HttpCore> core_, tcp::socket socket_)
-      : core(std::move(core_)), socket(std::move(socket_)), executor(socket.get_executor()), deadline(executor) {}
+      : core(std::move(core_)),
+        socket(std::move(socket_)),
+        executor(socket.get_executor()),
+        deadline(executor) {}
 
   void start() {
     {
@@ -155,10 +163,11 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
     // 1.74 compares a Content-Length with an empty optional as larger.
     parser->body_limit(std::numeric_limits<uint64_t>::max());
     reading = true;
-    http::async_read_header(socket, buffer, *parser, [self = shared_from_this()](beast::error_code error, size_t) {
-      self->reading = false;
-      self->on_header(error);
-    });
+    http::async_read_header(socket, buffer, *parser,
+                            [self = shared_from_this()](beast::error_code error, size_t) {
+                              self->reading = false;
+                              self->on_header(error);
+                            });
   }
 
   void on_header(beast::error_code error) {
@@ -176,19 +185,21 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
 
   void read_failed(beast::error_code error) {
     if (error == http::error::body_limit)
-      return refuse_request(413, "the request body exceeds " + std::to_string(core->options.max_body_bytes) + " bytes");
+      return refuse_request(413, "the request body exceeds " +
+                                     std::to_string(core->options.max_body_bytes) + " bytes");
     if (error == http::error::header_limit)
-      return refuse_request(431, "the request headers exceed " + std::to_string(core->options.max_header_bytes) + " bytes");
+      return refuse_request(431, "the request headers exceed " +
+                                     std::to_string(core->options.max_header_bytes) + " bytes");
     if (error.category() == http::make_error_code(http::error::end_of_stream).category() &&
-        error != http::error::end_of_stream &&
-        error != http::error::partial_message)
+        error != http::error::end_of_stream && error != http::error::partial_message)
       return refuse_request(400, "malformed HTTP request: " + error.message());
     close();  // end of stream, timeout, reset
   }
 
   // An answer the transport makes after which the connection closes (what is left of the request
   // is not read).
-  void refuse_request(int status, const std::string& message, const HttpHeaders& extra_headers = {}) {
+  void refuse_request(int status, const std::string& message,
+                      const HttpHeaders& extra_headers = {}) {
     keep_alive = false;
     begin_answer();
     queue_write(core->error_response(status, message, extra_headers, false));
@@ -203,7 +214,8 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
     request.method = std::string(message.method_string());
     const auto target = message.target();
     request.path = std::string(target.substr(0, target.find('?')));
-    for (const auto& field : message) request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    for (const auto& field : message)
+      request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
     keep_alive = message.keep_alive();
     const bool has_body = !parser->is_done();
     HttpHeaders extra;
@@ -212,8 +224,8 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
     if (early) {
       if (has_body) keep_alive = false;
       begin_answer();
-      const std::string head =
-          response_head(early->status, early->content_type, early->headers, extra, early->body.size(), keep_alive);
+      const std::string head = response_head(early->status, early->content_type, early->headers,
+                                             extra, early->body.size(), keep_alive);
       if (core->observe_status) core->observe_status(early->status);
       queue_write(head + early->body);
       answer_complete = true;
@@ -229,9 +241,12 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
     }
     const auto announced = parser->content_length();
     if (announced && *announced > core->options.max_body_bytes)
-      return refuse_request(413, "the request body exceeds " + std::to_string(core->options.max_body_bytes) + " bytes",
-                            extra);
-    parser->body_limit(uint64_t(core->options.max_body_bytes));  // chunked bodies: checked chunk by chunk
+      return refuse_request(
+          413,
+          "the request body exceeds " + std::to_string(core->options.max_body_bytes) + " bytes",
+          extra);
+    parser->body_limit(
+        uint64_t(core->options.max_body_bytes));  // chunked bodies: checked chunk by chunk
     pending = std::move(request);
     pending_extra = std::move(extra);
     pending_route = route;
@@ -241,12 +256,13 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
       flush();
     }
     arm(core->options.body_timeout);
-    http::async_read(socket, buffer, *parser, [self = shared_from_this()](beast::error_code error, size_t) {
-      if (self->closed) return;
-      self->disarm();
-      if (error) return self->read_failed(error);
-      self->dispatch();
-    });
+    http::async_read(socket, buffer, *parser,
+                     [self = shared_from_this()](beast::error_code error, size_t) {
+                       if (self->closed) return;
+                       self->disarm();
+                       if (error) return self->read_failed(error);
+                       self->dispatch();
+                     });
   }
 
   void begin_answer() {
@@ -258,7 +274,8 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
   void dispatch() {
     pending.body = std::move(parser->get().body());
     begin_answer();
-    auto exchange = std::make_shared<HttpExchange>(shared_from_this(), std::move(pending), std::move(pending_extra));
+    auto exchange = std::make_shared<HttpExchange>(shared_from_this(), std::move(pending),
+                                                   std::move(pending_extra));
     const HttpRoute* route = pending_route;
     read_header();  // finds a hang-up while the answer is pending (no deadline meanwhile)
     auto run = [exchange, route, core = core] {
@@ -306,17 +323,18 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
     queue.clear();
     write_pending = true;
     if (answering) arm(core->options.write_timeout);
-    net::async_write(socket, net::buffer(writing), [self = shared_from_this()](beast::error_code error, size_t) {
-      self->write_pending = false;
-      if (self->closed) return;
-      if (self->answering) self->disarm();
-      self->queued_bytes -= self->writing.size();
-      if (error) {
-        self->notify_gone();
-        return self->close();
-      }
-      self->flush();
-    });
+    net::async_write(socket, net::buffer(writing),
+                     [self = shared_from_this()](beast::error_code error, size_t) {
+                       self->write_pending = false;
+                       if (self->closed) return;
+                       if (self->answering) self->disarm();
+                       self->queued_bytes -= self->writing.size();
+                       if (error) {
+                         self->notify_gone();
+                         return self->close();
+                       }
+                       self->flush();
+                     });
   }
 
   // The answer is on the wire: the next request, or the end.
@@ -335,7 +353,8 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
   }
 
   // Half-closes, then reads and drops what the client still sends for a moment, so that an answer
-  // sent before its request was read (413, 401) reaches the client instead of being lost to a reset.
+  // sent before its request was read (413, 401) reaches the client instead of being lost to a
+  // reset.
   void close_after_answer() {
     beast::error_code ignored;
     socket.shutdown(tcp::socket::shutdown_send, ignored);
@@ -345,11 +364,12 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
   }
   void discard() {
     buffer.consume(buffer.size());
-    socket.async_read_some(buffer.prepare(64 << 10), [self = shared_from_this()](beast::error_code error, size_t) {
-      if (self->closed) return;
-      if (error) return self->close();
-      self->discard();
-    });
+    socket.async_read_some(buffer.prepare(64 << 10),
+                           [self = shared_from_this()](beast::error_code error, size_t) {
+                             if (self->closed) return;
+                             if (error) return self->close();
+                             self->discard();
+                           });
   }
 
   void close() {
@@ -377,21 +397,29 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
   }
 };
 
-HttpExchange::HttpExchange(std::shared_ptr<Connection> connection, HttpRequest request, HttpHeaders extra_headers)
-    : connection_(std::move(connection)), request_(std::move(request)), extra_headers_(std::move(extra_headers)) {}
+HttpExchange::HttpExchange(std::shared_ptr<Connection> connection, HttpRequest request,
+                           HttpHeaders extra_headers)
+    : connection_(std::move(connection)),
+      request_(std::move(request)),
+      extra_headers_(std::move(extra_headers)) {}
 
 HttpExchange::~HttpExchange() {
   // Every request ends with a status, even one whose handler dropped it.
-  if (!answered_) respond({500, "application/json", connection_->core->error_body(500, "the request was not answered"), {}});
+  if (!answered_)
+    respond({500,
+             "application/json",
+             connection_->core->error_body(500, "the request was not answered"),
+             {}});
 }
 
 void HttpExchange::respond(HttpResponse response) {
   if (answered_.exchange(true)) return;
   if (connection_->core->observe_status) connection_->core->observe_status(response.status);
-  net::post(connection_->executor, [connection = connection_, response = std::move(response), extra = extra_headers_] {
+  net::post(connection_->executor, [connection = connection_, response = std::move(response),
+                                    extra = extra_headers_] {
     if (connection->closed) return;
-    connection->queue_write(response_head(response.status, response.content_type, response.headers, extra,
-                                          response.body.size(), connection->keep_alive) +
+    connection->queue_write(response_head(response.status, response.content_type, response.headers,
+                                          extra, response.body.size(), connection->keep_alive) +
                             response.body);
     connection->answer_complete = true;
     connection->flush();
@@ -402,22 +430,24 @@ void HttpExchange::start_stream(HttpResponse head) {
   if (answered_.exchange(true)) return;
   streaming_ = true;
   if (connection_->core->observe_status) connection_->core->observe_status(head.status);
-  net::post(connection_->executor, [connection = connection_, head = std::move(head), extra = extra_headers_] {
-    if (connection->closed) return;
-    connection->queue_write(response_head(head.status, head.content_type, head.headers, extra, std::nullopt,
-                                          connection->keep_alive));
-    connection->flush();
-  });
+  net::post(connection_->executor,
+            [connection = connection_, head = std::move(head), extra = extra_headers_] {
+              if (connection->closed) return;
+              connection->queue_write(response_head(head.status, head.content_type, head.headers,
+                                                    extra, std::nullopt, connection->keep_alive));
+              connection->flush();
+            });
 }
 
 bool HttpExchange::write(std::string data) {
   if (!streaming_ || connection_->gone || data.empty()) return !connection_->gone;
   char size[32];
   std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
-  net::post(connection_->executor, [connection = connection_, data = size + std::move(data) + "\r\n"]() mutable {
-    connection->queue_write(std::move(data), /*chunk=*/true);
-    connection->flush();
-  });
+  net::post(connection_->executor,
+            [connection = connection_, data = size + std::move(data) + "\r\n"]() mutable {
+              connection->queue_write(std::move(data), /*chunk=*/true);
+              connection->flush();
+            });
   return true;
 }
 
@@ -432,17 +462,22 @@ void HttpExchange::end() {
 }
 
 void HttpExchange::on_gone(std::function<void()> callback) {
-  net::post(connection_->executor, [connection = connection_, callback = std::move(callback)]() mutable {
-    if (connection->gone || connection->closed)
-      callback();
-    else
-      connection->gone_callback = std::move(callback);
-  });
+  net::post(connection_->executor,
+            [connection = connection_, callback = std::move(callback)]() mutable {
+              if (connection->gone || connection->closed)
+                callback();
+              else
+                connection->gone_callback = std::move(callback);
+            });
 }
 
-void HttpExchange::post(std::function<void()> task) { net::post(connection_->executor, std::move(task)); }
+void HttpExchange::post(std::function<void()> task) {
+  net::post(connection_->executor, std::move(task));
+}
 
-bool HttpExchange::gone() const { return connection_->gone; }
+bool HttpExchange::gone() const {
+  return connection_->gone;
+}
 
 void HttpCore::accept(const std::shared_ptr<HttpCore>& self) {
   acceptor.async_accept(net::make_strand(io), [self](beast::error_code error, tcp::socket socket) {
@@ -455,7 +490,8 @@ void HttpCore::accept(const std::shared_ptr<HttpCore>& self) {
       return;
     }
     beast::error_code ignored;
-    socket.set_option(tcp::no_delay(true), ignored);  // a small answer goes out now, not after the peer's delayed ACK
+    socket.set_option(tcp::no_delay(true),
+                      ignored);  // a small answer goes out now, not after the peer's delayed ACK
     if (self->open >= self->options.max_connections) {
       self->refuse(std::move(socket));
     } else {
@@ -468,8 +504,9 @@ void HttpCore::accept(const std::shared_ptr<HttpCore>& self) {
 
 void HttpCore::refuse(tcp::socket socket) {
   if (observe_status) observe_status(503);
-  const std::string body = error_body(503, "the server has " + std::to_string(options.max_connections) +
-                                               " connections open, its limit; retry later");
+  const std::string body =
+      error_body(503, "the server has " + std::to_string(options.max_connections) +
+                          " connections open, its limit; retry later");
   const std::string answer =
       response_head(503, "application/json", {{"Retry-After", "1"}}, {}, body.size(), false) + body;
   beast::error_code ignored;
@@ -484,11 +521,12 @@ struct HttpServer::Impl {
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
 };
 
-HttpServer::HttpServer(HttpServerOptions options, std::vector<HttpRoute> routes, HeaderHook header_hook,
-                       ErrorBody error_body, StatusObserver observe_status)
+HttpServer::HttpServer(HttpServerOptions options, std::vector<HttpRoute> routes,
+                       HeaderHook header_hook, ErrorBody error_body, StatusObserver observe_status)
     : impl_(std::make_shared<Impl>()) {
-  impl_->core = std::make_shared<HttpCore>(std::move(options), std::move(routes), std::move(header_hook),
-                                           std::move(error_body), std::move(observe_status));
+  impl_->core =
+      std::make_shared<HttpCore>(std::move(options), std::move(routes), std::move(header_hook),
+                                 std::move(error_body), std::move(observe_status));
 }
 
 HttpServer::~HttpServer() {
@@ -509,8 +547,8 @@ int HttpServer::bind() {
   if (!error) core.acceptor.set_option(net::socket_base::reuse_address(true), error);
   if (!error) core.acceptor.bind(endpoint, error);
   if (!error) core.acceptor.listen(core.options.backlog, error);
-  VT_CHECK(!error, "serve: cannot bind ", core.options.host, ":", core.options.port, " (", error.message(),
-           "; in use, or not an address of this machine)");
+  VT_CHECK(!error, "serve: cannot bind ", core.options.host, ":", core.options.port, " (",
+           error.message(), "; in use, or not an address of this machine)");
   return core.acceptor.local_endpoint().port();
 }
 
@@ -520,7 +558,8 @@ void HttpServer::run() {
   impl_->work.emplace(core->io.get_executor());
   core->accept(core);
   std::vector<std::thread> threads;
-  for (int index = 1; index < core->options.io_threads; ++index) threads.emplace_back([core] { core->io.run(); });
+  for (int index = 1; index < core->options.io_threads; ++index)
+    threads.emplace_back([core] { core->io.run(); });
   core->io.run();
   for (std::thread& thread : threads) thread.join();
 }
@@ -548,11 +587,14 @@ void HttpServer::stop(std::chrono::milliseconds grace) {
   const auto deadline = std::chrono::steady_clock::now() + grace;
   while (core->answering > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  for (auto& connection : connections) net::post(connection->executor, [connection] { connection->close(); });
+  for (auto& connection : connections)
+    net::post(connection->executor, [connection] { connection->close(); });
   impl_->work.reset();
   core->io.stop();
 }
 
-size_t HttpServer::connections() const { return impl_->core->open; }
+size_t HttpServer::connections() const {
+  return impl_->core->open;
+}
 
 }  // namespace vt::server

@@ -39,13 +39,14 @@ struct HttpResponse {
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;  // 0: any free port
+  int port = 8000;     // 0: any free port
   int backlog = 4096;  // the listen queue (the kernel caps it at net.core.somaxconn)
   // Open connections at once; a connection beyond it gets a 503 and is closed.
   size_t max_connections = 4096;
-  std::chrono::milliseconds header_timeout{10000};  // from the connection (or the last answer) to the end of the headers
-  std::chrono::milliseconds body_timeout{30000};    // from the headers to the end of the body
-  std::chrono::milliseconds write_timeout{30000};   // one write to a client that does not read
+  std::chrono::milliseconds header_timeout{
+      10000};  // from the connection (or the last answer) to the end of the headers
+  std::chrono::milliseconds body_timeout{30000};   // from the headers to the end of the body
+  std::chrono::milliseconds write_timeout{30000};  // one write to a client that does not read
   size_t max_header_bytes = 16 << 10;
   size_t max_body_bytes = 1 << 20;  // Content-Length or chunked alike; 413 beyond it
   // Bytes of a stream queued for a client that reads slower than it is written; beyond it the
@@ -60,7 +61,8 @@ struct HttpServerOptions {
 class HttpExchange {
  public:
   struct Connection;
-  HttpExchange(std::shared_ptr<Connection> connection, HttpRequest request, HttpHeaders extra_headers);
+  HttpExchange(std::shared_ptr<Connection> connection, HttpRequest request,
+               HttpHeaders extra_headers);
   ~HttpExchange();
   HttpExchange(const HttpExchange&) = delete;
   HttpExchange& operator=(const HttpExchange&) = delete;
@@ -100,14 +102,15 @@ class HttpServer {
  public:
   // Sees a request's headers before its body is read (the body is empty): returns an answer to send
   // instead (401, a CORS preflight) or nothing, and adds headers every answer to it carries (CORS).
-  using HeaderHook = std::function<std::optional<HttpResponse>(const HttpRequest&, HttpHeaders& extra_headers)>;
+  using HeaderHook =
+      std::function<std::optional<HttpResponse>(const HttpRequest&, HttpHeaders& extra_headers)>;
   // The body of an error answer made by the transport (404, 413, 503 ...).
   using ErrorBody = std::function<std::string(int status, const std::string& message)>;
   // Called with the status of every answer as it starts.
   using StatusObserver = std::function<void(int status)>;
 
-  HttpServer(HttpServerOptions options, std::vector<HttpRoute> routes, HeaderHook header_hook, ErrorBody error_body,
-             StatusObserver observe_status);
+  HttpServer(HttpServerOptions options, std::vector<HttpRoute> routes, HeaderHook header_hook,
+             ErrorBody error_body, StatusObserver observe_status);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -241,7 +241,11 @@ struct Server::Impl {
                           std::lock_guard<std::mutex> lock(live_mutex);
                           in_flight = int64_t(live.size());
                         }
-                        exchange->respond({200, "text/plain; version=0.0.4", metrics.render(engine.stats(), in_flight), {}});
+                        std::string body = metrics.render(engine.stats(), in_flight);
+                        body += "# HELP vt_http_connections_open Client connections open (idle, reading or answered).\n"
+                                "# TYPE vt_http_connections_open gauge\nvt_http_connections_open " +
+                                std::to_string(http->connections()) + "\n";
+                        exchange->respond({200, "text/plain; version=0.0.4", std::move(body), {}});
                       }});
     // Parsing and tokenising a prompt takes a while: these run on the worker pool.
     routes.push_back({"POST", "/v1/completions",

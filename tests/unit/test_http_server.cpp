@@ -1,6 +1,6 @@
-// The HTTP transport on loopback with raw sockets: keep-alive and pipelining, streams in chunks, the
-// header hook before any body, body limits on chunked bodies, deadlines, the connection cap, and a
-// hang-up reaching the handler.
+// The HTTP transport on loopback with raw sockets: keep-alive and pipelining, streams in chunks,
+// the header hook before any body, body limits on chunked bodies, deadlines, the connection cap,
+// and a hang-up reaching the handler.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -21,13 +21,15 @@ using namespace std::chrono_literals;
 // A server on a free loopback port, run on its own thread.
 class TestServer {
  public:
-  explicit TestServer(HttpServerOptions options, std::vector<HttpRoute> routes, HttpServer::HeaderHook hook = {}) {
+  explicit TestServer(HttpServerOptions options, std::vector<HttpRoute> routes,
+                      HttpServer::HeaderHook hook = {}) {
     options.host = "127.0.0.1";
     options.port = 0;
     server_ = std::make_unique<HttpServer>(
         options, std::move(routes), std::move(hook),
         [](int status, const std::string& message) {
-          return "{\"error\": {\"status\": " + std::to_string(status) + ", \"message\": \"" + message + "\"}}";
+          return "{\"error\": {\"status\": " + std::to_string(status) + ", \"message\": \"" +
+                 message + "\"}}";
         },
         [](int) {});
     port = server_->bind();
@@ -111,14 +113,16 @@ TEST(HttpServer, StreamsInChunks) {
   send_all(fd, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
   const std::string answer = receive(fd, "0\r\n\r\n");
   EXPECT_NE(answer.find("Transfer-Encoding: chunked"), std::string::npos);
-  EXPECT_NE(answer.find("9\r\ndata: 1\n\n\r\n9\r\ndata: 2\n\n\r\n0\r\n\r\n"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("9\r\ndata: 1\n\n\r\n9\r\ndata: 2\n\n\r\n0\r\n\r\n"), std::string::npos)
+      << answer;
   ::close(fd);
 }
 
 TEST(HttpServer, HeaderHookAnswersBeforeTheBody) {
   auto hook = [](const HttpRequest& request, HttpHeaders& extra) -> std::optional<HttpResponse> {
     extra.emplace_back("X-Seen", "yes");
-    if (request.header("authorization") != "Bearer key") return HttpResponse{401, "application/json", "{}", {}};
+    if (request.header("authorization") != "Bearer key")
+      return HttpResponse{401, "application/json", "{}", {}};
     return std::nullopt;
   };
   TestServer server({}, {echo_route()}, hook);
@@ -132,7 +136,9 @@ TEST(HttpServer, HeaderHookAnswersBeforeTheBody) {
   ::close(fd);
   // With the key, the announced size is refused, also before the body.
   const int with_key = connect_to(server.port);
-  send_all(with_key, "POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer key\r\nContent-Length: 100000000\r\n\r\n");
+  send_all(with_key,
+           "POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer key\r\nContent-Length: "
+           "100000000\r\n\r\n");
   const std::string too_large = receive(with_key);
   EXPECT_NE(too_large.find("HTTP/1.1 413"), std::string::npos) << too_large;
   EXPECT_NE(too_large.find("X-Seen: yes"), std::string::npos);
@@ -150,7 +156,9 @@ TEST(HttpServer, ChunkedBodyOverTheLimitIs413) {
   EXPECT_NE(receive(fd, "}}").find("HTTP/1.1 413"), std::string::npos);
   ::close(fd);
   const int within = connect_to(server.port);
-  send_all(within, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n");
+  send_all(
+      within,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n");
   EXPECT_NE(receive(within, "got abc").find("HTTP/1.1 200"), std::string::npos);
   ::close(within);
 }
