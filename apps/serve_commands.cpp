@@ -9,6 +9,8 @@
 // (--port 0 picks a free port). SIGINT or SIGTERM drains: new requests get 503, those in flight
 // finish (up to --drain-timeout seconds, then they are cancelled), and it exits 0; a second
 // signal cuts the drain short.
+#include <sys/resource.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
@@ -45,6 +47,8 @@ struct ServeArgs {
   vt::EngineOptions engine;
   int64_t cache_tokens = 65536;
   double drain_timeout_seconds = 30;
+  double header_timeout_seconds = 10;
+  int64_t prefill_chunk = 0, step_token_budget = 0;  // 0: the device's default
   std::string reservation = "on-demand";
   std::string speculative;  // "", "ngram" or "mtp"
   int64_t num_draft = 0;    // 0: not given (4 with --speculative)
@@ -59,6 +63,27 @@ volatile std::sig_atomic_t stop_signal = 0, stop_signals = 0;
 void on_stop_signal(int signal_number) {
   stop_signal = signal_number;
   stop_signals = stop_signals + 1;
+}
+
+// Every connection holds a descriptor: raises the soft limit as far as the hard one allows and keeps
+// the connection cap under it (with room for the model's files and the engine), so that the cap,
+// not accept() failing, is what refuses a connection.
+void fit_connections_to_descriptors(vt::server::HttpServerOptions& http) {
+  constexpr rlim_t kReserved = 256;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t wanted = rlim_t(http.max_connections) + kReserved;
+  if (limit.rlim_cur < wanted) {
+    rlimit raised = limit;
+    raised.rlim_cur = std::min(wanted, limit.rlim_max);
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  if (limit.rlim_cur < wanted) {
+    const size_t fitted = limit.rlim_cur > 2 * kReserved ? size_t(limit.rlim_cur - kReserved) : size_t(limit.rlim_cur / 2);
+    std::fprintf(stderr, "vt serve: %llu file descriptors allowed: --max-connections %zu lowered to %zu\n",
+                 static_cast<unsigned long long>(limit.rlim_cur), http.max_connections, fitted);
+    http.max_connections = fitted;
+  }
 }
 
 void run_serve(ServeArgs args) {
@@ -79,6 +104,14 @@ void run_serve(ServeArgs args) {
            "tensor-parallel ranks");
   VT_CHECK(!args.speculative.empty() || (args.num_draft == 0 && !args.adaptive_draft),
            "serve: --num-draft and --adaptive-draft go with --speculative");
+  // A step carries every decoding request's token plus prompt chunks up to the budget. On the CPU a
+  // step's time grows with its tokens (a 256-token chunk deep in a long prompt takes seconds), and
+  // every decoding request waits for it: small chunks keep one long prompt from stalling the rest.
+  const bool on_cpu = args.device == "cpu" && args.synthetic.empty();
+  args.engine.prefill_chunk = args.prefill_chunk > 0 ? args.prefill_chunk : on_cpu ? 64 : 256;
+  args.engine.step_token_budget = args.step_token_budget > 0 ? args.step_token_budget : on_cpu ? 128 : 512;
+  VT_CHECK(args.engine.step_token_budget >= args.engine.prefill_chunk, "serve: --step-token-budget (",
+           args.engine.step_token_budget, ") must hold one --prefill-chunk (", args.engine.prefill_chunk, ")");
   if (!args.speculative.empty()) {
     if (args.num_draft == 0) args.num_draft = 4;
     // Every running request can verify its drafts in each step.
@@ -161,6 +194,8 @@ void run_serve(ServeArgs args) {
   args.engine.device_sampling = args.device_sampling == "on";
   vt::Engine engine(*model, text.tokenizer.get(), args.engine);
 
+  fit_connections_to_descriptors(args.server.http);
+  args.server.http.header_timeout = std::chrono::milliseconds(int64_t(args.header_timeout_seconds * 1000));
   args.server.model_name = !args.served_model_name.empty() ? args.served_model_name
                             : !args.synthetic.empty()        ? args.synthetic
                                                              : std::filesystem::path(args.model).stem().string();
@@ -213,9 +248,23 @@ void add_serve_commands(CLI::App& app) {
       ->check(CLI::Range(1, 4096));
   serve->add_option("--cache-tokens", args->cache_tokens, "KV cache size in tokens (default 65536)")
       ->check(CLI::PositiveNumber);
+  serve->add_option("--prefill-chunk", args->prefill_chunk,
+                    "prompt tokens fed per request per step, at fixed offsets (default 256 on CUDA, 64 on the CPU)")
+      ->check(CLI::Range(1, 1 << 20));
+  serve->add_option("--step-token-budget", args->step_token_budget,
+                    "tokens per step: decoding requests' plus prompt chunks (default 512 on CUDA, 128 on the CPU)")
+      ->check(CLI::Range(1, 1 << 20));
   serve->add_option("--max-body-bytes", args->server.max_body_bytes, "largest request body (default 1 MiB)")
       ->check(CLI::PositiveNumber);
-  serve->add_option("--threads-http", args->server.threads, "HTTP worker threads (default 128)")->check(CLI::Range(2, 4096));
+  serve->add_option("--threads-http", args->server.http.worker_threads,
+                    "threads that parse and tokenise requests (default 8; connections do not hold one)")
+      ->check(CLI::Range(1, 1024));
+  serve->add_option("--max-connections", args->server.http.max_connections,
+                    "open connections at once; more are refused with a 503 (default 4096)")
+      ->check(CLI::Range(1, 1 << 20));
+  serve->add_option("--header-timeout", args->header_timeout_seconds,
+                    "seconds a connection has to send a request's headers (default 10)")
+      ->check(CLI::Range(0.1, 3600.0));
   serve->add_option("--allowed-origins", args->server.allowed_origins,
                     "CORS: origins allowed to call the API from a browser, comma-separated ('*': any; default none)")
       ->delimiter(',');

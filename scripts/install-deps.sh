@@ -4,7 +4,8 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build nlohmann-json3-dev libcli11-dev libgtest-dev
           clang libclang-rt-14-dev
           pkg-config libpcre2-dev libutf8proc-dev  # the tokenizer: regex with Unicode classes, NFC
-          libcpp-httplib-dev)  # vt serve's HTTP server
+          libboost-dev  # vt serve's HTTP transport (Boost.Asio, Boost.Beast; header-only)
+          libcpp-httplib-dev)  # vt bench serve's HTTP client
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

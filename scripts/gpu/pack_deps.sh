@@ -26,4 +26,14 @@ mkdir -p "$lib/pkgconfig"
 sed -e 's|^prefix=.*|prefix=${pcfiledir}/../../..|' -e '/^Requires.private/d' \
   -e 's|^Cflags: -I${includedir}|Cflags: -I${includedir} -I${includedir}/x86_64-linux-gnu|' \
   /usr/lib/x86_64-linux-gnu/pkgconfig/cpp-httplib.pc >"$lib/pkgconfig/cpp-httplib.pc"
+# Boost (vt serve's transport, header-only): only the headers it includes, found by the compiler,
+# and the CMake package files (they locate the headers relative to themselves).
+c++ -std=c++20 -Isrc -M src/server/http_server.cpp | tr ' \\' '\n\n' | grep '^/usr/include/boost/' | sort -u |
+  while read -r header; do
+    mkdir -p ".gpu-deps$(dirname "$header")"
+    cp "$header" ".gpu-deps$header"
+  done
+mkdir -p .gpu-deps/usr/lib/x86_64-linux-gnu/cmake
+cp -r /usr/lib/x86_64-linux-gnu/cmake/Boost-1.74.0 /usr/lib/x86_64-linux-gnu/cmake/boost_headers-1.74.0 \
+  /usr/lib/x86_64-linux-gnu/cmake/BoostDetectToolset-1.74.0.cmake .gpu-deps/usr/lib/x86_64-linux-gnu/cmake/
 du -sh .gpu-deps

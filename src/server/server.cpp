@@ -1,9 +1,9 @@
-// HTTP routes on cpp-httplib: validation, prompt building (chat template), submission to the
-// engine (one sequence per choice), and the answer as one JSON body or as SSE chunks; a gone
-// client cancels its request. CORS, the in-flight cap and the shutdown drain sit in front.
+// The OpenAI routes over the HTTP transport (server/http_server.h): validation, prompt building
+// (chat template), submission to the engine (one sequence per choice), and the answer as one JSON
+// body or as SSE chunks, written from the engine's events on the connection's thread; a client that
+// hangs up cancels its request, streaming or not. CORS, auth, the in-flight cap and the shutdown
+// drain sit in front.
 #include "server/server.h"
-
-#include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -13,9 +13,11 @@
 #include <deque>
 #include <mutex>
 #include <random>
+#include <thread>
 #include <unordered_set>
 
 #include "core/error.h"
+#include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/validation.h"
 #include "tokenizer/utf8.h"
@@ -31,23 +33,18 @@ struct ChoiceEvent {
   TokenEvent event;
 };
 
-// Events of one request's choices, handed from the engine thread to the HTTP thread.
+// Events of one request's choices, handed from the engine thread to the connection's thread.
 struct Channel {
   std::mutex mutex;
-  std::condition_variable ready;
   std::deque<ChoiceEvent> events;
 
   void push(int index, const TokenEvent& event) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      events.push_back({index, event});
-    }
-    ready.notify_all();
+    std::lock_guard<std::mutex> lock(mutex);
+    events.push_back({index, event});
   }
-  // Waits up to `timeout` for events; returns what arrived (possibly nothing).
-  std::deque<ChoiceEvent> take(std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock(mutex);
-    ready.wait_for(lock, timeout, [&] { return !events.empty(); });
+  // What arrived since the last take (possibly nothing).
+  std::deque<ChoiceEvent> take() {
+    std::lock_guard<std::mutex> lock(mutex);
     std::deque<ChoiceEvent> taken;
     taken.swap(events);
     return taken;
@@ -61,6 +58,7 @@ struct Choice {
   std::string text;  // all text so far
   int64_t text_chars = 0;  // code points in `text` (text_offset counts code points, as Python does)
   bool finished = false;
+  bool finish_sent = false;  // streaming: its chunk with a finish_reason is written
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;
   // Logprobs not yet sent: chat {"content": [...]}; completions {tokens, token_logprobs, top_logprobs, text_offset}.
@@ -75,6 +73,13 @@ struct Job {
   int64_t prompt_tokens = 0;
   std::vector<Choice> choices;
   std::shared_ptr<Channel> channel = std::make_shared<Channel>();
+  // The answer's side, touched on the connection's thread once `ready`.
+  std::shared_ptr<HttpExchange> exchange;
+  std::shared_ptr<void> admission;  // the slot among the requests in flight, released when answered
+  std::atomic<bool> ready{false};   // submitted: events may be written
+  std::atomic<bool> pump_queued{false};
+  std::atomic<bool> shutdown{false};  // cancelled by the drain, not by its client
+  bool stream_started = false, ended = false;
 
   bool all_finished() const {
     return std::all_of(choices.begin(), choices.end(), [](const Choice& choice) { return choice.finished; });
@@ -130,9 +135,8 @@ Json chunk_json(const Job& job, int index, const std::string& text, const char* 
 
 std::string sse(const Json& data) { return "data: " + data.dump() + "\n\n"; }
 
-void send_json(httplib::Response& response, int status, const nlohmann::json& body) {
-  response.status = status;
-  response.set_content(body.dump(), "application/json");
+HttpResponse json_response(int status, const nlohmann::json& body) {
+  return {status, "application/json", body.dump(), {}};
 }
 
 }  // namespace
@@ -143,7 +147,6 @@ struct Server::Impl {
   ServerOptions options;
   ValidationLimits limits;
   ServerMetrics metrics;
-  httplib::Server http;
   std::atomic<int64_t> next_id{1};
 
   // Completions in flight (for the cap and the drain); each holds an Admission.
@@ -151,6 +154,8 @@ struct Server::Impl {
   std::condition_variable live_changed;
   std::unordered_set<std::shared_ptr<Job>> live;
   std::atomic<bool> draining{false};
+  std::atomic<int64_t> in_engine{0};  // sequences whose final event has not come yet
+  std::unique_ptr<HttpServer> http;
 
   Impl(Engine& engine_, ModelTextView text_, ServerOptions options_)
       : engine(engine_), text(std::move(text_)), options(std::move(options_)) {
@@ -162,7 +167,24 @@ struct Server::Impl {
     limits.max_num_draft = engine.max_num_draft();
     VT_CHECK(options.num_draft >= 0 && options.num_draft <= limits.max_num_draft, "serve: the default num_draft ",
              options.num_draft, " must be in [0, ", limits.max_num_draft, "] (the engine's max_num_draft)");
-    routes();
+    HttpServerOptions transport = options.http;
+    transport.host = options.host;
+    transport.port = options.port;
+    transport.max_body_bytes = options.max_body_bytes;
+    http = std::make_unique<HttpServer>(
+        transport, routes(), [this](const HttpRequest& request, HttpHeaders& extra) { return screen(request, extra); },
+        [](int status, const std::string& message) { return error_body(ApiError(status, message)).dump(); },
+        [this](int status) { metrics.record_response(status); });
+  }
+
+  ~Impl() {
+    // Engine callbacks post to connections: let every sequence end before the transport goes.
+    {
+      std::lock_guard<std::mutex> lock(live_mutex);
+      for (const auto& job : live) cancel(*job);
+    }
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (in_engine > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 
   bool origin_allowed(const std::string& origin) const {
@@ -172,87 +194,69 @@ struct Server::Impl {
     return false;
   }
 
-  void routes() {
-    const int threads = options.threads;
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-    http.set_payload_max_length(options.max_body_bytes);
-    http.set_keep_alive_timeout(5);  // idle connections hold a worker; stop() waits for them
-    http.set_pre_routing_handler([this](const httplib::Request& request, httplib::Response& response) {
-      // CORS first: a preflight carries no credentials, and error answers need the headers too.
-      const std::string origin = request.get_header_value("Origin");
-      const bool cors = origin_allowed(origin);
+  // On the headers alone, before any body is read: CORS, preflights, the API key.
+  std::optional<HttpResponse> screen(const HttpRequest& request, HttpHeaders& extra) {
+    // CORS first: a preflight carries no credentials, and error answers need the headers too.
+    const std::string origin = request.header("Origin");
+    const bool cors = origin_allowed(origin);
+    if (cors) {
+      extra.emplace_back("Access-Control-Allow-Origin", origin);
+      extra.emplace_back("Vary", "Origin");
+    }
+    if (request.method == "OPTIONS") {
+      HttpResponse response{204, "", "", {}};
       if (cors) {
-        response.set_header("Access-Control-Allow-Origin", origin);
-        response.set_header("Vary", "Origin");
+        response.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        const std::string asked = request.header("Access-Control-Request-Headers");
+        response.headers.emplace_back("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+        response.headers.emplace_back("Access-Control-Max-Age", "600");
       }
-      if (request.method == "OPTIONS") {
-        if (cors) {
-          response.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-          const std::string asked = request.get_header_value("Access-Control-Request-Headers");
-          response.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
-          response.set_header("Access-Control-Max-Age", "600");
-        }
-        response.set_header("Allow", "GET, POST, OPTIONS");
-        response.status = 204;
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      if (options.api_key.empty() || request.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-      const std::string header = request.get_header_value("Authorization");
-      const std::string prefix = "Bearer ";
-      const bool ok = header.compare(0, prefix.size(), prefix) == 0 &&
-                      constant_time_equal(std::string_view(header).substr(prefix.size()), options.api_key);
-      if (ok) return httplib::Server::HandlerResponse::Unhandled;
-      fail(response, ApiError(401, "a valid API key is required (Authorization: Bearer KEY)", "", "invalid_api_key"));
-      return httplib::Server::HandlerResponse::Handled;
-    });
-    http.set_error_handler([this](const httplib::Request&, httplib::Response& response) {
-      if (!response.body.empty()) return;
-      const int status = response.status;
-      const std::string message = status == 413   ? "the request body exceeds " + std::to_string(options.max_body_bytes) + " bytes"
-                                  : status == 404 ? "no such route"
-                                                  : "the request failed with HTTP status " + std::to_string(status);
-      fail(response, ApiError(status, message));
-    });
-    http.set_exception_handler([this](const httplib::Request&, httplib::Response& response, std::exception_ptr error) {
-      std::string message = "internal error";
-      try {
-        std::rethrow_exception(error);
-      } catch (const std::exception& exception) {
-        message = exception.what();
-      } catch (...) {
-      }
-      fail(response, ApiError(500, message));
-    });
-    http.set_logger([this](const httplib::Request&, const httplib::Response& response) {
-      metrics.record_response(response.status);
-    });
-    http.Get("/health", [this](const httplib::Request&, httplib::Response& response) {
-      if (draining) return send_json(response, 503, {{"status", "draining"}});
-      send_json(response, 200, {{"status", "ok"}});
-    });
-    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
-      Json model = {{"id", options.model_name}, {"object", "model"}, {"created", int64_t(std::time(nullptr))},
-                    {"owned_by", "vt"}, {"max_model_len", limits.max_total_tokens}};
-      send_json(response, 200, Json{{"object", "list"}, {"data", Json::array({model})}});
-    });
-    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-      int64_t in_flight;
-      {
-        std::lock_guard<std::mutex> lock(live_mutex);
-        in_flight = int64_t(live.size());
-      }
-      response.set_content(metrics.render(engine.stats(), in_flight), "text/plain; version=0.0.4");
-    });
-    http.Post("/v1/completions", [this](const httplib::Request& request, httplib::Response& response) {
-      complete(request, response, /*chat=*/false);
-    });
-    http.Post("/v1/chat/completions", [this](const httplib::Request& request, httplib::Response& response) {
-      complete(request, response, /*chat=*/true);
-    });
+      response.headers.emplace_back("Allow", "GET, POST, OPTIONS");
+      return response;
+    }
+    if (options.api_key.empty() || request.path == "/health") return std::nullopt;
+    const std::string header = request.header("Authorization");
+    const std::string prefix = "Bearer ";
+    const bool ok = header.compare(0, prefix.size(), prefix) == 0 &&
+                    constant_time_equal(std::string_view(header).substr(prefix.size()), options.api_key);
+    if (ok) return std::nullopt;
+    const ApiError error(401, "a valid API key is required (Authorization: Bearer KEY)", "", "invalid_api_key");
+    return json_response(error.status, error_body(error));
   }
 
-  static void fail(httplib::Response& response, const ApiError& error) {
-    send_json(response, error.status, error_body(error));
+  std::vector<HttpRoute> routes() {
+    std::vector<HttpRoute> routes;
+    routes.push_back({"GET", "/health", [this](const std::shared_ptr<HttpExchange>& exchange) {
+                        if (draining) return exchange->respond(json_response(503, {{"status", "draining"}}));
+                        exchange->respond(json_response(200, {{"status", "ok"}}));
+                      }});
+    routes.push_back({"GET", "/v1/models", [this](const std::shared_ptr<HttpExchange>& exchange) {
+                        Json model = {{"id", options.model_name}, {"object", "model"}, {"created", int64_t(std::time(nullptr))},
+                                      {"owned_by", "vt"}, {"max_model_len", limits.max_total_tokens}};
+                        exchange->respond(json_response(200, Json{{"object", "list"}, {"data", Json::array({model})}}));
+                      }});
+    routes.push_back({"GET", "/metrics", [this](const std::shared_ptr<HttpExchange>& exchange) {
+                        int64_t in_flight;
+                        {
+                          std::lock_guard<std::mutex> lock(live_mutex);
+                          in_flight = int64_t(live.size());
+                        }
+                        std::string body = metrics.render(engine.stats(), in_flight);
+                        body += "# HELP vt_http_connections_open Client connections open (idle, reading or answered).\n"
+                                "# TYPE vt_http_connections_open gauge\nvt_http_connections_open " +
+                                std::to_string(http->connections()) + "\n";
+                        exchange->respond({200, "text/plain; version=0.0.4", std::move(body), {}});
+                      }});
+    // Parsing and tokenising a prompt takes a while: these run on the worker pool.
+    routes.push_back({"POST", "/v1/completions",
+                      [this](const std::shared_ptr<HttpExchange>& exchange) { complete(exchange, /*chat=*/false); }, true});
+    routes.push_back({"POST", "/v1/chat/completions",
+                      [this](const std::shared_ptr<HttpExchange>& exchange) { complete(exchange, /*chat=*/true); }, true});
+    return routes;
+  }
+
+  static void fail(HttpExchange& exchange, const ApiError& error) {
+    exchange.respond(json_response(error.status, error_body(error)));
   }
 
   std::vector<int32_t> prompt_ids(const CompletionRequest& request) {
@@ -293,17 +297,20 @@ struct Server::Impl {
     for (const Choice& choice : job.choices) engine.cancel(choice.engine_id);  // finished ids are ignored
   }
 
-  void complete(const httplib::Request& http_request, httplib::Response& response, bool chat) {
+  // On a worker thread: validates, tokenises and submits; the answer is written from the engine's
+  // events (pump).
+  void complete(const std::shared_ptr<HttpExchange>& exchange, bool chat) {
     const auto arrival = Clock::now();
-    if (draining) return fail(response, ApiError(503, "the server is shutting down", "", "server_shutting_down"));
+    if (draining) return fail(*exchange, ApiError(503, "the server is shutting down", "", "server_shutting_down"));
     auto job = std::make_shared<Job>();
+    job->exchange = exchange;
     std::vector<int32_t> prompt;
     try {
-      job->request = parse_completion_request(http_request.body, chat, limits);
+      job->request = parse_completion_request(exchange->request().body, chat, limits);
       prompt = prompt_ids(job->request);
       resolve_max_tokens(job->request, int64_t(prompt.size()), limits);
     } catch (const ApiError& error) {
-      fail(response, error);
+      fail(*exchange, error);
       return;
     }
     job->id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
@@ -315,7 +322,7 @@ struct Server::Impl {
       for (Choice& choice : job->choices) choice.logprobs = empty_logprobs(chat);
     auto admission = admit(job);
     if (!admission)
-      return fail(response, ApiError(429,
+      return fail(*exchange, ApiError(429,
                                      "the server is at its limit of " + std::to_string(options.max_concurrent_requests) +
                                          " requests in flight; retry later",
                                      "", "rate_limit_exceeded"));
@@ -329,35 +336,67 @@ struct Server::Impl {
     params.logprobs = job->request.logprobs;
     params.num_draft = job->request.num_speculative_tokens >= 0 ? job->request.num_speculative_tokens : options.num_draft;
     params.adaptive_draft = options.adaptive_draft;
-    auto channel = job->channel;
     auto first = std::make_shared<std::atomic<bool>>(false);
     try {
       std::lock_guard<std::mutex> lock(live_mutex);  // drain() reads the engine ids
       for (int index = 0; index < int(job->choices.size()); ++index) {
         params.sampling.seed = seed + uint64_t(index);  // choices differ; a seeded request repeats
         auto last_token = std::make_shared<Clock::time_point>();  // touched on the engine thread only
-        job->choices[size_t(index)].engine_id = engine.submit(
-            prompt, params, [this, channel, first, arrival, last_token, index](const TokenEvent& event) {
-              if (event.token_id >= 0) {
-                const auto now = Clock::now();
-                if (!first->exchange(true))
-                  metrics.record_time_to_first_token(std::chrono::duration<double>(now - arrival).count());
-                if (*last_token != Clock::time_point())
-                  metrics.record_inter_token_latency(std::chrono::duration<double>(now - *last_token).count());
-                *last_token = now;
-              }
-              channel->push(index, event);
-            });
+        ++in_engine;
+        try {
+          job->choices[size_t(index)].engine_id = engine.submit(
+              prompt, params, [this, job, first, arrival, last_token, index](const TokenEvent& event) {
+                if (event.token_id >= 0) {
+                  const auto now = Clock::now();
+                  if (!first->exchange(true))
+                    metrics.record_time_to_first_token(std::chrono::duration<double>(now - arrival).count());
+                  if (*last_token != Clock::time_point())
+                    metrics.record_inter_token_latency(std::chrono::duration<double>(now - *last_token).count());
+                  *last_token = now;
+                }
+                job->channel->push(index, event);
+                if (job->ready) schedule_pump(job);
+                if (event.finished) --in_engine;  // last: the server may go once none is left
+              });
+        } catch (const Error&) {
+          --in_engine;
+          throw;
+        }
       }
     } catch (const Error& error) {
       cancel(*job);
-      fail(response, ApiError(draining ? 503 : 400, error.what()));
+      fail(*exchange, ApiError(draining ? 503 : 400, error.what()));
       return;
     }
-    if (job->request.stream)
-      stream(job, std::move(admission), response);
-    else
-      answer(*job, response);
+    job->admission = std::move(admission);
+    exchange->on_gone([this, job] { cancel(*job); });  // streaming or not, a hang-up ends the request
+    job->ready = true;
+    schedule_pump(job);
+  }
+
+  // Writes the job's new events on its connection's thread, once however many events arrive meanwhile.
+  void schedule_pump(const std::shared_ptr<Job>& job) {
+    if (job->pump_queued.exchange(true)) return;
+    job->exchange->post([this, job] {
+      job->pump_queued = false;
+      pump(job);
+    });
+  }
+
+  void pump(const std::shared_ptr<Job>& job) {
+    if (job->ended) return;
+    auto events = job->channel->take();
+    if (job->request.stream) return stream(job, events);
+    for (const ChoiceEvent& event : events) absorb(*job, event);
+    if (!job->all_finished()) return;
+    answer(*job, *job->exchange);
+    finish(*job);
+  }
+
+  // The answer is written (or its client is gone): the slot is free.
+  void finish(Job& job) {
+    job.ended = true;
+    job.admission.reset();
   }
 
   // The token's text and bytes for logprobs: its own decoding (U+FFFD for a partial character,
@@ -430,15 +469,13 @@ struct Server::Impl {
     return taken;
   }
 
-  void answer(Job& job, httplib::Response& response) {
-    while (!job.all_finished())
-      for (const ChoiceEvent& event : job.channel->take(std::chrono::milliseconds(500))) absorb(job, event);
+  void answer(Job& job, HttpExchange& exchange) {
     Json choices = Json::array();
     for (size_t index = 0; index < job.choices.size(); ++index) {
       Choice& choice = job.choices[index];
-      if (!choice.error.empty()) return fail(response, ApiError(500, "generation failed: " + choice.error));
+      if (!choice.error.empty()) return fail(exchange, ApiError(500, "generation failed: " + choice.error));
       if (choice.finish_reason == FinishReason::kCancelled)
-        return fail(response, ApiError(503, "the server is shutting down", "", "server_shutting_down"));
+        return fail(exchange, ApiError(503, "the server is shutting down", "", "server_shutting_down"));
       Json entry = {{"index", index}};
       if (job.request.chat)
         entry["message"] = {{"role", "assistant"}, {"content", choice.text}};
@@ -448,76 +485,78 @@ struct Server::Impl {
       entry["finish_reason"] = finish_reason_name(choice.finish_reason);
       choices.push_back(std::move(entry));
     }
-    send_json(response, 200,
-              Json{{"id", job.id},
-                   {"object", job.request.chat ? "chat.completion" : "text_completion"},
-                   {"created", job.created},
-                   {"model", job.model},
-                   {"choices", choices},
-                   {"usage", usage_json(job)}});
+    exchange.respond(json_response(200, Json{{"id", job.id},
+                                             {"object", job.request.chat ? "chat.completion" : "text_completion"},
+                                             {"created", job.created},
+                                             {"model", job.model},
+                                             {"choices", choices},
+                                             {"usage", usage_json(job)}}));
   }
 
-  void stream(const std::shared_ptr<Job>& job, std::shared_ptr<void> admission, httplib::Response& response) {
-    auto done = std::make_shared<std::atomic<bool>>(false);
-    response.set_header("Cache-Control", "no-cache");
-    response.set_chunked_content_provider(
-        "text/event-stream",
-        [this, job, done, admission](size_t, httplib::DataSink& sink) {
-          auto write = [&](const std::string& data) { return sink.write(data.data(), data.size()); };
-          auto gone = [&] {  // the client hung up
-            cancel(*job);
-            return false;
-          };
-          if (job->request.chat)
-            for (int index = 0; index < int(job->choices.size()); ++index)
-              if (!write(sse(chunk_json(*job, index, "", nullptr, /*role=*/true, nullptr)))) return gone();
-          auto idle_since = Clock::now();
-          while (true) {
-            auto events = job->channel->take(std::chrono::milliseconds(500));
-            if (events.empty()) {
-              // A comment line now and then finds out whether a queued request's client is still there.
-              if (Clock::now() - idle_since > std::chrono::seconds(2)) {
-                idle_since = Clock::now();
-                if (!write(": keep-alive\n\n")) return gone();
-              }
-              continue;
-            }
-            idle_since = Clock::now();
-            for (const ChoiceEvent& tagged : events) {
-              Choice& choice = absorb(*job, tagged);
-              const TokenEvent& event = tagged.event;
-              if (event.finished && event.finish_reason == FinishReason::kCancelled) {
-                cancel(*job);  // the other choices too
-                return false;
-              }
-              // With logprobs every token gets a chunk (its text may still be held back).
-              const bool has_logprobs = job->request.logprobs >= 0 && event.token_id >= 0;
-              if ((!event.text.empty() || has_logprobs) &&
-                  !write(sse(chunk_json(*job, tagged.index, event.text, nullptr, false, take_logprobs(*job, choice)))))
-                return gone();
-              if (!event.finished) continue;
-              const std::string reason = finish_reason_name(choice.finish_reason);
-              if (!write(sse(chunk_json(*job, tagged.index, "", reason.c_str(), false, nullptr)))) return gone();
-            }
-            if (!job->all_finished()) continue;
-            if (job->request.include_usage) {
-              Json usage = {{"id", job->id},
-                            {"object", job->request.chat ? "chat.completion.chunk" : "text_completion"},
-                            {"created", job->created},
-                            {"model", job->model},
-                            {"choices", Json::array()},
-                            {"usage", usage_json(*job)}};
-              if (!write(sse(usage))) return gone();
-            }
-            if (!write("data: [DONE]\n\n")) return gone();
-            done->store(true);
-            sink.done();
-            return true;
-          }
-        },
-        [this, job, done, admission](bool) {
-          if (!done->load()) cancel(*job);  // unknown or finished ids are ignored
-        });
+  // Writes a stream's new events as SSE chunks. Writes never wait: a client that is gone, or reads
+  // too slowly, fails them, and its request is cancelled.
+  void stream(const std::shared_ptr<Job>& job, const std::deque<ChoiceEvent>& events) {
+    HttpExchange& exchange = *job->exchange;
+    auto write = [&](const std::string& data) { return exchange.write(data); };
+    auto gone = [&] {  // the client hung up
+      cancel(*job);
+      finish(*job);
+    };
+    if (!job->stream_started) {
+      job->stream_started = true;
+      exchange.start_stream({200, "text/event-stream", "", {{"Cache-Control", "no-cache"}}});
+      if (job->request.chat)
+        for (int index = 0; index < int(job->choices.size()); ++index)
+          if (!write(sse(chunk_json(*job, index, "", nullptr, /*role=*/true, nullptr)))) return gone();
+    }
+    for (const ChoiceEvent& tagged : events) {
+      Choice& choice = absorb(*job, tagged);
+      const TokenEvent& event = tagged.event;
+      if (event.finished && event.finish_reason == FinishReason::kCancelled) {
+        cancel(*job);  // the other choices too
+        if (job->shutdown) end_cut_stream(*job);
+        exchange.end();
+        return finish(*job);
+      }
+      // With logprobs every token gets a chunk (its text may still be held back).
+      const bool has_logprobs = job->request.logprobs >= 0 && event.token_id >= 0;
+      if ((!event.text.empty() || has_logprobs) &&
+          !write(sse(chunk_json(*job, tagged.index, event.text, nullptr, false, take_logprobs(*job, choice)))))
+        return gone();
+      if (!event.finished) continue;
+      const std::string reason = finish_reason_name(choice.finish_reason);
+      choice.finish_sent = true;
+      if (!write(sse(chunk_json(*job, tagged.index, "", reason.c_str(), false, nullptr)))) return gone();
+    }
+    if (!job->all_finished()) return;
+    if (job->request.include_usage && !write(sse(usage_chunk(*job)))) return gone();
+    if (!write("data: [DONE]\n\n")) return gone();
+    exchange.end();
+    finish(*job);
+  }
+
+  Json usage_chunk(const Job& job) const {
+    return {{"id", job.id},
+            {"object", job.request.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", job.created},
+            {"model", job.model},
+            {"choices", Json::array()},
+            {"usage", usage_json(job)}};
+  }
+
+  // A stream the drain cut short still ends as a stream does: each open choice's finish_reason
+  // ("cancelled"), the usage when asked, an error event saying why, and [DONE].
+  void end_cut_stream(Job& job) {
+    HttpExchange& exchange = *job.exchange;
+    for (int index = 0; index < int(job.choices.size()); ++index) {
+      Choice& choice = job.choices[size_t(index)];
+      if (choice.finish_sent) continue;
+      choice.finish_sent = true;
+      exchange.write(sse(chunk_json(job, index, "", finish_reason_name(FinishReason::kCancelled), false, nullptr)));
+    }
+    if (job.request.include_usage) exchange.write(sse(usage_chunk(job)));
+    exchange.write(sse(error_body(ApiError(503, "the server is shutting down", "", "server_shutting_down"))));
+    exchange.write("data: [DONE]\n\n");
   }
 
   bool drain(std::chrono::milliseconds timeout, const std::function<bool()>& abort) {
@@ -527,7 +566,10 @@ struct Server::Impl {
     while (!live.empty() && Clock::now() < deadline && !(abort && abort()))
       live_changed.wait_for(lock, std::chrono::milliseconds(100));
     if (live.empty()) return true;
-    for (const auto& job : live) cancel(*job);
+    for (const auto& job : live) {
+      job->shutdown = true;
+      cancel(*job);
+    }
     // Cancelled requests end at the engine's next step; their handlers then close.
     live_changed.wait_for(lock, std::chrono::seconds(10), [&] { return live.empty(); });
     return false;
@@ -539,21 +581,11 @@ Server::Server(Engine& engine, ModelTextView text, ServerOptions options)
 
 Server::~Server() = default;
 
-int Server::bind() {
-  const auto& options = impl_->options;
-  if (options.port == 0) {
-    const int port = impl_->http.bind_to_any_port(options.host);
-    VT_CHECK(port > 0, "serve: cannot bind ", options.host, " to any port");
-    return port;
-  }
-  VT_CHECK(impl_->http.bind_to_port(options.host, options.port), "serve: cannot bind ", options.host, ":", options.port,
-           " (in use, or not an address of this machine)");
-  return options.port;
-}
+int Server::bind() { return impl_->http->bind(); }
 
-void Server::run() { impl_->http.listen_after_bind(); }
+void Server::run() { impl_->http->run(); }
 
-void Server::stop() { impl_->http.stop(); }
+void Server::stop() { impl_->http->stop(); }
 
 bool Server::drain(std::chrono::milliseconds timeout, const std::function<bool()>& abort) {
   return impl_->drain(timeout, abort);

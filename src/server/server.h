@@ -2,7 +2,8 @@
 // or SSE streaming; n choices, logprobs, logit_bias; speculative decoding per request with the
 // extension field num_speculative_tokens), /v1/models, /health, /metrics. Bearer-key
 // auth on all but /health, a CORS allow-list, a cap on requests in flight (429 beyond it), and a
-// drain for shutdown (new requests 503, in-flight ones finish).
+// drain for shutdown (new requests 503, in-flight ones finish; streams cut at its end still close
+// with a finish_reason, an error event and [DONE]).
 #pragma once
 
 #include <chrono>
@@ -14,6 +15,7 @@
 
 #include "engine/engine.h"
 #include "jinja/chat_template.h"
+#include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vt::server {
@@ -24,7 +26,9 @@ struct ServerOptions {
   std::string api_key;  // empty: no auth
   std::string model_name;
   size_t max_body_bytes = 1 << 20;
-  int threads = 128;  // connections served at once (each stream holds one)
+  // The transport's deadlines, connection cap, threads and write queue (its host, port and body
+  // limit are the fields above).
+  HttpServerOptions http;
   int64_t default_chat_max_tokens = 512;
   // Origins (exact "scheme://host[:port]", or "*") whose browsers may call the API; others get no
   // CORS headers. Empty: none.
