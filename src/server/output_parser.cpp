@@ -117,9 +117,9 @@ ToolCallFormat detect_tool_call_format(std::string_view chat_template) {
 }
 
 bool prompt_opens_reasoning(std::string_view prompt) {
-  const size_t open = prompt.rfind(kThinkOpen);
-  if (open == std::string_view::npos) return false;
-  return prompt.find(kThinkClose, open) == std::string_view::npos;
+  // Only the generation prompt's end counts: a `<think>` inside a message opens nothing.
+  while (!prompt.empty() && is_space(prompt.back())) prompt.remove_suffix(1);
+  return prompt.ends_with(kThinkOpen);
 }
 
 OutputParser::OutputParser(OutputParserOptions options)

@@ -23,7 +23,7 @@ const char* tool_call_format_name(ToolCallFormat format);
 // The format a chat template teaches its model: Qwen3-Coder XML when it writes `<function=`,
 // Hermes JSON when it writes `<tool_call>` otherwise, else kNone.
 ToolCallFormat detect_tool_call_format(std::string_view chat_template);
-// True when a rendered prompt leaves a `<think>` open (the output starts inside reasoning).
+// True when a rendered prompt ends by opening `<think>` (the output starts inside reasoning).
 bool prompt_opens_reasoning(std::string_view prompt);
 
 struct OutputParserOptions {

@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "server/chat_response.h"
 #include "server/metrics.h"
 #include "server/validation.h"
 #include "tokenizer/utf8.h"
@@ -65,6 +66,7 @@ struct Choice {
   std::string error;
   // Logprobs not yet sent: chat {"content": [...]}; completions {tokens, token_logprobs, top_logprobs, text_offset}.
   Json logprobs;
+  std::shared_ptr<ChatChoiceOutput> output;  // chat: reasoning, content and tool calls parsed from `text`
 };
 
 // One accepted request as the response writers see it.
@@ -74,6 +76,7 @@ struct Job {
   int64_t created = 0;
   int64_t prompt_tokens = 0;
   std::vector<Choice> choices;
+  OutputParserOptions output_options;  // chat: how the output is parsed (tool-call format, reasoning)
   std::shared_ptr<Channel> channel = std::make_shared<Channel>();
 
   bool all_finished() const {
@@ -105,14 +108,16 @@ int64_t code_points(const std::string& text) {
   return count;
 }
 
-// A streaming chunk with one choice (text or delta, and its logprobs when asked).
+// A streaming chunk with one choice (text or delta, and its logprobs when asked). Chat deltas carry
+// the parsed `fields` (content, reasoning_content, tool_calls) when given, else `text` as content.
 Json chunk_json(const Job& job, int index, const std::string& text, const char* finish_reason, bool role,
-                Json logprobs) {
+                Json logprobs, const Json* fields = nullptr) {
   Json choice = {{"index", index}};
   if (job.request.chat) {
     Json delta = Json::object();
     if (role) delta["role"] = "assistant";
-    if (role || !text.empty()) delta["content"] = text;
+    if (fields) delta.update(*fields);
+    else if (role || !text.empty()) delta["content"] = text;
     choice["delta"] = delta;
   } else {
     choice["text"] = text;
@@ -255,23 +260,17 @@ struct Server::Impl {
     send_json(response, error.status, error_body(error));
   }
 
-  std::vector<int32_t> prompt_ids(const CompletionRequest& request) {
+  // The prompt's ids; for chat also how its output is to be parsed (job.output_options).
+  std::vector<int32_t> prompt_ids(Job& job) {
+    const CompletionRequest& request = job.request;
     if (!request.chat) return request.prompt_ids.empty() ? text.tokenizer->encode(request.prompt_text) : request.prompt_ids;
     if (!text.chat_templates || text.chat_templates->templates.empty())
       throw ApiError(400, "this model has no chat template; use /v1/completions", "messages");
-    jinja::ChatRequest chat;
-    chat.messages = request.messages;
-    chat.add_generation_prompt = true;
-    std::string rendered;
-    try {
-      const auto& source = jinja::select_chat_template(*text.chat_templates, "", false);
-      rendered = jinja::apply_chat_template(jinja::Template(source), text.chat_templates->special_tokens, chat);
-    } catch (const std::exception& error) {
-      throw ApiError(400, std::string("the chat template rejected these messages: ") + error.what(), "messages");
-    }
+    const RenderedPrompt rendered = render_chat_prompt(*text.chat_templates, request.messages, request.chat_options);
+    job.output_options = chat_output_options(request.chat_options, rendered);
     EncodeOptions encode;
     encode.add_special_tokens = false;  // the template has them
-    return text.tokenizer->encode(rendered, encode);
+    return text.tokenizer->encode(rendered.text, encode);
   }
 
   // A slot among the requests in flight, or null when the cap is reached. Releasing it (the last
@@ -300,7 +299,7 @@ struct Server::Impl {
     std::vector<int32_t> prompt;
     try {
       job->request = parse_completion_request(http_request.body, chat, limits);
-      prompt = prompt_ids(job->request);
+      prompt = prompt_ids(*job);
       resolve_max_tokens(job->request, int64_t(prompt.size()), limits);
     } catch (const ApiError& error) {
       fail(response, error);
@@ -311,6 +310,9 @@ struct Server::Impl {
     job->created = int64_t(std::time(nullptr));
     job->prompt_tokens = int64_t(prompt.size());
     job->choices.resize(size_t(job->request.n));
+    if (chat)
+      for (Choice& choice : job->choices)
+        choice.output = std::make_shared<ChatChoiceOutput>(job->output_options, job->request.chat_options.parallel_tool_calls);
     if (job->request.logprobs >= 0)
       for (Choice& choice : job->choices) choice.logprobs = empty_logprobs(chat);
     auto admission = admit(job);
@@ -440,12 +442,16 @@ struct Server::Impl {
       if (choice.finish_reason == FinishReason::kCancelled)
         return fail(response, ApiError(503, "the server is shutting down", "", "server_shutting_down"));
       Json entry = {{"index", index}};
-      if (job.request.chat)
-        entry["message"] = {{"role", "assistant"}, {"content", choice.text}};
-      else
+      if (job.request.chat) {
+        choice.output->feed(choice.text);
+        choice.output->finish();
+        entry["message"] = choice.output->message();
+        entry["finish_reason"] = choice.output->finish_reason(choice.finish_reason);
+      } else {
         entry["text"] = choice.text;
+        entry["finish_reason"] = finish_reason_name(choice.finish_reason);
+      }
       entry["logprobs"] = job.request.logprobs >= 0 ? choice.logprobs : Json(nullptr);
-      entry["finish_reason"] = finish_reason_name(choice.finish_reason);
       choices.push_back(std::move(entry));
     }
     send_json(response, 200,
@@ -492,11 +498,20 @@ struct Server::Impl {
               }
               // With logprobs every token gets a chunk (its text may still be held back).
               const bool has_logprobs = job->request.logprobs >= 0 && event.token_id >= 0;
-              if ((!event.text.empty() || has_logprobs) &&
-                  !write(sse(chunk_json(*job, tagged.index, event.text, nullptr, false, take_logprobs(*job, choice)))))
+              const Json fields = choice.output ? choice.output->feed(event.text) : Json(nullptr);
+              const bool has_text = choice.output ? !fields.empty() : !event.text.empty();
+              if ((has_text || has_logprobs) &&
+                  !write(sse(chunk_json(*job, tagged.index, event.text, nullptr, false, take_logprobs(*job, choice),
+                                        choice.output ? &fields : nullptr))))
                 return gone();
               if (!event.finished) continue;
-              const std::string reason = finish_reason_name(choice.finish_reason);
+              if (choice.output) {
+                const Json rest = choice.output->finish();
+                if (!rest.empty() && !write(sse(chunk_json(*job, tagged.index, "", nullptr, false, nullptr, &rest))))
+                  return gone();
+              }
+              const std::string reason =
+                  choice.output ? choice.output->finish_reason(choice.finish_reason) : finish_reason_name(choice.finish_reason);
               if (!write(sse(chunk_json(*job, tagged.index, "", reason.c_str(), false, nullptr)))) return gone();
             }
             if (!job->all_finished()) continue;
