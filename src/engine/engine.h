@@ -26,6 +26,7 @@
 #include "engine/logprobs.h"
 #include "engine/sampler.h"
 #include "engine/stop_strings.h"
+#include "engine/token_constraint.h"
 #include "model/model.h"
 #include "spec/speculative.h"
 #include "tokenizer/streaming_detokenizer.h"
@@ -90,6 +91,9 @@ struct RequestParams {
   // does not depend on what else runs: a verify step waits for room rather than shrinking.
   int64_t num_draft = 0;
   bool adaptive_draft = false;
+  // Structured output: makes the request's token rule at submit (one per sequence); null: none.
+  // A constrained request samples on the host (its rows' logits come back from the device).
+  std::function<std::unique_ptr<TokenConstraint>()> make_constraint;
 };
 
 constexpr int64_t kMaxTopLogprobs = 20;

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "server/chat_response.h"
+#include "server/grammar.h"
 #include "server/metrics.h"
 #include "server/validation.h"
 #include "tokenizer/utf8.h"
@@ -150,6 +151,7 @@ struct Server::Impl {
   ServerMetrics metrics;
   httplib::Server http;
   std::atomic<int64_t> next_id{1};
+  std::unique_ptr<StructuredOutput> structured;  // grammars for response_format and forced tool calls
 
   // Completions in flight (for the cap and the drain); each holds an Admission.
   std::mutex live_mutex;
@@ -165,6 +167,7 @@ struct Server::Impl {
     limits.max_total_tokens = engine.max_request_tokens();
     limits.default_chat_max_tokens = options.default_chat_max_tokens;
     limits.max_num_draft = engine.max_num_draft();
+    structured = std::make_unique<StructuredOutput>(*text.tokenizer, limits.vocab_size, text.stop_ids);
     VT_CHECK(options.num_draft >= 0 && options.num_draft <= limits.max_num_draft, "serve: the default num_draft ",
              options.num_draft, " must be in [0, ", limits.max_num_draft, "] (the engine's max_num_draft)");
     routes();
@@ -297,10 +300,12 @@ struct Server::Impl {
     if (draining) return fail(response, ApiError(503, "the server is shutting down", "", "server_shutting_down"));
     auto job = std::make_shared<Job>();
     std::vector<int32_t> prompt;
+    ConstraintFactory make_constraint;
     try {
       job->request = parse_completion_request(http_request.body, chat, limits);
       prompt = prompt_ids(*job);
       resolve_max_tokens(job->request, int64_t(prompt.size()), limits);
+      if (chat) make_constraint = structured->constraint_for(job->request.chat_options, job->output_options);
     } catch (const ApiError& error) {
       fail(response, error);
       return;
@@ -331,6 +336,7 @@ struct Server::Impl {
     params.logprobs = job->request.logprobs;
     params.num_draft = job->request.num_speculative_tokens >= 0 ? job->request.num_speculative_tokens : options.num_draft;
     params.adaptive_draft = options.adaptive_draft;
+    params.make_constraint = make_constraint;
     auto channel = job->channel;
     auto first = std::make_shared<std::atomic<bool>>(false);
     try {
