@@ -26,4 +26,8 @@ mkdir -p "$lib/pkgconfig"
 sed -e 's|^prefix=.*|prefix=${pcfiledir}/../../..|' -e '/^Requires.private/d' \
   -e 's|^Cflags: -I${includedir}|Cflags: -I${includedir} -I${includedir}/x86_64-linux-gnu|' \
   /usr/lib/x86_64-linux-gnu/pkgconfig/cpp-httplib.pc >"$lib/pkgconfig/cpp-httplib.pc"
+# xgrammar's C++ sources (structured output), from its PyPI sdist: src/CMakeLists.txt finds them here.
+scripts/fetch-xgrammar.sh
+mkdir -p .gpu-deps/xgrammar
+cp -r .cache/xgrammar/xgrammar-0.2.8 .gpu-deps/xgrammar/
 du -sh .gpu-deps
