@@ -4,6 +4,7 @@
 
 #include <xgrammar/xgrammar.h>
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -122,10 +123,10 @@ struct StructuredOutput::Impl {
   xgrammar::GrammarCompiler compiler;
 
   Impl(const Tokenizer& tokenizer, int64_t vocab, std::vector<int32_t> stops)
-      : vocab_size(vocab),
+      : vocab_size(std::max<int64_t>(vocab, tokenizer.vocab_size())),  // xgrammar wants every token id
         stop_ids(std::move(stops)),
         texts(std::make_shared<const std::vector<std::string>>(raw_vocabulary(tokenizer, false))),
-        info(raw_vocabulary(tokenizer, true), xgrammar::VocabType::RAW, int(vocab), stop_ids),
+        info(raw_vocabulary(tokenizer, true), xgrammar::VocabType::RAW, int(vocab_size), stop_ids),
         compiler(info, /*max_threads=*/2, /*cache_enabled=*/true) {}
 
   xgrammar::CompiledGrammar compile(const ChatOptions& options, const OutputParserOptions& output) {
