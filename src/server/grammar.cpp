@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <variant>
 
 #include "server/validation.h"
 
@@ -54,8 +55,14 @@ class GrammarConstraint final : public TokenConstraint {
   void mask(float* logits, int64_t vocab_size) override {
     if (!active_ || !matcher_.FillNextTokenBitmask(&tensor_)) return;  // reasoning, or every token allowed
     constexpr float kBlocked = -std::numeric_limits<float>::infinity();
-    for (int64_t id = 0; id < vocab_size; ++id)
-      if (!((uint32_t(bitmask_[size_t(id >> 5)]) >> (id & 31)) & 1u)) logits[id] = kBlocked;
+    // Word by word: most words of a grammar's mask are all refused or all allowed.
+    for (int64_t word = 0; word * 32 < vocab_size; ++word) {
+      const uint32_t bits = uint32_t(bitmask_[size_t(word)]);
+      if (bits == ~0u) continue;
+      const int64_t end = std::min<int64_t>(vocab_size, word * 32 + 32);
+      for (int64_t id = word * 32; id < end; ++id)
+        if (!((bits >> (id & 31)) & 1u)) logits[id] = kBlocked;
+    }
   }
 
   bool accept(int32_t token) override {
@@ -113,6 +120,10 @@ class GrammarConstraint final : public TokenConstraint {
   DLTensor tensor_{};
 };
 
+std::string structural_tag_message(const xgrammar::StructuralTagError& error) {
+  return std::visit([](const auto& detail) { return std::string(detail.what()); }, error);
+}
+
 }  // namespace
 
 struct StructuredOutput::Impl {
@@ -134,15 +145,27 @@ struct StructuredOutput::Impl {
         options.has_tools() && (options.tool_choice == ToolChoice::kRequired || options.tool_choice == ToolChoice::kNamed);
     std::string param = "tools";
     try {
-      if (forced_call) return compiler.CompileStructuralTag(tool_call_structural_tag(options, output.format).dump());
-      // Compact JSON (no free whitespace): a small model cannot wander into endless newlines.
-      if (options.response_format == ResponseFormat::kJsonObject) {
-        param = "response_format";
-        return compiler.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/false);
+      xgrammar::Grammar grammar = xgrammar::Grammar::BuiltinJSONGrammar();
+      if (forced_call) {
+        auto tag = xgrammar::Grammar::FromStructuralTag(tool_call_structural_tag(options, output.format).dump());
+        if (auto* error = std::get_if<xgrammar::StructuralTagError>(&tag))
+          throw ApiError(400, "the tool-call grammar cannot be built from 'tools': " + structural_tag_message(*error),
+                         param);
+        grammar = std::get<xgrammar::Grammar>(tag);
+      } else {
+        // Compact JSON (no free whitespace): a small model cannot wander into endless newlines.
+        const bool object = options.response_format == ResponseFormat::kJsonObject;
+        param = object ? "response_format" : "response_format.json_schema.schema";
+        grammar = xgrammar::Grammar::FromJSONSchema(object ? R"({"type": "object"})" : options.json_schema.dump(),
+                                                    /*any_whitespace=*/false, std::nullopt, std::nullopt,
+                                                    /*strict_mode=*/true);
       }
-      param = "response_format.json_schema.schema";
-      return compiler.CompileJSONSchema(options.json_schema.dump(), /*any_whitespace=*/false, std::nullopt,
-                                        std::nullopt, /*strict_mode=*/true);
+      // After `</think>` the family writes a blank line before answering: allowed, no more.
+      if (output.reasoning)
+        grammar = xgrammar::Grammar::Concat({xgrammar::Grammar::FromEBNF(R"(root ::= [\n]{0,2})"), grammar});
+      return compiler.CompileGrammar(grammar);
+    } catch (const ApiError&) {
+      throw;
     } catch (const std::exception& error) {
       throw ApiError(400, "the grammar for '" + param + "' cannot be compiled: " + error.what(), param);
     }

@@ -54,18 +54,19 @@ ChatOptions schema_options(const std::string& schema) {
 
 // Feeds `text`'s tokens through the rule: each must be allowed (finite after the mask). Returns
 // the mask's mean cost per token in microseconds.
-double walk(TokenConstraint& rule, const std::string& text, int64_t vocab) {
+double walk(TokenConstraint& rule, const std::string& text, int64_t vocab, const Tokenizer* tokenizer = nullptr) {
+  if (!tokenizer) tokenizer = fixture()->tokenizer.get();
   std::vector<float> logits(static_cast<size_t>(vocab));
   EncodeOptions plain;
   plain.add_special_tokens = false;
   double seconds = 0;
-  const std::vector<int32_t> ids = fixture()->tokenizer->encode(text, plain);
+  const std::vector<int32_t> ids = tokenizer->encode(text, plain);
   for (int32_t id : ids) {
     std::fill(logits.begin(), logits.end(), 0.0f);
     const auto start = std::chrono::steady_clock::now();
     rule.mask(logits.data(), vocab);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    EXPECT_TRUE(std::isfinite(logits[size_t(id)])) << "token '" << fixture()->tokenizer->decode({id}) << "' of " << text;
+    EXPECT_TRUE(std::isfinite(logits[size_t(id)])) << "token '" << tokenizer->decode({id}) << "' of " << text;
     EXPECT_TRUE(rule.accept(id));
   }
   return seconds * 1e6 / double(ids.size());
@@ -216,6 +217,35 @@ TEST(StructuredOutput, ForcedToolCallsInBothFormats) {
   // Required, parallel: a second call may follow the first.
   auto parallel = f.structured->constraint_for(tool_options(ToolChoice::kRequired, true), output)();
   walk(*parallel, hermes + "\n<tool_call>\n{\"name\": \"list_files\", \"arguments\": {}}\n</tool_call>", f.vocab);
+}
+
+// The family's own vocabulary (make tokenizers): `</think>` is one added token there; the mask's
+// cost per step at that size. Skipped unless .cache/tokenizers/qwen3_5 is fetched.
+TEST(StructuredOutput, QwenVocabularyThinkGateAndCost) {
+  const std::string folder = std::string(VT_SOURCE_DIR) + "/.cache/tokenizers/qwen3_5";
+  if (!std::filesystem::exists(folder + "/tokenizer.json")) GTEST_SKIP() << "run scripts/fetch-tokenizers.sh";
+  const auto tokenizer = Tokenizer::load(folder);
+  std::vector<int32_t> stops;
+  for (const char* name : {"<|im_end|>", "<|endoftext|>"})
+    if (tokenizer->token_to_id(name) >= 0) stops.push_back(tokenizer->token_to_id(name));
+  ASSERT_FALSE(stops.empty());
+  const int64_t vocab = tokenizer->vocab_size();
+  StructuredOutput structured(*tokenizer, vocab, stops);
+  OutputParserOptions reasoning;
+  reasoning.reasoning = true;
+  auto rule = structured.constraint_for(schema_options(kSchema), reasoning)();
+  EncodeOptions plain;
+  plain.add_special_tokens = false;
+  EXPECT_EQ(tokenizer->encode("</think>", plain).size(), 1u);
+  walk(*rule, "The user wants a pet.\n</think>\n\n", vocab, tokenizer.get());
+  const double micros = walk(
+      *rule, R"({"name": "Rex", "kind": "dog", "tags": ["a", "b"], "size": 3.5, "owner": {"age": 7}})", vocab, tokenizer.get());
+  std::vector<float> logits(static_cast<size_t>(vocab), 0.0f);
+  rule->mask(logits.data(), vocab);
+  int64_t open = 0;
+  for (float value : logits) open += std::isfinite(value);
+  EXPECT_EQ(open, int64_t(stops.size()));
+  std::printf("json_schema mask: %.1f us per step over a %lld-token vocabulary\n", micros, (long long)vocab);
 }
 
 TEST(StructuredOutput, BadSchemasAre400s) {
