@@ -2,7 +2,7 @@
 // apply_chat_template(tokenize=False) does. Scripted use depends on this contract:
 //   vt chat-template --tokenizer DIR --messages FILE.json [--add-generation-prompt]
 //                    [--enable-thinking true|false] [--tools FILE.json] [--template-name NAME]
-//                    [--template FILE.jinja]
+//                    [--template FILE.jinja] [--kwargs JSON]
 // The rendered text goes to stdout byte-exact (no trailing newline added).
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -17,7 +17,7 @@
 namespace {
 
 struct ChatTemplateArgs {
-  std::string tokenizer, messages, tools, enable_thinking, template_name, template_file;
+  std::string tokenizer, messages, tools, enable_thinking, template_name, template_file, kwargs;
   bool add_generation_prompt = false;
 };
 
@@ -50,6 +50,10 @@ void run_chat_template(const ChatTemplateArgs& args) {
     VT_CHECK(request.tools.is_array(), "--tools ", args.tools, ": expected a JSON list of tool definitions");
   }
   request.add_generation_prompt = args.add_generation_prompt;
+  if (!args.kwargs.empty()) {
+    request.extra = nlohmann::ordered_json::parse(args.kwargs, nullptr, /*allow_exceptions=*/false);
+    VT_CHECK(request.extra.is_object(), "--kwargs: expected a JSON object of template variables");
+  }
   if (!args.enable_thinking.empty()) request.extra["enable_thinking"] = args.enable_thinking == "true";
 
   std::string source;
@@ -82,6 +86,8 @@ void add_chat_template_commands(CLI::App& app) {
   command->add_option("--enable-thinking", args->enable_thinking, "Pass enable_thinking to the template")
       ->check(CLI::IsMember({"true", "false"}));
   command->add_option("--tools", args->tools, "JSON file: a list of tool definitions");
+  command->add_option("--kwargs", args->kwargs,
+                      "Template variables as a JSON object (reasoning_effort, preserve_thinking, ...)");
   command->add_option("--template-name", args->template_name, "Pick a named template (e.g. tool_use)");
   command->add_option("--template", args->template_file, "Render this .jinja file instead of the tokenizer's");
   command->callback([args] {

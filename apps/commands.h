@@ -16,5 +16,6 @@ void add_tokenizer_commands(CLI::App& app);  // tokenize, detokenize
 void add_chat_commands(CLI::App& app);  // chat
 void add_eval_commands(CLI::App& app);  // eval perplexity
 void add_serve_commands(CLI::App& app);  // serve
+void add_parse_output_commands(CLI::App& app);  // parse-output
 
 }  // namespace vt::apps

@@ -5,6 +5,7 @@
 //       mtp: the checkpoint's MTP head drafts, on the CPU reference or one GPU)
 //   ... [--device-sampling on|off]   (CUDA: tokens drawn on the GPU, the default; off for A/B runs)
 //   ... [--step-trace FILE]   (one JSON line per engine step: its times and tokens by kind)
+//   ... [--chat-template FILE.jinja]   (instead of the model's own; its tool-call format is used)
 // Prints "vt serve: listening on http://HOST:PORT" on stderr once it accepts connections
 // (--port 0 picks a free port). SIGINT or SIGTERM drains: new requests get 503, those in flight
 // finish (up to --drain-timeout seconds, then they are cancelled), and it exits 0; a second
@@ -18,7 +19,9 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "apps/commands.h"
@@ -54,6 +57,7 @@ struct ServeArgs {
   int64_t num_draft = 0;    // 0: not given (4 with --speculative)
   bool adaptive_draft = false;
   std::string device_sampling = "on";
+  std::string chat_template;  // a .jinja file replacing the model's templates
   vt::apps::LmHeadArgs lm_head;
 };
 
@@ -199,6 +203,14 @@ void run_serve(ServeArgs args) {
   args.server.model_name = !args.served_model_name.empty() ? args.served_model_name
                             : !args.synthetic.empty()        ? args.synthetic
                                                              : std::filesystem::path(args.model).stem().string();
+  if (!args.chat_template.empty()) {
+    std::ifstream in(args.chat_template, std::ios::binary);
+    VT_CHECK(in, "serve: --chat-template ", args.chat_template, ": cannot open");
+    std::ostringstream source;
+    source << in.rdbuf();
+    text.chat_templates.templates = {{"default", source.str()}};
+    text.chat_templates.origin = args.chat_template;
+  }
   vt::server::ModelTextView view{text.tokenizer.get(), &text.chat_templates, text.stop_ids};
   vt::server::Server server(engine, view, args.server);
   const int port = server.bind();
@@ -235,6 +247,7 @@ void add_serve_commands(CLI::App& app) {
   vt::apps::add_lm_head_options(serve, args->lm_head);
   serve->add_option("--synthetic", args->synthetic, "CUDA: qwen3.5-27b | qwen3.5-35b-a3b | qwen3-next-80b, random weights");
   serve->add_option("--weights", args->weights, "--synthetic weights: fp8 (128x128 blocks, default) or bf16");
+  serve->add_option("--chat-template", args->chat_template, "a .jinja chat template instead of the model's own");
   serve->add_option("--tokenizer", args->tokenizer, "folder with tokenizer.json (default: the model's own)");
   serve->add_option("--tensor-parallel", args->tensor_parallel, "CUDA: GPUs to split the model over (NCCL), default 1")
       ->check(CLI::Range(1, 64));

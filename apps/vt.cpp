@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   vt::apps::add_chat_commands(app);
   vt::apps::add_eval_commands(app);
   vt::apps::add_serve_commands(app);
+  vt::apps::add_parse_output_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

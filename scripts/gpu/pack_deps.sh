@@ -36,4 +36,8 @@ c++ -std=c++20 -Isrc -M src/server/http_server.cpp | tr ' \\' '\n\n' | grep '^/u
 mkdir -p .gpu-deps/usr/lib/x86_64-linux-gnu/cmake
 cp -r /usr/lib/x86_64-linux-gnu/cmake/Boost-1.74.0 /usr/lib/x86_64-linux-gnu/cmake/boost_headers-1.74.0 \
   /usr/lib/x86_64-linux-gnu/cmake/BoostDetectToolset-1.74.0.cmake .gpu-deps/usr/lib/x86_64-linux-gnu/cmake/
+# xgrammar's C++ sources (structured output), from its PyPI sdist: src/CMakeLists.txt finds them here.
+scripts/fetch-xgrammar.sh
+mkdir -p .gpu-deps/xgrammar
+cp -r .cache/xgrammar/xgrammar-0.2.8 .gpu-deps/xgrammar/
 du -sh .gpu-deps

@@ -48,6 +48,7 @@ struct Engine::Sequence {
   Draft draft;
   int64_t drafted_for = -1;  // the context length `draft` follows (a waiting verify keeps it)
   std::vector<int32_t> verify_tokens;
+  std::unique_ptr<TokenConstraint> constraint;  // structured output: masks every sampled row
 
   Sequence(const RequestParams& request, const Tokenizer* tokenizer)
       : params(request), sampler(request.sampling), stop_filter(request.stop_strings) {
@@ -133,6 +134,7 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const RequestParams& params,
   sequence->tokens = std::move(prompt);
   sequence->tokens.reserve(size_t(total));
   sequence->callback = std::move(callback);
+  if (params.make_constraint) sequence->constraint = params.make_constraint();
   if (params.num_draft > 0) {
     sequence->drafter = options_.make_drafter ? options_.make_drafter(params) : std::make_unique<NgramDrafter>();
     VT_CHECK(sequence->drafter, "engine: make_drafter made no drafter");
@@ -533,7 +535,7 @@ RowOutput Engine::row_output(const Sequence& sequence, int64_t tokens) const {
   const RequestParams& params = sequence.params;
   // Speculating requests (rejection sampling: every token, the prefill's too, from the host
   // Sampler's generator), logprobs and biased logits stay on the host.
-  const bool host = sequence.drafter || params.logprobs >= 0 || !params.logit_bias.empty();
+  const bool host = sequence.drafter || params.logprobs >= 0 || !params.logit_bias.empty() || sequence.constraint;
   if (sequence.verifying || (samples && host)) {
     output.kind = RowOutput::Kind::kLogits;
   } else if (samples) {
@@ -546,7 +548,11 @@ RowOutput Engine::row_output(const Sequence& sequence, int64_t tokens) const {
 
 void Engine::advance(Sequence& sequence, float* logits) {
   bias(sequence, logits);
-  emit(sequence, sequence.sampler.sample(logits, vocab_size_), logits);
+  if (sequence.constraint) sequence.constraint->mask(logits, vocab_size_);
+  const int32_t id = sequence.sampler.sample(logits, vocab_size_);
+  if (sequence.constraint && !sequence.constraint->accept(id))
+    return fail(sequence, "structured output: the grammar allows no token here");
+  emit(sequence, id, logits);
 }
 
 // The step ran the last token and the drafts from length `fed - 1 - drafts`: the accepted drafts
@@ -556,9 +562,27 @@ int64_t Engine::advance_verified(Sequence& sequence, float* logits) {
   const int64_t drafts = int64_t(sequence.draft.tokens.size());
   const int64_t length = sequence.fed - 1 - drafts;
   for (int64_t row = 0; row <= drafts; ++row) bias(sequence, logits + row * vocab_size_);
+  if (sequence.constraint) {
+    // Row r is masked in the state after drafts [0, r); a draft the grammar refuses has
+    // probability 0 there, so verification rejects it and the rows after it go unused.
+    int taken = 0;
+    for (int64_t row = 0; row <= drafts; ++row) {
+      sequence.constraint->mask(logits + row * vocab_size_, vocab_size_);
+      if (row == drafts || !sequence.constraint->accept(sequence.draft.tokens[size_t(row)])) break;
+      ++taken;
+    }
+    sequence.constraint->rollback(taken);
+  }
+  bool refused = false;
   const int64_t accepted =
-      verify_drafts(sequence.sampler, logits, vocab_size_, sequence.draft,
-                    [&](int32_t id, const float* row) { return !emit(sequence, id, row); });
+      verify_drafts(sequence.sampler, logits, vocab_size_, sequence.draft, [&](int32_t id, const float* row) {
+        if (sequence.constraint && !sequence.constraint->accept(id)) {
+          refused = true;
+          return false;
+        }
+        return !emit(sequence, id, row);
+      });
+  if (refused) fail(sequence, "structured output: the grammar allows no token here");
   sequence.fed = length + 1 + accepted;
   if (drafts > 0 && !sequence.finished) {
     model_.rollback(*sequence.state, sequence.fed);

@@ -25,10 +25,11 @@
 #include "cache/hybrid_cache.h"
 #include "core/tensor.h"
 #include "engine/logprobs.h"
+#include "engine/step_record.h"
 #include "engine/stop_strings.h"
+#include "engine/token_constraint.h"
 #include "model/model.h"
 #include "ops/sampling/sampler.h"
-#include "engine/step_record.h"
 #include "speculative/speculative.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -95,6 +96,9 @@ struct RequestParams {
   // does not depend on what else runs: a verify step waits for room rather than shrinking.
   int64_t num_draft = 0;
   bool adaptive_draft = false;
+  // Structured output: makes the request's token rule at submit (one per sequence); null: none.
+  // A constrained request samples on the host (its rows' logits come back from the device).
+  std::function<std::unique_ptr<TokenConstraint>()> make_constraint;
 };
 
 constexpr int64_t kMaxTopLogprobs = 20;

@@ -17,6 +17,8 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "server/chat_response.h"
+#include "server/grammar.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/validation.h"
@@ -63,6 +65,7 @@ struct Choice {
   std::string error;
   // Logprobs not yet sent: chat {"content": [...]}; completions {tokens, token_logprobs, top_logprobs, text_offset}.
   Json logprobs;
+  std::shared_ptr<ChatChoiceOutput> output;  // chat: reasoning, content and tool calls parsed from `text`
 };
 
 // One accepted request as the response writers see it.
@@ -72,6 +75,7 @@ struct Job {
   int64_t created = 0;
   int64_t prompt_tokens = 0;
   std::vector<Choice> choices;
+  OutputParserOptions output_options;  // chat: how the output is parsed (tool-call format, reasoning)
   std::shared_ptr<Channel> channel = std::make_shared<Channel>();
   // The answer's side, touched on the connection's thread once `ready`.
   std::shared_ptr<HttpExchange> exchange;
@@ -110,14 +114,16 @@ int64_t code_points(const std::string& text) {
   return count;
 }
 
-// A streaming chunk with one choice (text or delta, and its logprobs when asked).
+// A streaming chunk with one choice (text or delta, and its logprobs when asked). Chat deltas carry
+// the parsed `fields` (content, reasoning_content, tool_calls) when given, else `text` as content.
 Json chunk_json(const Job& job, int index, const std::string& text, const char* finish_reason, bool role,
-                Json logprobs) {
+                Json logprobs, const Json* fields = nullptr) {
   Json choice = {{"index", index}};
   if (job.request.chat) {
     Json delta = Json::object();
     if (role) delta["role"] = "assistant";
-    if (role || !text.empty()) delta["content"] = text;
+    if (fields) delta.update(*fields);
+    else if (role || !text.empty()) delta["content"] = text;
     choice["delta"] = delta;
   } else {
     choice["text"] = text;
@@ -148,6 +154,7 @@ struct Server::Impl {
   ValidationLimits limits;
   ServerMetrics metrics;
   std::atomic<int64_t> next_id{1};
+  std::unique_ptr<StructuredOutput> structured;  // grammars for response_format and forced tool calls
 
   // Completions in flight (for the cap and the drain); each holds an Admission.
   std::mutex live_mutex;
@@ -165,6 +172,7 @@ struct Server::Impl {
     limits.max_total_tokens = engine.max_request_tokens();
     limits.default_chat_max_tokens = options.default_chat_max_tokens;
     limits.max_num_draft = engine.max_num_draft();
+    structured = std::make_unique<StructuredOutput>(*text.tokenizer, limits.vocab_size, text.stop_ids);
     VT_CHECK(options.num_draft >= 0 && options.num_draft <= limits.max_num_draft, "serve: the default num_draft ",
              options.num_draft, " must be in [0, ", limits.max_num_draft, "] (the engine's max_num_draft)");
     HttpServerOptions transport = options.http;
@@ -259,23 +267,17 @@ struct Server::Impl {
     exchange.respond(json_response(error.status, error_body(error)));
   }
 
-  std::vector<int32_t> prompt_ids(const CompletionRequest& request) {
+  // The prompt's ids; for chat also how its output is to be parsed (job.output_options).
+  std::vector<int32_t> prompt_ids(Job& job) {
+    const CompletionRequest& request = job.request;
     if (!request.chat) return request.prompt_ids.empty() ? text.tokenizer->encode(request.prompt_text) : request.prompt_ids;
     if (!text.chat_templates || text.chat_templates->templates.empty())
       throw ApiError(400, "this model has no chat template; use /v1/completions", "messages");
-    jinja::ChatRequest chat;
-    chat.messages = request.messages;
-    chat.add_generation_prompt = true;
-    std::string rendered;
-    try {
-      const auto& source = jinja::select_chat_template(*text.chat_templates, "", false);
-      rendered = jinja::apply_chat_template(jinja::Template(source), text.chat_templates->special_tokens, chat);
-    } catch (const std::exception& error) {
-      throw ApiError(400, std::string("the chat template rejected these messages: ") + error.what(), "messages");
-    }
+    const RenderedPrompt rendered = render_chat_prompt(*text.chat_templates, request.messages, request.chat_options);
+    job.output_options = chat_output_options(request.chat_options, rendered);
     EncodeOptions encode;
     encode.add_special_tokens = false;  // the template has them
-    return text.tokenizer->encode(rendered, encode);
+    return text.tokenizer->encode(rendered.text, encode);
   }
 
   // A slot among the requests in flight, or null when the cap is reached. Releasing it (the last
@@ -305,10 +307,12 @@ struct Server::Impl {
     auto job = std::make_shared<Job>();
     job->exchange = exchange;
     std::vector<int32_t> prompt;
+    ConstraintFactory make_constraint;
     try {
       job->request = parse_completion_request(exchange->request().body, chat, limits);
-      prompt = prompt_ids(job->request);
+      prompt = prompt_ids(*job);
       resolve_max_tokens(job->request, int64_t(prompt.size()), limits);
+      if (chat) make_constraint = structured->constraint_for(job->request.chat_options, job->output_options);
     } catch (const ApiError& error) {
       fail(*exchange, error);
       return;
@@ -318,6 +322,9 @@ struct Server::Impl {
     job->created = int64_t(std::time(nullptr));
     job->prompt_tokens = int64_t(prompt.size());
     job->choices.resize(size_t(job->request.n));
+    if (chat)
+      for (Choice& choice : job->choices)
+        choice.output = std::make_shared<ChatChoiceOutput>(job->output_options, job->request.chat_options.parallel_tool_calls);
     if (job->request.logprobs >= 0)
       for (Choice& choice : job->choices) choice.logprobs = empty_logprobs(chat);
     auto admission = admit(job);
@@ -336,6 +343,7 @@ struct Server::Impl {
     params.logprobs = job->request.logprobs;
     params.num_draft = job->request.num_speculative_tokens >= 0 ? job->request.num_speculative_tokens : options.num_draft;
     params.adaptive_draft = options.adaptive_draft;
+    params.make_constraint = make_constraint;
     auto first = std::make_shared<std::atomic<bool>>(false);
     try {
       std::lock_guard<std::mutex> lock(live_mutex);  // drain() reads the engine ids
@@ -477,12 +485,16 @@ struct Server::Impl {
       if (choice.finish_reason == FinishReason::kCancelled)
         return fail(exchange, ApiError(503, "the server is shutting down", "", "server_shutting_down"));
       Json entry = {{"index", index}};
-      if (job.request.chat)
-        entry["message"] = {{"role", "assistant"}, {"content", choice.text}};
-      else
+      if (job.request.chat) {
+        choice.output->feed(choice.text);
+        choice.output->finish();
+        entry["message"] = choice.output->message();
+        entry["finish_reason"] = choice.output->finish_reason(choice.finish_reason);
+      } else {
         entry["text"] = choice.text;
+        entry["finish_reason"] = finish_reason_name(choice.finish_reason);
+      }
       entry["logprobs"] = job.request.logprobs >= 0 ? choice.logprobs : Json(nullptr);
-      entry["finish_reason"] = finish_reason_name(choice.finish_reason);
       choices.push_back(std::move(entry));
     }
     exchange.respond(json_response(200, Json{{"id", job.id},
@@ -518,13 +530,23 @@ struct Server::Impl {
         exchange.end();
         return finish(*job);
       }
-      // With logprobs every token gets a chunk (its text may still be held back).
+      // With logprobs every token gets a chunk (its text may still be held back). A chat choice's
+      // text goes through its output parser: reasoning, content and tool-call deltas.
       const bool has_logprobs = job->request.logprobs >= 0 && event.token_id >= 0;
-      if ((!event.text.empty() || has_logprobs) &&
-          !write(sse(chunk_json(*job, tagged.index, event.text, nullptr, false, take_logprobs(*job, choice)))))
+      const Json fields = choice.output ? choice.output->feed(event.text) : Json(nullptr);
+      const bool has_text = choice.output ? !fields.empty() : !event.text.empty();
+      if ((has_text || has_logprobs) &&
+          !write(sse(chunk_json(*job, tagged.index, event.text, nullptr, false, take_logprobs(*job, choice),
+                                choice.output ? &fields : nullptr))))
         return gone();
       if (!event.finished) continue;
-      const std::string reason = finish_reason_name(choice.finish_reason);
+      if (choice.output) {
+        const Json rest = choice.output->finish();
+        if (!rest.empty() && !write(sse(chunk_json(*job, tagged.index, "", nullptr, false, nullptr, &rest))))
+          return gone();
+      }
+      const std::string reason =
+          choice.output ? choice.output->finish_reason(choice.finish_reason) : finish_reason_name(choice.finish_reason);
       choice.finish_sent = true;
       if (!write(sse(chunk_json(*job, tagged.index, "", reason.c_str(), false, nullptr)))) return gone();
     }

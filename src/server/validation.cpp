@@ -94,7 +94,9 @@ void parse_messages(const Json& body, CompletionRequest& request) {
     } else if (content || role_name != "assistant") {
       invalid(where + ".content", where + ".content must be a string or a list of text parts");
     }
-    request.messages.push_back({{"role", role_name == "developer" ? "system" : role_name}, {"content", text}});
+    Json out = {{"role", role_name == "developer" ? "system" : role_name}, {"content", text}};
+    add_message_agent_fields(message, role_name, where, out);
+    request.messages.push_back(std::move(out));
   }
 }
 
@@ -180,8 +182,9 @@ void refuse_unsupported(const Json& body) {
   }
   if (const Json* echo = field(body, "echo"); echo && boolean(*echo, "echo")) invalid("echo", "'echo' is not supported");
   if (field(body, "suffix")) invalid("suffix", "'suffix' is not supported");
-  if (const Json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
-    invalid("tools", "'tools' are not supported");
+  for (const char* name : {"tools", "tool_choice", "response_format"})
+    if (field(body, name) && !field(body, "messages"))
+      invalid(name, std::string("'") + name + "' is a chat field (/v1/chat/completions)");
 }
 
 // Nesting deeper than any API body, refused before parsing (deep trees cost stack to destroy).
@@ -232,9 +235,10 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat, con
       throw ApiError(404, "the model '" + model->get<std::string>() + "' does not exist; this server serves '" +
                               limits.model_name + "'", "model", "model_not_found");
   }
-  if (chat)
+  if (chat) {
     parse_messages(body, request);
-  else
+    request.chat_options = parse_chat_options(body);
+  } else
     parse_prompt(body, request, limits);
 
   for (const char* name : {"max_tokens", "max_completion_tokens"}) {

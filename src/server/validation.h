@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ops/sampling/sampler.h"
+#include "server/chat_request.h"
 
 namespace vt::server {
 
@@ -41,7 +42,8 @@ struct CompletionRequest {
   bool chat = false;
   std::string prompt_text;         // completions: a text prompt
   std::vector<int32_t> prompt_ids;  // completions: a token-id prompt (then prompt_text is empty)
-  nlohmann::ordered_json messages;  // chat: [{role, content (a string)}]
+  nlohmann::ordered_json messages;  // chat: [{role, content (a string), agent fields (chat_request.h)}]
+  ChatOptions chat_options;         // chat: tools, tool_choice, response_format, template variables
   int64_t max_tokens = 0;           // 0: not given (the default is set by resolve_max_tokens)
   SamplingParams sampling;
   bool seeded = false;

@@ -13,6 +13,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -358,6 +360,88 @@ TEST_F(CudaSampling, EngineOnAndOffAgreeAndSeedsRepeat) {
     }
   }
   EXPECT_EQ(run(true), on);
+}
+
+// Structured output on the GPU model: requests with a token rule (ids divisible by 3) get their
+// rows as logits and the mask on the host, greedy, sampled and speculating, while the others of
+// the batch sample on the GPU; the rule's tokens are the output (drafts it took rolled back), and
+// greedy constrained outputs are the same with device sampling on and off.
+class EveryThirdToken final : public TokenConstraint {
+ public:
+  explicit EveryThirdToken(std::shared_ptr<std::vector<int32_t>> taken) : taken_(std::move(taken)) {}
+  void mask(float* logits, int64_t vocab_size) override {
+    for (int64_t id = 0; id < vocab_size; ++id)
+      if (id % 3 != 0) logits[id] = -std::numeric_limits<float>::infinity();
+  }
+  bool accept(int32_t token) override {
+    if (token % 3 != 0) return false;
+    taken_->push_back(token);
+    return true;
+  }
+  void rollback(int count) override { taken_->resize(taken_->size() - size_t(count)); }
+
+ private:
+  std::shared_ptr<std::vector<int32_t>> taken_;
+};
+
+TEST_F(CudaSampling, EngineTokenRulesMaskTheirRows) {
+  const int64_t kDrafts = 3, kRunning = 6;
+  CudaModelOptions options;
+  options.activations = DType::kBF16;
+  options.max_sequences = kRunning;
+  options.max_context = 128;
+  options.max_step_tokens = 64;
+  options.max_logit_rows = kRunning * (1 + kDrafts);
+  options.max_rollback_tokens = kDrafts + 1;
+  auto model = load_qwen35_cuda(kGolden + "qwen3_5_dense", options);
+  const auto run = [&](bool device_sampling, std::vector<std::shared_ptr<std::vector<int32_t>>>& taken) {
+    std::vector<RequestParams> params(static_cast<size_t>(kRunning));
+    taken.clear();
+    for (size_t r = 0; r < params.size(); ++r) {
+      taken.push_back(std::make_shared<std::vector<int32_t>>());
+      params[r].max_tokens = 16;
+      if (r % 2) params[r].sampling = {1.0f, 0, 0.9f, 11 + r};
+      if (r < 4) params[r].make_constraint = [list = taken[r]] { return std::make_unique<EveryThirdToken>(list); };
+      if (r == 2 || r == 3) params[r].num_draft = kDrafts;
+    }
+    EngineOptions engine_options;
+    engine_options.max_running = kRunning;
+    engine_options.step_token_budget = 64;
+    engine_options.prefill_chunk = 16;
+    engine_options.cache_blocks = 64;
+    engine_options.max_num_draft = kDrafts;
+    engine_options.device_sampling = device_sampling;
+    std::mutex mutex;
+    std::condition_variable done;
+    int finished = 0;
+    std::vector<std::vector<int32_t>> outputs(params.size());
+    Engine engine(*model, nullptr, engine_options);
+    for (size_t r = 0; r < params.size(); ++r) {
+      std::vector<int32_t> prompt;  // repeats itself: n-gram drafts
+      for (int i = 0; i < 12; ++i) prompt.push_back(int32_t((r * 31 + size_t(i % 4) * 3) % 200));
+      engine.submit(prompt, params[r], [&, r](const TokenEvent& event) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (event.token_id >= 0) outputs[r].push_back(event.token_id);
+        if (event.finished) {
+          EXPECT_TRUE(event.error.empty()) << event.error;
+          ++finished;
+          done.notify_all();
+        }
+      });
+    }
+    std::unique_lock<std::mutex> lock(mutex);
+    EXPECT_TRUE(done.wait_for(lock, std::chrono::seconds(120), [&] { return finished == int(params.size()); }));
+    return outputs;
+  };
+  std::vector<std::shared_ptr<std::vector<int32_t>>> taken_on, taken_off;
+  const auto on = run(true, taken_on), off = run(false, taken_off);
+  for (size_t r = 0; r < on.size(); ++r) {
+    EXPECT_EQ(on[r].size(), 16u) << "request " << r;
+    if (r >= 4) continue;
+    for (int32_t id : on[r]) EXPECT_EQ(id % 3, 0) << "request " << r;
+    EXPECT_EQ(*taken_on[r], on[r]) << "request " << r;
+    if (r % 2 == 0) EXPECT_EQ(on[r], off[r]) << "request " << r;  // greedy
+  }
 }
 
 }  // namespace

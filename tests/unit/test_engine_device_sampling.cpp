@@ -3,17 +3,21 @@
 // host path's; a sampled request's tokens are the twin's draws with its seed and token index
 // (whatever else runs, through preemption); requests with logprobs, logit_bias or speculation get
 // their logits rows and the host Sampler, as with device sampling off; the option turns it off.
+// Requests with a token rule (structured output) get their rows masked on the host, speculating
+// or not, next to requests sampled on the device.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <random>
 
 #include "engine/engine.h"
 #include "models/registry.h"
 #include "ops/sampling/sampling.h"
+#include "spec/drafter.h"
 
 namespace vt {
 namespace {
@@ -252,6 +256,70 @@ TEST_F(EngineDeviceSampling, HostRowsForLogprobsBiasAndSpeculation) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(on[i], off[i]) << "request " << i;
   EXPECT_GT(device.plain_steps.load(), 0);  // device_sampling = false: forward_batch only
   EXPECT_EQ(device.token_rows.load(), params[4].max_tokens + params[5].max_tokens);
+}
+
+// A token rule allowing only ids divisible by 3; it keeps what it took (rollbacks undo).
+class EveryThirdToken final : public TokenConstraint {
+ public:
+  explicit EveryThirdToken(std::shared_ptr<std::vector<int32_t>> taken) : taken_(std::move(taken)) {}
+  void mask(float* logits, int64_t vocab_size) override {
+    for (int64_t id = 0; id < vocab_size; ++id)
+      if (id % 3 != 0) logits[id] = -std::numeric_limits<float>::infinity();
+  }
+  bool accept(int32_t token) override {
+    if (token % 3 != 0) return false;
+    taken_->push_back(token);
+    return true;
+  }
+  void rollback(int count) override { taken_->resize(taken_->size() - size_t(count)); }
+
+ private:
+  std::shared_ptr<std::vector<int32_t>> taken_;
+};
+
+// Proposes the same tokens every step: multiples of 3 (the rule takes them, then they are rolled
+// back before verification) with one it refuses in the middle.
+class FixedDrafter final : public Drafter {
+ public:
+  std::string name() const override { return "fixed"; }
+  void start(std::span<const int32_t>, int64_t) override {}
+  void propose(std::span<const int32_t>, int64_t max_tokens, Draft& draft) override {
+    draft.tokens = {3, 6, 7, 9};
+    draft.tokens.resize(size_t(std::min<int64_t>(max_tokens, 4)));
+    draft.probs.clear();
+  }
+};
+
+TEST_F(EngineDeviceSampling, TokenRulesMaskHostRowsSpeculatingOrNot) {
+  TwinSamplingModel device(*model_);
+  const int64_t vocab = model_->info().vocab_size;
+  std::mt19937 rng(35);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<RequestParams> params(6);
+  std::vector<std::shared_ptr<std::vector<int32_t>>> taken(6);
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back({7, 12, 5, 30, 9, 7, 12, 5});
+    params[i].max_tokens = 10;
+    params[i].sampling = i % 2 ? SamplingParams{1.0f, 0, 0.9f, uint64_t(80 + i)} : SamplingParams{};
+    taken[size_t(i)] = std::make_shared<std::vector<int32_t>>();
+    if (i < 4) {
+      params[i].make_constraint = [list = taken[size_t(i)]] { return std::make_unique<EveryThirdToken>(list); };
+      params[i].num_draft = i < 2 ? 3 : 0;
+    }
+  }
+  EngineOptions options;
+  options.max_num_draft = 4;
+  options.make_drafter = [](const RequestParams&) -> std::unique_ptr<Drafter> { return std::make_unique<FixedDrafter>(); };
+  const auto outputs = run_all(device, options, prompts, params);
+  EXPECT_EQ(device.token_rows.load(), params[4].max_tokens + params[5].max_tokens);  // the free ones, on the device
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_EQ(int64_t(outputs[i].size()), params[i].max_tokens) << "request " << i;
+    if (i >= 4) continue;
+    for (int32_t id : outputs[i]) EXPECT_EQ(id % 3, 0) << "request " << i;
+    EXPECT_EQ(*taken[size_t(i)], outputs[i]) << "request " << i;  // drafts it took were rolled back
+  }
+  // Greedy, same prompt: speculating or not, the same tokens.
+  EXPECT_EQ(outputs[0], outputs[2]);
 }
 
 }  // namespace
