@@ -131,8 +131,11 @@ void moe_route(int32_t* ids, float* weights, const void* logits, int64_t tokens,
   VT_CHECK(experts > 0 && experts <= kMaxExperts && top_k > 0 && top_k <= kMaxTopK && top_k <= experts,
            "moe_route: ", experts, " experts, top ", top_k, " (at most ", kMaxExperts, " / ", kMaxTopK, ")");
   if (tokens == 0) return;
+  // Reads the logits, writes ids and weights.
+  const double bytes = double(tokens) * (double(experts) * double(dtype_size(act)) + double(top_k) * 8.0);
+  const ::vt::trace::LaunchCost cost{"cuda", {tokens, experts, top_k, 0}, bytes, 0, ::vt::trace::OpGroup::kMoe};
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_moe_route", sm90_moe_route<T>, dim3(unsigned(tokens)), dim3(kRouteThreads), 0, stream,
+                  launch("sm90_moe_route", cost, sm90_moe_route<T>, dim3(unsigned(tokens)), dim3(kRouteThreads), 0, stream,
                          ids, weights, static_cast<const T*>(logits), experts, top_k, renormalize));
 }
 
@@ -143,17 +146,31 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const int32_
   VT_CHECK(input_divisor >= 1, "moe_expert_gemv: input_divisor");
   if (pairs == 0) return;
   ExpertGemvArgs args{y, x, x_scales, expert_ids, weights, w_scales, pairs, n, k, input_divisor};
+  // Each pair reads its expert's [n, k] weights (with their 128x128 scales), its input row (with
+  // its 1x128 scales) and writes its output row. A token's top-k experts are distinct, so at one
+  // token this is what the launch moves; tokens sharing an expert make it an upper bound.
+  const double act_size = double(dtype_size(act)), weight_size = fp8 ? 1.0 : act_size;
+  const double scale_bytes = fp8 ? double((n + 127) / 128) * double((k + 127) / 128) * 4.0 : 0.0;
+  const double input_bytes = double(k) * weight_size + (fp8 ? double((k + 127) / 128) * 4.0 : 0.0);
+  const double bytes = double(pairs) * (double(n) * double(k) * weight_size + scale_bytes + input_bytes + double(n) * act_size);
+  const ::vt::trace::LaunchCost cost{fp8 ? "fp8" : "cuda", {pairs, n, k, 0}, bytes,
+                                       2.0 * double(pairs) * double(n) * double(k), ::vt::trace::OpGroup::kMoe};
   dim3 grid(unsigned((n + kGemvWarps - 1) / kGemvWarps), unsigned(pairs));
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_moe_expert_gemv", fp8 ? sm90_moe_expert_gemv<T, true> : sm90_moe_expert_gemv<T, false>,
+                  launch("sm90_moe_expert_gemv", cost, fp8 ? sm90_moe_expert_gemv<T, true> : sm90_moe_expert_gemv<T, false>,
                          grid, dim3(kGemvWarps * 32), 0, stream, args));
 }
 
 void moe_combine(void* out, const void* expert_out, const float* weights, const void* shared, const void* shared_gate,
                  int64_t tokens, int64_t hidden, int64_t top_k, DType act, cudaStream_t stream) {
   if (tokens == 0) return;
+  // Reads the k expert rows and their weights (and the shared expert's row and gate), writes the row.
+  const double act_size = double(dtype_size(act));
+  const double shared_bytes = shared ? double(hidden + 1) * act_size : 0.0;
+  const double bytes = double(tokens) * (double(top_k) * (double(hidden) * act_size + 4.0) + shared_bytes + double(hidden) * act_size);
+  const ::vt::trace::LaunchCost cost{"cuda", {tokens, hidden, top_k, 0}, bytes, 0, ::vt::trace::OpGroup::kMoe};
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_moe_combine", sm90_moe_combine<T>, dim3(unsigned(tokens)), dim3(256), 0, stream,
+                  launch("sm90_moe_combine", cost, sm90_moe_combine<T>, dim3(unsigned(tokens)), dim3(256), 0, stream,
                          static_cast<T*>(out), static_cast<const T*>(expert_out), weights,
                          static_cast<const T*>(shared), static_cast<const T*>(shared_gate), hidden, top_k));
 }
