@@ -11,6 +11,7 @@ void add_chat_template_commands(CLI::App& app);  // chat-template
 void add_bench_commands(CLI::App& app);  // bench decode
 void add_serve_bench_commands(CLI::App& app);  // bench serve (after add_bench_commands)
 void add_gemm_bench_commands(CLI::App& app);  // bench gemm (after add_bench_commands)
+void add_op_bench_commands(CLI::App& app);  // bench op <name> (after add_bench_commands)
 void add_profile_commands(CLI::App& app);  // profile decode
 void add_tokenizer_commands(CLI::App& app);  // tokenize, detokenize
 void add_chat_commands(CLI::App& app);  // chat

@@ -23,6 +23,7 @@
 
 #include "apps/cli_lists.h"
 #include "apps/commands.h"
+#include "apps/gemm_bench.h"
 #include "core/error.h"
 #include "cuda/device.h"
 #include "ops/gemm/gemm.h"
@@ -40,15 +41,10 @@
 #endif
 
 namespace vt::apps {
-namespace {
-
-struct GemmArgs {
-  std::string synthetic = "qwen3.5-27b", m_list = "1,8,16,32,64,128";
-  int64_t iters = 40;
-  bool json = false;
-};
 
 #ifdef VT_WITH_CUDA
+namespace {
+
 std::string format_ratio(double ratio) {
   char text[32];
   std::snprintf(text, sizeof text, "%.2f", ratio);
@@ -109,7 +105,9 @@ Timing time_graph(cudaStream_t stream, int64_t iters, int64_t copies, const char
   return timing;
 }
 
-void run_bench_gemm(const GemmArgs& args) {
+}  // namespace
+
+void run_bench_gemm(const GemmBenchArgs& args) {
   VT_CHECK(cuda::device_count() > 0, "vt bench gemm needs a CUDA GPU");
   const Qwen35Config config = synthetic_config(args.synthetic);
   const std::vector<int64_t> ms = parse_int_list(args.m_list, "--m", 1, 4096);
@@ -297,25 +295,26 @@ void run_bench_gemm(const GemmArgs& args) {
               << "\n";
   VT_CHECK(failures == 0, failures, " timings whose kernel did not run as often as launched (see 'kernel ran')");
 }
+#else
+void run_bench_gemm(const GemmBenchArgs&) {
+  VT_FAIL("vt bench gemm needs a CUDA build (this vt was built without CUDA)");
+}
 #endif
 
-}  // namespace
+void add_gemm_bench_options(CLI::App* command, GemmBenchArgs& args) {
+  command->add_option("--synthetic", args.synthetic, "qwen3.5-27b | qwen3.5-35b-a3b | qwen3-next-80b")->capture_default_str();
+  command->add_option("--m", args.m_list, "rows (tokens) per GEMM, comma-separated")->capture_default_str();
+  command->add_option("--iters", args.iters, "GEMMs per timed graph")->check(CLI::Range(4, 1000))->capture_default_str();
+  command->add_flag("--json", args.json, "machine-readable output");
+}
 
 void add_gemm_bench_commands(CLI::App& app) {
   auto* bench = app.get_subcommand("bench");
-  auto args = std::make_shared<GemmArgs>();
-  auto* gemm = bench->add_subcommand("gemm", "FP8 block-scaled GEMM backends vs cuBLASLt BF16 on a model's decode shapes");
-  gemm->add_option("--synthetic", args->synthetic, "qwen3.5-27b | qwen3.5-35b-a3b | qwen3-next-80b")->capture_default_str();
-  gemm->add_option("--m", args->m_list, "rows (tokens) per GEMM, comma-separated")->capture_default_str();
-  gemm->add_option("--iters", args->iters, "GEMMs per timed graph")->check(CLI::Range(4, 1000))->capture_default_str();
-  gemm->add_flag("--json", args->json, "machine-readable output");
-  gemm->callback([args] {
-#ifdef VT_WITH_CUDA
-    run_bench_gemm(*args);
-#else
-    VT_FAIL("vt bench gemm needs a CUDA build (this vt was built without CUDA)");
-#endif
-  });
+  auto args = std::make_shared<GemmBenchArgs>();
+  auto* gemm = bench->add_subcommand("gemm", "FP8 block-scaled GEMM backends vs cuBLASLt BF16 on a model's decode shapes "
+                                             "(the same as `vt bench op gemm`)");
+  add_gemm_bench_options(gemm, *args);
+  gemm->callback([args] { run_bench_gemm(*args); });
 }
 
 }  // namespace vt::apps

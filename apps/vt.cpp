@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   vt::apps::add_bench_commands(app);
   vt::apps::add_serve_bench_commands(app);
   vt::apps::add_gemm_bench_commands(app);
+  vt::apps::add_op_bench_commands(app);
   vt::apps::add_profile_commands(app);
   vt::apps::add_tokenizer_commands(app);
   vt::apps::add_chat_commands(app);

@@ -11,5 +11,5 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 TESTS=${TESTS:-'*'} GEMM_M=none BATCH=${BATCH:-1,16} STEPS=${STEPS:-32} ROUNDS=${ROUNDS:-2} \
   VARIANTS=${VARIANTS:-'none|--lm-head fp8 --lm-head-exact-columns 0|--lm-head fp8'} PROFILE=1 \
-  PROFILE_BATCH=${PROFILE_BATCH:-1,16} PROFILE_ROWS=${PROFILE_ROWS:-'lm_head|exact|busy'} MEMCHECK=${MEMCHECK:-'CudaOps.ExactColumnsMatchCpu'} \
+  PROFILE_BATCH=${PROFILE_BATCH:-1,16} PROFILE_ROWS=${PROFILE_ROWS:-'lm_head|exact|busy'} MEMCHECK=${MEMCHECK:-'GemmCuda.ExactColumnsMatchCpu'} \
   bash scripts/gpu/wgmma_round.sh

@@ -24,7 +24,7 @@ cmake --build build-gpu -j "$(nproc)" --target vt vt_cuda_tests >"$LOGS/build.lo
   grep -E "error" -A3 "$LOGS/build.log" | head -40; tar -czf "$OUT/spec_round.tar.gz" -C "$LOGS" .; exit 1; }
 export VT_REQUIRE_GPU=1
 
-SPEC_FILTER='CudaSpec.*:CudaMtpHead.*:CudaKernels.GatedDeltaNetWindow*:CudaKernels.CopySpans*:CudaKernels.GatedDeltaNetMatchesCpu'
+SPEC_FILTER='CudaSpec.*:CudaMtpHead.*:GdnCuda.GatedDeltaNetWindow*:GdnCuda.CopySpans*:GdnCuda.GatedDeltaNetMatchesCpu'
 # MTP in the serving engine: hidden states kept per target sequence, k = 1..8, 16 mixed,
 # preemption and cancellation, prompts longer than a step.
 SPEC_FILTER+=':CudaEngineMtp.*'
@@ -34,7 +34,7 @@ fi
 
 # memcheck: the window kernels at real head sizes, windows of 8 and 9 tokens (k = 7, 8) on the
 # golden models and the 27B layer shapes, and batched verifies of 0..8 drafts for 16 sequences.
-SANITIZE_FILTER='CudaKernels.GatedDeltaNetWindow*:CudaKernels.CopySpans*:CudaSpec.RollbackWindowBoundsAndRepeatedRollbacks'
+SANITIZE_FILTER='GdnCuda.GatedDeltaNetWindow*:GdnCuda.CopySpans*:CudaSpec.RollbackWindowBoundsAndRepeatedRollbacks'
 SANITIZE_FILTER+=':CudaSpec.RollbackToEveryPositionEqualsAFreshRun:CudaSpec.RealShapesRollback'
 SANITIZE_FILTER+=':CudaSpec.BatchedVerifyOf16SequencesIsLossless'
 # The MTP head: its KV cache and chunked pairs, chained drafts, rollbacks, FP8 linears.

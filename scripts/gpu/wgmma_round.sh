@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Run ON the GPU machine (device tool, carry .gpu-deps): issue 6's wgmma round. Builds vt and the
 # CUDA tests (sm_90a, all cores), runs the FP8 GEMM backends against the CPU reference on the
-# awkward grid (CudaOps.*), `vt bench gemm` on the 27B decode shapes, and the end-to-end A/B of the
+# awkward grid (NormCuda.*:ActivationCuda.*:GemmCuda.*), `vt bench gemm` on the 27B decode shapes, and the end-to-end A/B of the
 # synthetic 27B FP8 decode with the registry's plan without wgmma (--gemm-exclude wgmma) and with
 # it, alternating (VARIANTS: other variants to compare). Logs in $OUT/wgmma_round.tar.gz; the
 # tables print last. GEMM_M (default 1,8,16,32,64; "none" skips), BATCH (1,4,16), STEPS (32), ROUNDS (2),
 # PROFILE=1 (the attribution per variant at batch PROFILE_BATCH, default 1; PROFILE_ROWS: the rows it
 # prints, an extended regex, default gemm), TESTS (gtest filter,
-# default CudaOps.*), MEMCHECK (a gtest filter run under compute-sanitizer) adjust it. Each variant
+# default NormCuda.*:ActivationCuda.*:GemmCuda.*), MEMCHECK (a gtest filter run under compute-sanitizer) adjust it. Each variant
 # tunes its own GEMM plan (VT_CACHE_DIR per variant: two builds of one vt version would otherwise
 # share ~/.cache/vt/gemm_plan.json, the second running the first one's choices). GEMM_VARIANTS=1
 # runs `vt bench gemm` in each variant's environment too.
@@ -54,8 +54,8 @@ variant_cmd() {
 variant_env() { local v=${1#base}; v=${v%%--*}; [ "$(echo $v)" = none ] && v=""; echo "$v"; }
 variant_args() { case "$1" in *--*) echo "--${1#*--}" ;; esac; }
 export VT_REQUIRE_GPU=1
-timeout 300 build-gpu/tests/vt_cuda_tests --gtest_filter="${TESTS:-CudaOps.*}" >"$LOGS/ops.log" 2>&1 || {
-  status=1; echo "FAILED: vt_cuda_tests ${TESTS:-CudaOps.*}"; }
+timeout 300 build-gpu/tests/vt_cuda_tests --gtest_filter="${TESTS:-NormCuda.*:ActivationCuda.*:GemmCuda.*}" >"$LOGS/ops.log" 2>&1 || {
+  status=1; echo "FAILED: vt_cuda_tests ${TESTS:-NormCuda.*:ActivationCuda.*:GemmCuda.*}"; }
 if [ "${GEMM_M:-}" != none ]; then
   "$VT" bench gemm --synthetic qwen3.5-27b --m "${GEMM_M:-1,8,16,32,64}" >"$LOGS/gemm_27b.md" 2>&1 || {
     status=1; echo "FAILED: bench gemm"; }
@@ -98,7 +98,7 @@ if [ -n "${MEMCHECK:-}" ]; then
   echo "== memcheck $MEMCHECK: $sanitizer_result"
 fi
 tar -czf "$OUT/wgmma_round.tar.gz" -C "$LOGS" .
-echo "== vt_cuda_tests ${TESTS:-CudaOps.*}"; grep -E "^\[  (FAILED|PASSED) |^wgmma" "$LOGS/ops.log" | head -40
+echo "== vt_cuda_tests ${TESTS:-NormCuda.*:ActivationCuda.*:GemmCuda.*}"; grep -E "^\[  (FAILED|PASSED) |^wgmma" "$LOGS/ops.log" | head -40
 [ -f "$LOGS/gemm_27b.md" ] && { echo "== bench gemm (chosen rows marked *)"; grep -E "\*|read_floor|\+norm|alone|bandwidth|FAIL|rror" "$LOGS/gemm_27b.md" | head -160; }
 if [ -n "${GEMM_VARIANTS:-}" ]; then
   for index in "${!variants[@]}"; do

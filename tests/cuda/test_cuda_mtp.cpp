@@ -111,7 +111,7 @@ TEST_F(CudaMtpHead, RmsNormConcatMatchesCpu) {
       std::vector<float> got(want.size());
       for (size_t i = 0; i < got.size(); ++i)
         got[i] = act == DType::kF32 ? out.f32()[i] : bf16_to_f32(out.view().as<uint16_t>()[i]);
-      // f32: the norm's fp32 arithmetic in another order (as CudaOps.RmsNormMatchesCpu); bf16:
+      // f32: the norm's fp32 arithmetic in another order (as NormCuda.RmsNormMatchesCpu); bf16:
       // each value within one bf16 ulp (2^-8 relative) of the f32 reference.
       if (act == DType::kF32) {
         EXPECT_LE(relative_l2(got, want), 1e-6) << rows << "x" << n;

@@ -1,10 +1,11 @@
-// CUDA kernels against the CPU reference. Skips (visibly) where no GPU is present, as in CI;
-// scripts/gpu/cuda_tests.sh runs it on the GPU machine, where a skip is a failure.
+// The GEMM kernels (ops/gemm/) against the CPU reference: the dense GEMV, exact columns, FP8
+// weight-block quantisation, every FP8 block-scaled backend of the registry on awkward shapes,
+// and a GEMM left as partials that the norm after it sums.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
+#include <cstdio>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -13,111 +14,28 @@
 #include "core/dtype.h"
 #include "cuda/device.h"
 #include "cuda/device_buffer.h"
-#include "cuda_test_support.h"
 #include "model/linear.h"
-#include "ops/activation/activation.h"
+#include "op_cuda_test_support.h"
 #include "ops/gemm/gemm.h"
 #include "ops/gemm/partials.h"
 #include "ops/gemm/registry.h"
 #include "ops/norm/norm.h"
-#include "profile/kernel_recorder.h"
-#include "trace/intent.h"
 
 namespace vt {
 namespace {
 
 using testing::relative_l2;
+using testing::random_vector;
+using testing::DeviceVector;
+using testing::download_bytes;
+using testing::upload_as;
+using testing::download_as_f32;
 
-class CudaOps : public testing::GpuTest {};
-
-std::vector<float> random_vector(size_t count, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> values(count);
-  for (auto& v : values) v = normal(rng);
-  return values;
-}
-
-// Device copy of a host vector, freed at scope exit.
-struct DeviceVector {
-  explicit DeviceVector(const std::vector<float>& host) : size(host.size()) {
-    data = static_cast<float*>(cuda::device_alloc(size * sizeof(float)));
-    cuda::copy_to_device(data, host.data(), size * sizeof(float));
-  }
-  explicit DeviceVector(size_t count) : DeviceVector(std::vector<float>(count, NAN)) {}  // poisoned
-  ~DeviceVector() { cuda::device_free(data); }
-  std::vector<float> to_host() const {
-    std::vector<float> host(size);
-    cuda::copy_to_host(host.data(), data, size * sizeof(float));
-    return host;
-  }
-  float* data;
-  size_t size;
-};
-
-TEST_F(CudaOps, RmsNormMatchesCpu) {
-  for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 64}, {7, 5120}, {33, 2048}, {5, 250}}) {
-    auto x = random_vector(rows * n, 1 + n), w = random_vector(n, 2 + n);
-    std::vector<float> expected(rows * n);
-    cpu::rms_norm(expected.data(), x.data(), w.data(), rows, n, 1e-6f, 1.0f);
-    DeviceVector d_x(x), d_w(w), d_out(rows * n);
-    cuda::rms_norm_f32(d_out.data, d_x.data, d_w.data, rows, n, 1e-6f, 1.0f, nullptr);
-    cuda::synchronize();
-    EXPECT_LE(relative_l2(d_out.to_host(), expected), 1e-6) << rows << "x" << n;
-  }
-}
-
-TEST_F(CudaOps, SiluMulMatchesCpu) {
-  const int64_t rows = 9, n = 17408;
-  auto gate_up = random_vector(rows * 2 * n, 3);
-  std::vector<float> expected(rows * n);
-  cpu::silu_mul(expected.data(), gate_up.data(), rows, n);
-  DeviceVector d_in(gate_up), d_out(rows * n);
-  cuda::silu_mul_f32(d_out.data, d_in.data, rows, n, nullptr);
-  cuda::synchronize();
-  EXPECT_LE(relative_l2(d_out.to_host(), expected), 1e-6);
-}
-
-std::vector<uint8_t> download_bytes(const cuda::DeviceBuffer& buffer) {
-  std::vector<uint8_t> host(buffer.bytes());
-  cuda::copy_to_host(host.data(), buffer.data(), host.size());
-  return host;
-}
-
-// The norm and SwiGLU kernels' fused FP8 outputs equal quantising their stored output afterwards,
-// bit for bit, in bf16 and f32, including widths whose last warp is half in the row (n = 384).
-TEST_F(CudaOps, FusedQuantisationEqualsSeparateQuantisation) {
-  for (DType act : {DType::kBF16, DType::kF32}) {
-    for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 5120}, {3, 384}, {5, 2048}, {2, 17408}}) {
-      const int64_t groups = n / 128;
-      cuda::DeviceBuffer x(act, {rows, 2 * n}), branch(act, {rows, n}), out(act, {rows, n}), w(DType::kF32, {n});
-      cuda::fill_random(x.data(), act, 2 * rows * n, 1 + n, 3.0f, 0.0f, nullptr);
-      cuda::fill_random(branch.data(), act, rows * n, 2 + n, 1.0f, 0.0f, nullptr);
-      cuda::fill_random(w.data(), DType::kF32, n, 3 + n, 0.5f, 0.0f, nullptr);
-      cuda::DeviceBuffer q(DType::kU8, {rows, n}), scales(DType::kF32, {rows, groups});
-      cuda::DeviceBuffer q_ref(DType::kU8, {rows, n}), scales_ref(DType::kF32, {rows, groups});
-      // Norm (x is the residual, its first n columns of each 2n row are not touched by the norm).
-      cuda::DeviceBuffer residual(act, {rows, n});
-      cuda::fill_random(residual.data(), act, rows * n, 4 + n, 2.0f, 0.0f, nullptr);
-      cuda::add_rms_norm(out.data(), residual.data(), branch.data(), w.as<float>(), rows, n, 1e-6f, 1.0f, act, nullptr,
-                         q.as<uint8_t>(), scales.as<float>());
-      cuda::fp8_quantize_rows(q_ref.as<uint8_t>(), scales_ref.as<float>(), out.data(), rows, n, act, nullptr);
-      cuda::synchronize();
-      EXPECT_EQ(download_bytes(q), download_bytes(q_ref)) << "norm " << dtype_name(act) << " " << rows << "x" << n;
-      EXPECT_EQ(download_bytes(scales), download_bytes(scales_ref)) << "norm scales " << rows << "x" << n;
-      // SwiGLU.
-      cuda::silu_mul(out.data(), x.data(), rows, n, act, nullptr, q.as<uint8_t>(), scales.as<float>());
-      cuda::fp8_quantize_rows(q_ref.as<uint8_t>(), scales_ref.as<float>(), out.data(), rows, n, act, nullptr);
-      cuda::synchronize();
-      EXPECT_EQ(download_bytes(q), download_bytes(q_ref)) << "silu_mul " << dtype_name(act) << " " << rows << "x" << n;
-      EXPECT_EQ(download_bytes(scales), download_bytes(scales_ref)) << "silu_mul scales " << rows << "x" << n;
-    }
-  }
-}
+class GemmCuda : public testing::GpuTest {};
 
 // The narrow dense GEMV (GDN b/a projections, MoE routers) against the CPU matmul, f32 and bf16
 // activations (inputs rounded to bf16 on the CPU side too), f32 output.
-TEST_F(CudaOps, DenseGemvMatchesCpu) {
+TEST_F(GemmCuda, DenseGemvMatchesCpu) {
   for (DType act : {DType::kF32, DType::kBF16}) {
     for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 96, 5120}, {3, 1, 2048}, {8, 257, 72}, {5, 40, 4104},
                                 {16, 96, 5120}, {16, 96, 3072}, {9, 257, 72}, {13, 40, 1032}}) {
@@ -149,7 +67,7 @@ TEST_F(CudaOps, DenseGemvMatchesCpu) {
 // An FP8 output layer's exact columns on the device against the CPU: the column sums of squares
 // (and so the choice, model/linear.h's largest_columns), the columns taken out of the matrix (zero
 // there after), and y += x[:, columns] @ w_exact^T at 1..19 rows (two passes of 16), f32 and bf16.
-TEST_F(CudaOps, ExactColumnsMatchCpu) {
+TEST_F(GemmCuda, ExactColumnsMatchCpu) {
   const int64_t n = 1000, k = 264, count = 16;
   for (DType act : {DType::kF32, DType::kBF16}) {
     auto w = random_vector(n * k, 41);
@@ -219,7 +137,7 @@ TEST_F(CudaOps, ExactColumnsMatchCpu) {
 
 // A BF16/F32 weight quantised to FP8 128x128 blocks at load (the FP8 lm_head) gives the codes and
 // scales of the checkpoint rule computed on the CPU, bit for bit, with partial edge blocks.
-TEST_F(CudaOps, WeightBlockQuantisationMatchesCpu) {
+TEST_F(GemmCuda, WeightBlockQuantisationMatchesCpu) {
   const int64_t n = 300, k = 200, nb = 3, kb = 2;
   auto w = random_vector(n * k, 17);
   DeviceVector d_w(w);
@@ -244,7 +162,7 @@ TEST_F(CudaOps, WeightBlockQuantisationMatchesCpu) {
 }
 
 // FP8 W8A8 block GEMM against the CPU emulation: quantised activations, dequantised weights.
-TEST_F(CudaOps, Fp8BlockGemmMatchesCpu) {
+TEST_F(GemmCuda, Fp8BlockGemmMatchesCpu) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 512}, {1, 136, 6144}, {1, 520, 17408},
                          {7, 200, 192}, {16, 384, 5120}, {33, 130, 1040}, {64, 136, 2048},
                          {129, 200, 1040}, {8, 5120, 6144}, {2, 34816, 512}, {7, 1000, 4112},
@@ -307,34 +225,12 @@ TEST_F(CudaOps, Fp8BlockGemmMatchesCpu) {
   }
 }
 
-// A host f32 vector as act on the device, and back.
-void upload_as(cuda::DeviceBuffer& buffer, const std::vector<float>& host, DType act) {
-  if (act == DType::kF32) {
-    cuda::copy_to_device(buffer.data(), host.data(), host.size() * sizeof(float));
-    return;
-  }
-  std::vector<uint16_t> bits(host.size());
-  for (size_t i = 0; i < host.size(); ++i) bits[i] = f32_to_bf16(host[i]);
-  cuda::copy_to_device(buffer.data(), bits.data(), bits.size() * sizeof(uint16_t));
-}
-std::vector<float> download_as_f32(const cuda::DeviceBuffer& buffer, DType act, size_t count) {
-  std::vector<float> host(count);
-  if (act == DType::kF32) {
-    cuda::copy_to_host(host.data(), buffer.data(), count * sizeof(float));
-    return host;
-  }
-  std::vector<uint16_t> bits(count);
-  cuda::copy_to_host(bits.data(), buffer.data(), count * sizeof(uint16_t));
-  for (size_t i = 0; i < count; ++i) host[i] = bf16_to_f32(bits[i]);
-  return host;
-}
-
 // A GEMM left as partials and summed by the norm after it (wgmma_partials + add_rms_norm) against
 // the same GEMM written out and then normed: within the wgmma bound everywhere, the branch itself
 // against the CPU product, and bit for bit where the written-out GEMM runs the same stream-K split
 // (n = 8704: 68 tiles, neither one per tile nor the receivers split on an H100 / H200), run to
 // run identical; f32 and bf16 activations.
-TEST_F(CudaOps, GemmPartialsSummedByTheNorm) {
+TEST_F(GemmCuda, GemmPartialsSummedByTheNorm) {
   for (DType act : {DType::kF32, DType::kBF16}) {
     for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 512}, {7, 5120, 6144}, {16, 5120, 17408},
                            {13, 8704, 1040}, {64, 384, 5120}, {3, 128, 128}, {9, 1280, 4112}}) {
@@ -400,29 +296,6 @@ TEST_F(CudaOps, GemmPartialsSummedByTheNorm) {
       }
     }
   }
-}
-
-// The launcher's intent and CUPTI's record name the same kernel, once per launch; a window in
-// which nothing launches records nothing (what the kernel-ran gate relies on).
-TEST_F(CudaOps, IntentsMatchWhatCuptiRecorded) {
-  const int64_t rows = 4, n = 1000;
-  DeviceVector in(random_vector(rows * 2 * n, 5)), out(rows * n);
-  profile::KernelRecorder recorder;
-  recorder.start();
-  trace::begin_intents();
-  cuda::silu_mul_f32(out.data, in.data, rows, n, nullptr);
-  cuda::silu_mul_f32(out.data, in.data, rows, n, nullptr);
-  const auto intents = trace::end_intents();
-  cuda::synchronize();
-  const auto records = recorder.stop();
-  ASSERT_EQ(intents.size(), 1u);
-  EXPECT_EQ(intents.begin()->first, "sm90_silu_mul");
-  EXPECT_EQ(intents.begin()->second, 2);
-  int ran = 0;
-  for (const auto& record : records) ran += record.name.find("sm90_silu_mul") != std::string::npos;
-  EXPECT_EQ(ran, 2);
-  recorder.start();
-  EXPECT_TRUE(recorder.stop().empty());
 }
 
 }  // namespace
