@@ -8,19 +8,24 @@
 //                  [--workload chat,edit,agent] [--requests N | --duration S] [--request-rate R]
 //                  [--cancel-fraction F] [--speculative ngram [--num-draft K]]
 //                  [--temperature T] [--top-k K] [--top-p P] [--json]
-#include <httplib.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -35,6 +40,9 @@ namespace {
 
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
 
 struct ServeBenchArgs {
   std::string url, model, api_key, served_model_name, concurrency = "1,16,64",
@@ -194,18 +202,70 @@ struct Sample {
   std::string text;
 };
 
+// A blocking HTTP/1.1 client on Boost.Beast: one new connection per exchange, 10 s to connect and
+// 600 s for each read or write.
 class ApiClient {
  public:
-  // `sampling`: the requests' temperature / top_k / top_p fields.
+  // `url`: http://HOST:PORT. `sampling`: the requests' temperature / top_k / top_p fields.
   ApiClient(const std::string& url, std::string api_key, Json sampling = Json::object())
-      : url_(url), api_key_(std::move(api_key)), sampling_(std::move(sampling)) {}
+      : url_(url), api_key_(std::move(api_key)), sampling_(std::move(sampling)) {
+    std::string rest = url;
+    if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
+    rest = rest.substr(0, rest.find('/'));
+    const size_t colon = rest.rfind(':');
+    host_ = colon == std::string::npos ? rest : rest.substr(0, colon);
+    port_ = colon == std::string::npos ? "80" : rest.substr(colon + 1);
+    VT_CHECK(!host_.empty(), "bench serve: --url '", url, "' is not http://HOST:PORT");
+  }
 
-  httplib::Client connect() const {
-    httplib::Client client(url_);
-    client.set_connection_timeout(10);
-    client.set_read_timeout(600);
-    if (!api_key_.empty()) client.set_bearer_token_auth(api_key_);
-    return client;
+  // Sends one request; the body comes to `receive` in pieces as it arrives (false: hang up). The
+  // status (0: none came) and whether the whole body came.
+  std::pair<int, bool> exchange(http::verb method, const std::string& path, const std::string& body,
+                                const std::function<bool(std::string_view)>& receive) const {
+    net::io_context io;
+    beast::tcp_stream stream(io);
+    beast::error_code error;
+    auto wait = [&] {  // runs the pending operation to its end
+      io.restart();
+      io.run();
+      return !error;
+    };
+    net::ip::tcp::resolver resolver(io);
+    const auto endpoints = resolver.resolve(host_, port_, error);
+    if (error) return {0, false};
+    stream.expires_after(std::chrono::seconds(10));
+    stream.async_connect(endpoints, [&](beast::error_code result, const auto&) { error = result; });
+    if (!wait()) return {0, false};
+    stream.socket().set_option(net::ip::tcp::no_delay(true), error);
+    http::request<http::string_body> request(method, path, 11);
+    request.set(http::field::host, host_);
+    if (!api_key_.empty()) request.set(http::field::authorization, "Bearer " + api_key_);
+    if (method == http::verb::post) request.set(http::field::content_type, "application/json");
+    request.body() = body;
+    request.prepare_payload();
+    stream.expires_after(std::chrono::seconds(600));
+    http::async_write(stream, request, [&](beast::error_code result, size_t) { error = result; });
+    if (!wait()) return {0, false};
+    beast::flat_buffer buffer;
+    http::response_parser<http::buffer_body> parser;
+    parser.body_limit(std::numeric_limits<uint64_t>::max());
+    stream.expires_after(std::chrono::seconds(600));
+    http::async_read_header(stream, buffer, parser, [&](beast::error_code result, size_t) { error = result; });
+    if (!wait()) return {0, false};
+    const int status = int(parser.get().result_int());
+    char piece[16384];
+    while (!parser.is_done()) {
+      parser.get().body().data = piece;
+      parser.get().body().size = sizeof(piece);
+      stream.expires_after(std::chrono::seconds(600));
+      http::async_read_some(stream, buffer, parser, [&](beast::error_code result, size_t) {
+        error = result == http::error::need_buffer ? beast::error_code() : result;
+      });
+      if (!wait()) return {status, false};  // cut off
+      const size_t size = sizeof(piece) - parser.get().body().size;
+      if (size > 0 && !receive(std::string_view(piece, size))) return {status, false};  // hang up
+    }
+    return {status, true};
   }
 
   // Streams one chat completion; hangs up after `cancel_after` content chunks when > 0.
@@ -215,23 +275,13 @@ class ApiClient {
                  {"max_tokens", max_tokens}, {"temperature", 0},
                  {"stream", true},           {"stream_options", {{"include_usage", true}}}};
     body.update(sampling_);
-    httplib::Request request;
-    request.method = "POST";
-    request.path = "/v1/chat/completions";
-    request.body = body.dump();
-    request.set_header("Content-Type", "application/json");
-    if (!api_key_.empty()) request.set_header("Authorization", "Bearer " + api_key_);
     Sample sample;
     std::string buffer;
     const auto start = Clock::now();
     auto last = start;
     int64_t chunks = 0;
-    request.response_handler = [&](const httplib::Response& response) {
-      sample.status = response.status;
-      return true;
-    };
-    request.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
-      buffer.append(data, size);
+    auto receive = [&](std::string_view data) {
+      buffer.append(data);
       for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
         const std::string event = buffer.substr(0, end);
         buffer.erase(0, end + 2);
@@ -261,30 +311,37 @@ class ApiClient {
       }
       return true;
     };
-    httplib::Client client = connect();
-    httplib::Response response;
-    httplib::Error error = httplib::Error::Success;
-    client.send(request, response, error);
+    const auto [status, complete] = exchange(http::verb::post, "/v1/chat/completions", body.dump(), receive);
+    sample.status = status;
     sample.latency = std::chrono::duration<double>(Clock::now() - start).count();
     if (sample.cancelled) return sample;
-    if (error != httplib::Error::Success && sample.status == 200) sample.status = 0;  // cut off
+    if (!complete && sample.status == 200) sample.status = 0;  // cut off
     if (sample.completion_tokens == 0) sample.completion_tokens = chunks;
     return sample;
   }
 
+  // A GET's body, or nothing unless the status is 200.
+  std::optional<std::string> get(const std::string& path) const {
+    std::string body;
+    const auto [status, complete] = exchange(http::verb::get, path, "", [&](std::string_view data) {
+      body.append(data);
+      return true;
+    });
+    if (status != 200 || !complete) return std::nullopt;
+    return body;
+  }
+
   Json get_json(const std::string& path) const {
-    httplib::Client client = connect();
-    auto result = client.Get(path.c_str());
-    VT_CHECK(result && result->status == 200, "bench serve: GET ", url_, path, " failed");
-    return Json::parse(result->body);
+    const auto body = get(path);
+    VT_CHECK(body, "bench serve: GET ", url_, path, " failed");
+    return Json::parse(*body);
   }
 
   std::map<std::string, double> metrics() const {
-    httplib::Client client = connect();
     std::map<std::string, double> values;
-    auto result = client.Get("/metrics");
-    if (!result || result->status != 200) return values;
-    std::stringstream lines(result->body);
+    const auto body = get("/metrics");
+    if (!body) return values;
+    std::stringstream lines(*body);
     for (std::string line; std::getline(lines, line);) {
       if (line.empty() || line[0] == '#') continue;
       const size_t space = line.rfind(' ');
@@ -298,7 +355,7 @@ class ApiClient {
   }
 
  private:
-  std::string url_, api_key_;
+  std::string url_, api_key_, host_, port_;
   Json sampling_;
 };
 

@@ -4,8 +4,7 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build nlohmann-json3-dev libcli11-dev libgtest-dev
           clang libclang-rt-14-dev
           pkg-config libpcre2-dev libutf8proc-dev  # the tokenizer: regex with Unicode classes, NFC
-          libboost-dev  # vt serve's HTTP transport (Boost.Asio, Boost.Beast; header-only)
-          libcpp-httplib-dev)  # vt bench serve's HTTP client
+          libboost-dev)  # vt serve's HTTP transport, vt bench serve's client (Asio, Beast; header-only)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

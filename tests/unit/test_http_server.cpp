@@ -215,5 +215,34 @@ TEST(HttpServer, AHangUpReachesTheHandler) {
   held.reset();
 }
 
+TEST(HttpServer, AReaderTooSlowIsCutOffAndTheWriterNeverWaits) {
+  HttpServerOptions options;
+  options.max_queued_bytes = 1 << 20;
+  std::atomic<bool> gone{false}, refused{false};
+  std::atomic<int> writes{0};
+  HttpRoute route{"GET", "/flood",
+                  [&](const std::shared_ptr<HttpExchange>& exchange) {
+                    exchange->on_gone([&] { gone = true; });
+                    exchange->start_stream({200, "text/event-stream", "", {}});
+                    const std::string piece(256 << 10, 'x');
+                    for (int index = 0; index < 400 && !refused; ++index) {
+                      if (!exchange->write(piece)) refused = true;
+                      ++writes;
+                      std::this_thread::sleep_for(1ms);
+                    }
+                    exchange->end();
+                  },
+                  /*on_worker=*/true};
+  TestServer server(options, {route});
+  const int fd = connect_to(server.port);
+  send_all(fd, "GET /flood HTTP/1.1\r\nHost: x\r\n\r\n");  // and never reads
+  for (int wait = 0; wait < 500 && !refused; ++wait) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(refused) << writes << " writes of 256 KiB all accepted";
+  EXPECT_LT(writes.load(), 400);
+  for (int wait = 0; wait < 200 && !gone; ++wait) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(gone);
+  ::close(fd);
+}
+
 }  // namespace
 }  // namespace vt::server
