@@ -1,5 +1,5 @@
 // Sampling on the device at the model and engine level (the sample_rows kernel itself:
-// tests/ops/sampling_cuda_test.cpp). On the golden model, Qwen35CudaModel::forward_batch_sample's
+// tests/ops/sampling_cuda_test.cpp). On the golden model, CudaRunner::forward_batch_sample's
 // greedy rows equal forward_batch's logits' argmax, its sampled rows the twin's draw from those
 // logits and its kLogits rows those logits, in one batch with the rows mixed, for prefill and graph
 // decode steps; the engine on it with device sampling on and off (speculating requests among plain

@@ -17,7 +17,7 @@
 #include "engine/engine.h"
 #include "models/registry.h"
 #include "ops/sampling/sampling.h"
-#include "spec/drafter.h"
+#include "speculative/drafter.h"
 
 namespace vt {
 namespace {

@@ -11,9 +11,9 @@
 #include <filesystem>
 
 #include "io/gguf.h"
-#include "io/gguf_tokenizer.h"
 #include "server/grammar.h"
 #include "server/validation.h"
+#include "tokenizer/gguf_tokenizer.h"
 
 namespace vt::server {
 namespace {
