@@ -198,7 +198,7 @@ struct Sample {
   bool cancelled = false;
   double ttft = 0, latency = 0;
   int64_t prompt_tokens = 0, completion_tokens = 0;
-  std::vector<double> gaps;  // between content chunks
+  std::vector<double> gaps;  // between output chunks
   std::string text;
 };
 
@@ -293,17 +293,21 @@ class ApiClient {
           sample.completion_tokens = chunk["usage"].value("completion_tokens", int64_t(0));
         }
         if (!chunk.contains("choices") || chunk["choices"].empty()) continue;
+        // A token's text arrives as content, or as reasoning_content while the model thinks (the
+        // family's templates open <think> in the prompt): either is the next chunk of output.
         const Json& delta = chunk["choices"][0]["delta"];
-        if (!delta.contains("content") || !delta["content"].is_string() ||
-            delta["content"].get<std::string>().empty())
-          continue;
+        const auto text_of = [&](const char* field) {
+          return delta.contains(field) && delta[field].is_string() ? delta[field].get<std::string>() : std::string();
+        };
+        const std::string text = text_of("content") + text_of("reasoning_content");
+        if (text.empty()) continue;
         const auto now = Clock::now();
         if (chunks == 0)
           sample.ttft = std::chrono::duration<double>(now - start).count();
         else
           sample.gaps.push_back(std::chrono::duration<double>(now - last).count());
         last = now;
-        sample.text += delta["content"].get<std::string>();
+        sample.text += text;
         if (++chunks == cancel_after) {
           sample.cancelled = true;
           return false;  // hang up

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include "../numerics.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
@@ -38,6 +40,20 @@ using testing::relative_l2;
 const std::string kGolden = std::string(VT_SOURCE_DIR) + "/tests/golden/";
 
 class CudaModel : public testing::GpuTest {};
+
+// A GEMM plan cache of this process's own for a test's lifetime: models built one after the other
+// then run the plan the first one tuned (other processes tuning the same shapes at once, under
+// another load, cannot hand the second model other backends).
+class PrivatePlanCache {
+ public:
+  PrivatePlanCache() : dir_(::testing::TempDir() + "vt_plan_" + std::to_string(getpid())) {
+    setenv("VT_CACHE_DIR", dir_.c_str(), 1);
+  }
+  ~PrivatePlanCache() { unsetenv("VT_CACHE_DIR"); }
+
+ private:
+  std::string dir_;
+};
 
 using testing::reduced_config;
 
@@ -260,6 +276,7 @@ TEST_F(CudaModel, SyntheticRealShapesDecode) {
 // rule) gives the logits of running it in line (CudaModelOptions::side_stream off), bit for bit: the same kernel on
 // the same inputs, at 8 sequences (the most it runs beside).
 TEST_F(CudaModel, SideStreamBranchMatchesInLine) {
+  const PrivatePlanCache plan_cache;
   Qwen35Config config = reduced_config("qwen3.5-27b", 4);  // three GDN layers and an attention one
   config.vocab_size = 2048;
   CudaModelOptions options;
@@ -460,6 +477,7 @@ TEST_F(CudaModel, Fp8LmHeadExactColumnsMatchTheCpuReference) {
 // the logits, bit for bit, of quantising in front of each linear (CudaModelOptions::fuse_fp8_quantization off), on the real
 // 27B and 35B-A3B layer shapes (where every fused path applies).
 TEST_F(CudaModel, FusedQuantisationIsBitIdentical) {
+  const PrivatePlanCache plan_cache;
   for (const char* name : {"qwen3.5-27b", "qwen3.5-35b-a3b"}) {
     Qwen35Config config = reduced_config(name, 4);
     CudaModelOptions options;
