@@ -20,11 +20,11 @@ Exits 77 (skipped) when the model or the templates are not fetched, unless VT_RE
 import concurrent.futures
 import json
 import os
-import re
 import subprocess
 import sys
-import threading
 import time
+
+import vt_server
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 failures = []
@@ -44,24 +44,7 @@ def check(condition, message):
 
 
 def start_server(vt, model, *extra):
-    process = subprocess.Popen([vt, "--threads", "2", "serve", "--model", model, "--port", "0",
-                                "--served-model-name", "smollm2", "--cache-tokens", "4096", *extra],
-                               stderr=subprocess.PIPE, text=True)
-    port = None
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            break
-        match = re.search(r"listening on http://[\d.]+:(\d+)", line)
-        if match:
-            port = int(match.group(1))
-            break
-    if port is None:
-        process.kill()
-        sys.exit("vt serve did not start")
-    threading.Thread(target=lambda: [None for _ in process.stderr], daemon=True).start()
-    return process, port
+    return vt_server.start_server(vt, model, "--served-model-name", "smollm2", "--cache-tokens", "4096", *extra)
 
 
 def stream_parts(stream):

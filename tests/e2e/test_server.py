@@ -22,8 +22,9 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
+
+import vt_server
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 API_KEY = "e2e-secret-key"
@@ -40,24 +41,8 @@ CACHE_TOKENS = 512  # 32 blocks of 16: 64 concurrent requests do not fit at once
 
 
 def start_server(vt, model, *extra):
-    process = subprocess.Popen([vt, "--threads", "2", "serve", "--model", model, "--port", "0", "--api-key", API_KEY,
-                                "--served-model-name", "smollm2", "--cache-tokens", str(CACHE_TOKENS), *extra],
-                               stderr=subprocess.PIPE, text=True)
-    port = None
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            break
-        match = re.search(r"listening on http://[\d.]+:(\d+)", line)
-        if match:
-            port = int(match.group(1))
-            break
-    if port is None:
-        process.kill()
-        sys.exit("vt serve did not start")
-    threading.Thread(target=lambda: [None for _ in process.stderr], daemon=True).start()  # drain
-    return process, port
+    return vt_server.start_server(vt, model, "--api-key", API_KEY, "--served-model-name", "smollm2",
+                                  "--cache-tokens", str(CACHE_TOKENS), *extra)
 
 
 def raw(port, method, path, body=None, headers=None, key=API_KEY):

@@ -15,10 +15,8 @@ Exits 77 (skipped) when the model is not fetched, unless VT_REQUIRE_SMOLLM2=1.
 """
 import json
 import os
-import re
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -27,27 +25,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import serve_faults  # noqa: E402
 
+import vt_server
+
 API_KEY = "faults-key"
 
 
 def start_server(vt, model, *extra):
-    process = subprocess.Popen([vt, "--threads", "2", "serve", "--model", model, "--port", "0", "--api-key", API_KEY,
-                                "--served-model-name", "smollm2", *extra], stderr=subprocess.PIPE, text=True)
-    port = None
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            break
-        match = re.search(r"listening on http://[\d.]+:(\d+)", line)
-        if match:
-            port = int(match.group(1))
-            break
-    if port is None:
-        process.kill()
-        sys.exit("vt serve did not start")
-    threading.Thread(target=lambda: [None for _ in process.stderr], daemon=True).start()  # drain
-    return process, port
+    return vt_server.start_server(vt, model, "--api-key", API_KEY, "--served-model-name", "smollm2", *extra)
 
 
 def burst(target, count=500):
