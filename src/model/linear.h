@@ -29,17 +29,16 @@ struct Fp8Quantization {
   int64_t block_rows = 128, block_cols = 128;
   // The n input columns of largest norm kept out of FP8: zero in the FP8 matrix (so the blocks'
   // scales come from the rest) and multiplied as stored with the unquantised input, the product
-  // added to the FP8 one (the output layer's few large columns carry most of its FP8 drift:
-  // docs/perf/2026-12-02-fp8-lm-head-weight-only.md). The GPU runs it too (a BF16 side product).
+  // added to the FP8 one (the output layer's few large columns carry most of its FP8 drift). The
+  // GPU runs it too (a BF16 side product).
   int64_t exact_columns = 0;
   bool gpu_format() const {
     return activations == Fp8Activations::kQuantized && block_rows == 128 && block_cols == 128;
   }
 };
 
-// How many input columns `--lm-head fp8` (and `vt eval drift`) keep out of FP8 unless told: on
-// SmolLM2 32 moved perplexity by +0.40% against +4.49% with none, and on the GPU the side product
-// cost no measurable decode time (docs/perf/2026-12-02-fp8-lm-head-exact-columns.md).
+// How many input columns `--lm-head fp8` (and `vt eval drift`) keep out of FP8 unless told: 32
+// remove most of the drift for no measurable decode time (`vt eval drift` reports it).
 constexpr int64_t kDefaultLmHeadExactColumns = 32;
 
 struct LinearLoadOptions {

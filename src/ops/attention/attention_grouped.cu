@@ -1,7 +1,6 @@
 // The grouped split-key attention kernels (attention_args.h): a block per (token, KV head,
 // split) computes the partials of every query head of the KV head's group, so K and V are read
 // once per group: on the CUDA cores (any activation dtype) and on the tensor cores (bf16).
-// Measurements: docs/perf/2026-12-02-attention-gqa.md.
 #include <atomic>
 #include <cstdlib>
 #include <string>

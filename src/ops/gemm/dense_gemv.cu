@@ -3,9 +3,8 @@
 // where cuBLASLt runs a split-K GEMM and a reduction; weights read before the PDL wait.
 //  - M <= 8: the activations read from global memory (L2) with the weights, per 16-byte chunk.
 //  - M = 9..16 (sm90_dense_gemv_staged): the whole [m, k] activation block copied into shared
-//    memory by one bulk copy, then every row's products from there. At M = 16 reading each row
-//    from L2 per chunk measured 8.3-20.2 us per call against cuBLASLt's 6.4
-//    (docs/perf/2026-12-02-wgmma-receivers.md).
+//    memory by one bulk copy, then every row's products from there: at 16 rows, re-reading each
+//    row from L2 per chunk is slower than cuBLASLt.
 #include <algorithm>
 #include <atomic>
 

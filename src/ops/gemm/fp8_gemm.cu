@@ -51,9 +51,9 @@ __global__ void sm90_fp8_quantize_rows(uint8_t* __restrict__ g_q, float* __restr
 // are issued before this round is used; the activation codes are converted once per round for
 // all kCols rows. kSplit warps of a block share a column group and meet in shared memory in a
 // fixed order (deterministic). The first round is loaded before the PDL wait (weights are
-// constant). Few bytes per warp in flight and many warps beat deep per-warp unrolling on the H200:
-// scripts/gpu/gemv_explore.cu's sweep (docs/perf/2026-11-29-gemv-sweep.md) found (kWarps, kUnroll,
-// kCols, kSplit) = (4, 1, 2, 1) best on the wide 27B shapes and (4, 1, 4, 2) on the N = 5120 ones.
+// constant). Few bytes per warp in flight and many warps beat deep per-warp unrolling on Hopper
+// (scripts/gpu/gemv_explore.cu sweeps the variants): (kWarps, kUnroll, kCols, kSplit) =
+// (4, 1, 2, 1) on the wide shapes, (4, 1, 4, 2) on the narrow (N = 5120) ones.
 template <typename T, int kWarps, int kUnroll, int kCols, int kSplit>
 __device__ __forceinline__ void fp8_gemv_columns(
     T* __restrict__ g_y, const uint8_t* __restrict__ g_a, const float* __restrict__ g_a_scales,

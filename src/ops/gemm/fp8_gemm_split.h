@@ -45,8 +45,7 @@ VT_SPLIT_FN int64_t receive_units_for(int64_t tiles, int64_t k_blocks, int64_t c
 
 // The launcher's choice for a matrix on `sms` SMs: one CTA per tile where the tiles nearly fill
 // the SMs (no shared tile), the receivers split where they fill at most half (with more tiles each
-// sender hands out many small pieces: gdn in_proj's 128 tiles ran 24.6 us against 21.6 one CTA
-// per tile), else stream-K over every SM (docs/perf/2026-12-02-wgmma-receivers.md).
+// sender would hand out many small pieces), else stream-K over every SM.
 struct Split {
   int64_t ctas, receive_units;
 };

@@ -284,9 +284,8 @@ std::string Fp8GemmRegistry::tune(const std::vector<GemmTuneShape>& shapes, int6
         }
         // Each GEMM runs after the kernels that stand for its producer in a decode step
         // (step_producer): alone, back to back, the CUDA-core GEMVs and the wgmma kernel overlap
-        // differently with their neighbours than in the model (the M = 1 down projection measured
-        // 1 us faster on wgmma alone and 3.5 us slower in the step,
-        // docs/perf/2026-12-01-wgmma-gemm.md). The producer's own time is measured and taken off.
+        // differently with their neighbours than in the model, so the ranking alone can be the wrong
+        // one in the step. The producer's own time is measured and taken off.
         // A shape that feeds a norm is timed with the norm after it (the norm's own time, after the
         // producer, taken off), where kWgmmaPartials competes: its sum moves into the norm.
         std::optional<NormConsumer> norm;

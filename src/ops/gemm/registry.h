@@ -80,8 +80,7 @@ class NormConsumer {
 // that makes its FP8 activations and a stand-in of the op before it (cuda::stand_in_kernel, this
 // long), both launched as the model's kernels are; their own time, measured alone, is taken off.
 // Without the stand-in, a GEMM that cannot start while its predecessor runs (a cluster launch
-// under PDL) measured 0.3 us faster per call than the persistent split and ran 1 us slower in the
-// step (docs/perf/2026-12-02-wgmma-cluster.md).
+// under PDL) would look faster alone than it is in the step.
 constexpr double kStandInMicroseconds = 3.0;
 // The producer of a timed GEMM's activations, as above: quantise `m` x `k` rows of `input`, then
 // the stand-in kernel.
