@@ -77,6 +77,12 @@ struct EngineOptions {
   // A file that gets one JSON line per step (StepRecord: wall, forward and host time, tokens by
   // kind); empty: none.
   std::string step_trace;
+  // Prefix caching (cache/prefix_cache.h): a request starts from the longest saved state its
+  // prompt extends (the end of an earlier prompt or completion, or every
+  // prefix_snapshot_stride prompt tokens), sharing that prefix's KV blocks; needs a model that
+  // saves states (Model::supports_prefix_cache).
+  bool prefix_cache = false;
+  int64_t prefix_snapshot_stride = 2048;
 };
 
 struct RequestParams {
@@ -114,6 +120,7 @@ struct TokenEvent {
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   int64_t prompt_tokens = 0, completion_tokens = 0;  // counts so far
+  int64_t cached_tokens = 0;  // prompt tokens taken from the prefix cache (not computed)
   std::string error;  // set when the engine failed the request (finished = true)
   // With RequestParams::logprobs >= 0 and a token: its logprob and the top alternatives.
   float logprob = 0;
@@ -132,6 +139,12 @@ struct EngineStats {
   // max_num_draft; empty histograms when speculation is off).
   SpeculativeStats speculative;
   StepStats step;  // every step's wall time (a histogram), its forwards' share, its tokens by kind
+  // Prefix cache, in tokens as vLLM counts them: prompt tokens looked up at admission, and those
+  // found (not computed); saved states, their memory and the LRU evictions.
+  struct Prefix {
+    int64_t queries = 0, hits = 0;
+    int64_t snapshots = 0, snapshot_bytes = 0, evictions = 0;
+  } prefix;
 };
 
 class Engine {
