@@ -55,6 +55,9 @@ struct BenchArgs {
   // bench prefill: prompt lengths, tokens per step (forward() chunks), timed runs per row
   std::string prompt_tokens = "1024,4096";
   int64_t step_tokens = 2048, repeats = 3;
+  // bench prefill in the server's shape: its sequence slots and context (0: the prompt's), the
+  // engine's prompt chunk for the `engine` path, and the top kernels of one profiled run.
+  int64_t max_running = 1, max_context = 0, prefill_chunk = 256, kernels = 0, decoding = 0;
 };
 
 std::vector<int64_t> parse_list(const std::string& text) { return vt::apps::parse_int_list(text, "--batch", 1, 1024); }
@@ -550,16 +553,34 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
   const std::vector<int64_t> lengths = vt::apps::parse_int_list(args.prompt_tokens, "--tokens", 1, int64_t(1) << 20);
   VT_CHECK(args.step_tokens >= 1 && args.repeats >= 1, "--step-tokens and --repeats must be positive");
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-  vt::CudaModelOptions options = bench_model_options(args, {1});
-  options.max_context = longest + 8;
-  options.max_step_tokens = std::min(args.step_tokens, longest);
+  VT_CHECK(args.max_running >= 1 && args.prefill_chunk >= 1 && args.kernels >= 0,
+           "--max-running and --prefill-chunk must be positive, --kernels >= 0");
+  vt::CudaModelOptions options = bench_model_options(args, {args.max_running});
+  options.max_context = args.max_context > 0 ? args.max_context : longest + 8;
+  VT_CHECK(options.max_context > longest, "--max-context ", options.max_context, " must exceed the longest prompt");
+  options.max_step_tokens = std::max({std::min(args.step_tokens, longest), args.max_running,
+                                      std::min(args.prefill_chunk, longest) + args.decoding});
   const vt::Qwen35Config config = bench_config(args);
   std::string name;
+  VT_CHECK(args.decoding >= 0 && args.decoding < args.max_running, "--decoding must be below --max-running");
   std::unique_ptr<vt::Qwen35CudaModel> model = make_bench_model(args, options, &name);
   const int64_t vocab = model->config().vocab_size;
+  // The engine path's mixed steps: --decoding other sequences, each prefilled to --context, add
+  // one decode token to every step (their tokens do not matter to the work).
+  std::vector<std::unique_ptr<vt::SequenceState>> decoders;
+  std::vector<int32_t> decoder_prompt(size_t(args.context));
+  for (int64_t i = 0; i < args.context; ++i) decoder_prompt[size_t(i)] = first_token(i + 3, vocab);
+  for (int64_t d = 0; d < args.decoding; ++d) {
+    decoders.push_back(model->new_sequence(options.max_context));
+    vt::Buffer decoder_logits(vt::DType::kF32, {1, vocab});
+    model->forward(decoder_prompt, *decoders.back(), decoder_logits, {});
+  }
   std::vector<std::pair<std::string, vt::DeltaRuleChoice>> paths;
   paths.emplace_back("chunked", vt::DeltaRuleChoice::kChunked);
   paths.emplace_back("token-by-token", vt::DeltaRuleChoice::kRecurrent);
+  // As the serving engine feeds a prompt: forward_batch of --prefill-chunk tokens at a time, the
+  // delta rule chosen by the step (kAuto).
+  paths.emplace_back("engine", vt::DeltaRuleChoice::kAuto);
   nlohmann::json report = {{"model", name},
                            {"device", "cuda"},
                            {"step_tokens", options.max_step_tokens},
@@ -572,7 +593,8 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
                 "|---|---|---|---|---|---|---|\n");
     std::fflush(stdout);
   }
-  vt::Buffer logits(vt::DType::kF32, {1, vocab});
+  vt::Buffer logits(vt::DType::kF32, {1, vocab}), step_logits(vt::DType::kF32, {1 + args.decoding, vocab});
+  nlohmann::json top_kernels = nlohmann::json::array();
   for (int64_t length : lengths) {
     std::vector<int32_t> prompt(static_cast<size_t>(length));
     for (int64_t i = 0; i < length; ++i) prompt[size_t(i)] = first_token(i, vocab);
@@ -580,12 +602,24 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
     for (const auto& [path, choice] : paths) {
       vt::ForwardOptions forward_options;
       forward_options.delta_rule = choice;
+      const bool engine_path = path == "engine";
       // One prefill from a fresh (zeroed) sequence; the zeroing is not timed.
       const auto run_once = [&] {
         auto state = model->new_sequence(length + 1);
         vt::cuda::synchronize();
         const auto start = std::chrono::steady_clock::now();
-        model->forward(prompt, *state, logits, forward_options);
+        if (engine_path) {
+          std::vector<vt::BatchItem> items;
+          for (int64_t begin = 0; begin < length; begin += args.prefill_chunk) {
+            const int64_t count = std::min(args.prefill_chunk, length - begin);
+            items.assign(1, {std::span<const int32_t>(prompt).subspan(size_t(begin), size_t(count)), state.get()});
+            for (auto& decoder : decoders)
+              if (decoder->length() < decoder->capacity()) items.push_back({std::span<const int32_t>(prompt).first(1), decoder.get()});
+            model->forward_batch(items, step_logits.view().rows(0, int64_t(items.size())));
+          }
+        } else {
+          model->forward(prompt, *state, logits, forward_options);
+        }
         return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       };
       run_once();  // warm-up: lazy module loads, cuBLASLt plans
@@ -597,8 +631,25 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
       recorder.start();
       const double profiled_ms = run_once();
       double gdn_ns = 0;
-      for (const auto& record : recorder.stop())
-        if (record.name.find("sm90_gdn_") != std::string::npos) gdn_ns += double(record.end_ns - record.start_ns);
+      std::map<std::string, std::pair<double, int64_t>> by_kernel;  // ns, launches
+      for (const auto& record : recorder.stop()) {
+        const double ns = double(record.end_ns - record.start_ns);
+        if (record.name.find("sm90_gdn_") != std::string::npos) gdn_ns += ns;
+        auto& [total, launches] = by_kernel[record.name.substr(0, 90)];
+        total += ns;
+        ++launches;
+      }
+      if (args.kernels > 0) {
+        std::vector<std::pair<double, std::string>> top;
+        for (const auto& [kernel, sum] : by_kernel) top.emplace_back(sum.first, kernel);
+        std::sort(top.rbegin(), top.rend());
+        nlohmann::json kernels = nlohmann::json::array();
+        for (size_t k = 0; k < top.size() && int64_t(k) < args.kernels; ++k)
+          kernels.push_back({{"kernel", top[k].second}, {"ms", top[k].first / 1e6},
+                             {"launches", by_kernel[top[k].second].second}});
+        top_kernels.push_back({{"tokens", length}, {"delta_rule", path}, {"profiled_ms", profiled_ms},
+                               {"kernels", kernels}});
+      }
       const double gdn_ms = gdn_ns / 1e6, share = gdn_ms / profiled_ms;
       path_ms.push_back(ms);
       report["rows"].push_back({{"tokens", length},
@@ -609,8 +660,8 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
                                 {"gdn_share", share},
                                 {"profiled_ms", profiled_ms}});
     }
-    // Speedup of each path over the token-by-token one (the last), printed once both ran.
-    const double baseline = path_ms.back();
+    // Speedup of each path over the token-by-token one, printed once all ran.
+    const double baseline = path_ms[1];
     for (size_t p = 0; p < paths.size(); ++p) {
       auto& row = report["rows"][report["rows"].size() - paths.size() + p];
       row["speedup_vs_token_by_token"] = baseline / path_ms[p];
@@ -621,7 +672,20 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
       std::fflush(stdout);
     }
   }
-  if (args.json) std::cout << report.dump(2) << std::endl;
+  if (args.kernels > 0) report["top_kernels"] = top_kernels;
+  if (args.json) {
+    std::cout << report.dump(2) << std::endl;
+    return;
+  }
+  for (const auto& run : top_kernels) {
+    std::printf("\n%lld tokens, %s: top kernels of one profiled run (%.1f ms)\n\n| kernel | ms | launches |\n"
+                "|---|---|---|\n",
+                (long long)run["tokens"].get<int64_t>(), run["delta_rule"].get<std::string>().c_str(),
+                run["profiled_ms"].get<double>());
+    for (const auto& k : run["kernels"])
+      std::printf("| %s | %.2f | %lld |\n", k["kernel"].get<std::string>().c_str(), k["ms"].get<double>(),
+                  (long long)k["launches"].get<int64_t>());
+  }
 }
 
 void run_bench_decode_cuda(const BenchArgs& args, const std::vector<int64_t>& batches) {
@@ -724,6 +788,16 @@ void add_bench_commands(CLI::App& app) {
   prefill->add_option("--repeats", prefill_args->repeats, "timed prefills per row (the median is reported)");
   vt::apps::add_lm_head_options(prefill, prefill_args->lm_head);
   prefill->add_option("--device", prefill_args->device, "cuda (the only device it runs on)");
+  prefill->add_option("--max-running", prefill_args->max_running,
+                      "sequence slots of the model, as vt serve --max-running (default 1)");
+  prefill->add_option("--max-context", prefill_args->max_context,
+                      "tokens per sequence, as vt serve --max-context (default: the longest prompt)");
+  prefill->add_option("--prefill-chunk", prefill_args->prefill_chunk,
+                      "the engine path's tokens per forward_batch, as vt serve --prefill-chunk (default 256)");
+  prefill->add_option("--decoding", prefill_args->decoding,
+                      "the engine path's steps also decode this many other sequences (at --context tokens)");
+  prefill->add_option("--context", prefill_args->context, "--decoding: the decoding sequences' context (default 1024)");
+  prefill->add_option("--kernels", prefill_args->kernels, "print the N kernels that took longest in the profiled runs");
   prefill->add_flag("--json", prefill_args->json, "print a JSON report");
   prefill->callback([prefill_args] { run_bench_prefill(*prefill_args); });
 }

@@ -176,8 +176,7 @@ bool Fp8GemmRegistry::supports(GemmBackend backend, int64_t m, int64_t n, int64_
     case GemmBackend::kMma:
     case GemmBackend::kWgmma: return true;
     case GemmBackend::kWgmmaCluster: return fp8_gemm_wgmma_cluster_serves(m, n, k, act);
-    case GemmBackend::kCublasLt:
-      return m <= max_m_ && k <= max_k_ && cublas_.supports_fp8_block(m, n, k, ldy, act);
+    case GemmBackend::kCublasLt: return cublaslt_rows(m, n, k, ldy, act) > 0;
     case GemmBackend::kWgmmaPartials: return false;  // no y: run_partials
   }
   return false;
@@ -202,8 +201,21 @@ void Fp8GemmRegistry::run(GemmBackend backend, void* y, int64_t ldy, const uint8
     return;
   }
   VT_CHECK(m <= max_m_ && k <= max_k_, "cuBLASLt FP8 GEMM of ", m, " x ", k, " beyond the registry's scratch");
-  transpose_scales(scales_t_.as<float>(), a_scales, m, k / 128, n, stream);
-  cublas_.matmul_fp8_block(y, ldy, q, scales_t_.as<float>(), w, w_scales, m, n, k, act, stream);
+  const int64_t head = cublaslt_rows(m, n, k, ldy, act);
+  VT_CHECK(head > 0, "cuBLASLt has no FP8 block-scaled algorithm for ", m, " x ", n, " x ", k);
+  transpose_scales(scales_t_.as<float>(), a_scales, head, k / 128, n, stream);
+  cublas_.matmul_fp8_block(y, ldy, q, scales_t_.as<float>(), w, w_scales, head, n, k, act, stream);
+  if (head == m) return;
+  const int64_t tail = m - head;
+  run(choose(tail, n, k, ldy, act), static_cast<char*>(y) + size_t(head * ldy) * dtype_size(act), ldy, q + head * k,
+      a_scales + head * (k / 128), w, w_scales, tail, n, k, act, stream);
+}
+
+int64_t Fp8GemmRegistry::cublaslt_rows(int64_t m, int64_t n, int64_t k, int64_t ldy, DType act) {
+  if (m < 1 || m > max_m_ || k > max_k_) return 0;
+  if (cublas_.supports_fp8_block(m, n, k, ldy, act)) return m;
+  const int64_t head = m / 16 * 16;
+  return head > 0 && cublas_.supports_fp8_block(head, n, k, ldy, act) ? head : 0;
 }
 
 GemmBackend Fp8GemmRegistry::choose(int64_t m, int64_t n, int64_t k, int64_t ldy, DType act) {

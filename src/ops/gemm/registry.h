@@ -96,6 +96,9 @@ class Fp8GemmRegistry {
   // Whether kWgmmaPartials serves m x n x k (its output only through run_partials).
   bool supports_partials(int64_t m, int64_t n, int64_t k, DType act);
   // y [m, n] act (row stride ldy) from activation codes [m, k] + scales [m, k/128] (vt's layout).
+  // cuBLASLt's FP8 block-scaled algorithms take only some row counts (none for a mixed step's 278
+  // rows on the H200, while 272 has one): an m it refuses runs its largest multiple of 16 rows
+  // there and the rest (< 16) on the backend chosen for them, instead of all m on a slower one.
   void run(GemmBackend backend, void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
            const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream);
   // The partials of y for the norm after it (kWgmmaPartials); valid until the next such call on
@@ -127,6 +130,8 @@ class Fp8GemmRegistry {
   std::vector<GemmBackend> excluded_;  // left out of the tuning
   std::string excluded_key_;           // "" or "|without a,b": part of the plan cache's keys
   bool excluded(GemmBackend backend) const;
+  // The rows of an m-row call cuBLASLt runs (0: it serves none; see run()).
+  int64_t cublaslt_rows(int64_t m, int64_t n, int64_t k, int64_t ldy, DType act);
 };
 
 }  // namespace vt::cuda
