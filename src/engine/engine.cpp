@@ -35,6 +35,7 @@ struct Engine::Sequence {
   int64_t fed_most = 0;     // the most tokens ever fed and kept (re-fed below it after a preemption)
   int64_t step_tokens = 0;  // tokens scheduled this step
   int64_t preemptions = 0;  // times sent back to the queue (then re-fed from token 0)
+  int64_t cached = 0;       // prompt tokens restored from the prefix cache at the first admission
   bool finished = false;
   TokenEvent final_event;  // delivered once the cache entries are freed
   // Speculative decoding (params.num_draft > 0): the drafter, the k of the next step (adaptive:
@@ -78,6 +79,14 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& op
            options.step_token_budget, ") must hold a verify step of 1 + ", options.max_num_draft, " drafts");
   totals_.speculative.reset(options.max_num_draft);
   device_sampling_ = options.device_sampling && model.supports_device_sampling();
+  if (options.prefix_cache) {
+    VT_CHECK(model.supports_prefix_cache(), "engine: prefix caching needs a model that saves its sequences' states; ",
+             model.info().architecture, " on this backend does not");
+    VT_CHECK(options.prefix_snapshot_stride >= 1 && options.prefix_snapshot_stride % options.prefill_chunk == 0,
+             "engine: prefix_snapshot_stride (", options.prefix_snapshot_stride, ") must be a multiple of prefill_chunk (",
+             options.prefill_chunk, ")");
+    prefix_ = std::make_unique<PrefixCache>(options.prefix_cache_bytes);
+  }
   watermark_blocks_ = options.admission_watermark_blocks >= 0 ? options.admission_watermark_blocks
                                                               : options.cache_blocks / 100;
   if (!options.step_trace.empty()) step_trace_ = std::make_unique<StepTrace>(options.step_trace);
@@ -96,11 +105,13 @@ Engine::~Engine() {
   event.finish_reason = FinishReason::kCancelled;
   for (auto& sequence : running_) {
     event.prompt_tokens = sequence->prompt_size;
+    event.cached_tokens = sequence->cached;
     event.completion_tokens = sequence->completion_tokens();
     sequence->callback(event);
   }
   for (auto& sequence : waiting_) {
     event.prompt_tokens = sequence->prompt_size;
+    event.cached_tokens = sequence->cached;
     event.completion_tokens = sequence->completion_tokens();  // preempted ones have some
     sequence->callback(event);
   }
@@ -184,6 +195,7 @@ void Engine::admit_waiting() {
     }
     head.state = model_.new_sequence(head.prompt_size + head.params.max_tokens);
     head.fed = 0;
+    restore_prefix(head);
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
@@ -242,7 +254,10 @@ void Engine::schedule(std::vector<Sequence*>& scheduled) {
     if (sequence->step_tokens > 0) scheduled.push_back(sequence.get());
   for (auto& sequence : running_) {
     if (sequence->decoding()) continue;
-    const int64_t chunk = std::min(options_.prefill_chunk, sequence->prompt_size - sequence->fed);
+    // Chunks end at multiples of prefill_chunk (a prompt restored from the prefix cache mid-chunk
+    // first completes its chunk), so the chunks are those of a prompt fed from token 0.
+    const int64_t chunk = std::min(options_.prefill_chunk - sequence->fed % options_.prefill_chunk,
+                                   sequence->prompt_size - sequence->fed);
     if (chunk > budget && !scheduled.empty()) break;
     sequence->step_tokens = chunk;
     budget -= chunk;
@@ -327,6 +342,7 @@ void Engine::drop_cancelled(std::vector<TokenEvent>& events, std::vector<TokenCa
       event.finished = true;
       event.finish_reason = FinishReason::kCancelled;
       event.prompt_tokens = sequence.prompt_size;
+      event.cached_tokens = sequence.cached;
       event.completion_tokens = sequence.completion_tokens();
       events.push_back(event);
       callbacks.push_back(std::move(sequence.callback));
@@ -358,10 +374,20 @@ void Engine::loop() {
     }
     for (size_t i = 0; i < cancel_events.size(); ++i) cancel_callbacks[i](cancel_events[i]);
     if (!scheduled.empty()) run_step(scheduled);
+    // The next turn of a conversation starts where this one's completion ends.
+    if (prefix_)
+      for (auto& sequence : running_)
+        if (sequence->finished && sequence->final_event.error.empty() && sequence->fed > sequence->prompt_size)
+          save_prefix(*sequence);
     // Finished sequences leave the cache first, so a final event means the memory is free.
     std::vector<std::unique_ptr<Sequence>> finished;
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (prefix_) {
+        totals_.prefix.snapshots = prefix_->entries();
+        totals_.prefix.snapshot_bytes = prefix_->bytes();
+        totals_.prefix.evictions = prefix_->evictions();
+      }
       totals_.steps += !scheduled.empty();
       for (auto it = running_.begin(); it != running_.end();) {
         if ((*it)->finished) {
@@ -501,6 +527,10 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
         ++generated_tokens;
       }
       sequence->fed_most = std::max(sequence->fed_most, sequence->fed);
+      const int64_t fed = sequence->fed;
+      if (prefix_ && sequence->final_event.error.empty() &&
+          (fed == sequence->prompt_size || (fed < sequence->prompt_size && fed % options_.prefix_snapshot_stride == 0)))
+        save_prefix(*sequence);
     }
   }
   record.wall_seconds = seconds(Clock::now() - step_start);
@@ -514,11 +544,35 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
     totals_.speculative.record_step(record.drafts, record.accepted, record.emitted);
 }
 
+void Engine::restore_prefix(Sequence& sequence) {
+  // An MTP drafter reads the target's hidden states of every position, which no snapshot keeps.
+  if (!prefix_ || sequence.keep_hidden) return;
+  const bool first = sequence.preemptions == 0;
+  if (first) totals_.prefix.queries += sequence.prompt_size;
+  // At least the last token is computed: its logits make the next token.
+  const PrefixCache::Hit hit = prefix_->find(sequence.tokens, int64_t(sequence.tokens.size()) - 1);
+  if (!hit.snapshot) return;
+  model_.restore_state(*hit.snapshot, *sequence.state);
+  sequence.fed = hit.length;
+  if (!first) return;
+  sequence.cached = std::min(hit.length, sequence.prompt_size);
+  totals_.prefix.hits += sequence.cached;
+}
+
+void Engine::save_prefix(Sequence& sequence) {
+  if (sequence.keep_hidden || sequence.state->length() != sequence.fed) return;  // mid-verify
+  const std::span<const int32_t> tokens(sequence.tokens.data(), size_t(sequence.fed));
+  if (prefix_->touch(tokens)) return;
+  std::unique_ptr<StateSnapshot> snapshot = model_.save_state(*sequence.state);
+  if (snapshot) prefix_->insert(tokens, std::move(snapshot));
+}
+
 void Engine::fail(Sequence& sequence, const std::string& error) {
   TokenEvent event;
   event.finished = true;
   event.finish_reason = FinishReason::kStop;
   event.prompt_tokens = sequence.prompt_size;
+  event.cached_tokens = sequence.cached;
   event.completion_tokens = sequence.completion_tokens();
   event.error = error;
   sequence.finished = true;
@@ -600,6 +654,7 @@ bool Engine::emit(Sequence& sequence, int32_t id, const float* logits) {
   if (sequence.params.logprobs >= 0)
     event.logprob = token_logprobs(logits, vocab_size_, id, sequence.params.logprobs, event.top_logprobs).logprob;
   event.prompt_tokens = sequence.prompt_size;
+  event.cached_tokens = sequence.cached;
   event.completion_tokens = sequence.completion_tokens();
   const auto& stop_ids = sequence.params.stop_token_ids;
   bool string_stop = false;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cache/hybrid_cache.h"
+#include "cache/prefix_cache.h"
 #include "core/tensor.h"
 #include "engine/logprobs.h"
 #include "engine/step_record.h"
@@ -82,7 +83,8 @@ struct EngineOptions {
   // prefix_snapshot_stride prompt tokens), sharing that prefix's KV blocks; needs a model that
   // saves states (Model::supports_prefix_cache).
   bool prefix_cache = false;
-  int64_t prefix_snapshot_stride = 2048;
+  int64_t prefix_snapshot_stride = 2048;     // a multiple of prefill_chunk
+  int64_t prefix_cache_bytes = int64_t(4) << 30;  // saved states kept (least recently used go first)
 };
 
 struct RequestParams {
@@ -192,6 +194,11 @@ class Engine {
   void bias(const Sequence& sequence, float* logits) const;
   // Ends a sequence with an error (its final event says why); it leaves at the end of the step.
   void fail(Sequence& sequence, const std::string& error);
+  // Prefix caching: a newly admitted sequence starts from the longest saved state its tokens
+  // extend; a sequence's state is saved at the end of its prompt, every prefix_snapshot_stride
+  // prompt tokens and at the end of its completion (engine thread).
+  void restore_prefix(Sequence& sequence);  // with mutex_ held
+  void save_prefix(Sequence& sequence);
   // Emits `id`, chosen from `logits` (biased): logprobs, stop checks, the event. True when it
   // ended the sequence.
   bool emit(Sequence& sequence, int32_t id, const float* logits);
@@ -201,6 +208,7 @@ class Engine {
   EngineOptions options_;
   int64_t vocab_size_;
   HybridCache cache_;
+  std::unique_ptr<PrefixCache> prefix_;  // null: prefix caching off
   Buffer logits_;  // F32 [rows, vocab]: a batched forward's rows (grows for verify steps)
   bool device_sampling_ = false;  // options_.device_sampling and the model supports it
   int64_t watermark_blocks_ = 0;

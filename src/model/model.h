@@ -27,6 +27,19 @@ class SequenceState {
   friend class Qwen35Model;
 };
 
+// A sequence's state saved at `length` tokens (prefix caching): enough to start another sequence
+// there without computing those tokens. What it holds is the model's (KV rows and recurrent
+// states); it is freed with the last holder.
+class StateSnapshot {
+ public:
+  virtual ~StateSnapshot() = default;
+  int64_t length() const { return length_; }
+  int64_t bytes() const { return bytes_; }
+
+ protected:
+  int64_t length_ = 0, bytes_ = 0;
+};
+
 // Named activations at block boundaries ("attn_out", layer 3, [T, H]) for diffing against a
 // reference. Free when no sink is installed.
 using TapSink = std::function<void(const std::string& name, int layer, const TensorView& tensor)>;
@@ -136,6 +149,20 @@ class Model {
   virtual void commit(SequenceState& state) {
     (void)state;
     VT_FAIL("commit: not supported by this backend (", info().architecture, ")");
+  }
+
+  // Prefix caching: save_state copies a sequence's state at its length (outside a rollback
+  // window; null when the model has no room for another snapshot now), restore_state sets a new,
+  // empty sequence to a snapshot: it continues from snapshot.length() tokens exactly as the saved
+  // sequence would have.
+  virtual bool supports_prefix_cache() const { return false; }
+  virtual std::unique_ptr<StateSnapshot> save_state(const SequenceState& state) {
+    (void)state;
+    VT_FAIL("prefix caching: not supported by this backend (", info().architecture, ")");
+  }
+  virtual void restore_state(const StateSnapshot& snapshot, SequenceState& state) {
+    (void)snapshot, (void)state;
+    VT_FAIL("prefix caching: not supported by this backend (", info().architecture, ")");
   }
 
   // Replaces the output layer by its FP8 128x128 block quantisation, run W8A8 (activations in

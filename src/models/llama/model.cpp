@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/host_snapshot.h"
 #include "ops/ops.h"
 
 namespace vt {
@@ -166,6 +167,30 @@ std::unique_ptr<SequenceState> LlamaModel::new_sequence(int64_t capacity) const 
   VT_CHECK(capacity > 0 && capacity <= config_.max_position_embeddings, "sequence capacity ", capacity,
            " must be in [1, ", config_.max_position_embeddings, "]");
   return std::make_unique<State>(config_, capacity);
+}
+
+std::unique_ptr<StateSnapshot> LlamaModel::save_state(const SequenceState& base_state) {
+  const State& state = dynamic_cast<const State&>(base_state);
+  auto snapshot = std::make_unique<HostSnapshot>(state.length());
+  const int64_t rows = state.length() * config_.num_kv_heads * config_.head_dim;
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    snapshot->save(state.k_cache[size_t(i)].f32(), rows);
+    snapshot->save(state.v_cache[size_t(i)].f32(), rows);
+  }
+  return snapshot;
+}
+
+void LlamaModel::restore_state(const StateSnapshot& base_snapshot, SequenceState& base_state) {
+  const auto& snapshot = dynamic_cast<const HostSnapshot&>(base_snapshot);
+  State& state = dynamic_cast<State&>(base_state);
+  VT_CHECK(state.length() == 0 && snapshot.length() <= state.capacity(), "restore_state: a new sequence of capacity >= ",
+           snapshot.length(), " (has ", state.length(), " tokens, capacity ", state.capacity(), ")");
+  size_t next = 0;
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    snapshot.restore_next(state.k_cache[size_t(i)].f32(), &next);
+    snapshot.restore_next(state.v_cache[size_t(i)].f32(), &next);
+  }
+  state.set_length(snapshot.length());
 }
 
 void LlamaModel::forward(std::span<const int32_t> tokens, SequenceState& base_state, const TensorView& logits,

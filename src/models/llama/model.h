@@ -61,6 +61,9 @@ class LlamaModel final : public Model {
   bool supports_rollback() const override { return true; }
   void rollback(SequenceState& state, int64_t length) override;
   void commit(SequenceState&) override {}
+  bool supports_prefix_cache() const override { return true; }
+  std::unique_ptr<StateSnapshot> save_state(const SequenceState& state) override;
+  void restore_state(const StateSnapshot& snapshot, SequenceState& state) override;
   void quantize_lm_head_fp8(const Fp8Quantization& quantization = {}) override;
   const LlamaConfig& config() const { return config_; }
   const GgufFile& file() const { return file_; }

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/host_snapshot.h"
 #include "ops/ops.h"
 
 namespace vt {
@@ -301,6 +302,38 @@ void Qwen35Model::rollback(SequenceState& base_state, int64_t length) {
     gdn_core(core, mixed, ba, layer, slot.conv, slot.recurrent, /*recurrent=*/true);
   }
   state.set_length(length);
+}
+
+std::unique_ptr<StateSnapshot> Qwen35Model::save_state(const SequenceState& base_state) {
+  const State& state = dynamic_cast<const State&>(base_state);
+  if (state.window_open) return nullptr;  // mid-verify: the length is not settled
+  auto snapshot = std::make_unique<HostSnapshot>(state.length());
+  const int64_t rows = state.length() * config_.num_kv_heads * config_.head_dim;
+  for (const State::Slot& slot : state.slots) {
+    if (!slot.k_cache.empty()) {
+      snapshot->save(slot.k_cache.f32(), rows);
+      snapshot->save(slot.v_cache.f32(), rows);
+    } else {
+      snapshot->save(slot.conv.f32(), slot.conv.numel());
+      snapshot->save(slot.recurrent.f32(), slot.recurrent.numel());
+    }
+  }
+  return snapshot;
+}
+
+void Qwen35Model::restore_state(const StateSnapshot& base_snapshot, SequenceState& base_state) {
+  const auto& snapshot = dynamic_cast<const HostSnapshot&>(base_snapshot);
+  State& state = dynamic_cast<State&>(base_state);
+  VT_CHECK(state.length() == 0 && snapshot.length() <= state.capacity(), "restore_state: a new sequence of capacity >= ",
+           snapshot.length(), " (has ", state.length(), " tokens, capacity ", state.capacity(), ")");
+  size_t next = 0;
+  for (State::Slot& slot : state.slots) {
+    snapshot.restore_next(slot.k_cache.empty() ? slot.conv.f32() : slot.k_cache.f32(), &next);
+    snapshot.restore_next(slot.k_cache.empty() ? slot.recurrent.f32() : slot.v_cache.f32(), &next);
+  }
+  state.length_ = state.rollback_floor_ = snapshot.length();
+  state.kept_start = snapshot.length();
+  state.kept_count = 0;
 }
 
 void Qwen35Model::commit(SequenceState& base_state) { dynamic_cast<State&>(base_state).close_window(); }

@@ -105,6 +105,9 @@ class Qwen35Model final : public Model, public MtpHead {
   bool supports_rollback() const override { return true; }
   void rollback(SequenceState& state, int64_t length) override;
   void commit(SequenceState& state) override;
+  bool supports_prefix_cache() const override { return true; }
+  std::unique_ptr<StateSnapshot> save_state(const SequenceState& state) override;
+  void restore_state(const StateSnapshot& snapshot, SequenceState& state) override;
   const Qwen35Config& config() const { return config_; }
 
   // For the MTP drafter: keep the lm_head input (after the final norm) of every position each

@@ -1,0 +1,222 @@
+// Prefix caching on the tiny golden Qwen3.5 model (Gated DeltaNet + gated attention): the cache's
+// lookup (longest saved prefix, tokens checked, LRU under a byte budget), and through the engine a
+// conversation's later turns start from the earlier turns' saved states (the end of the prompt
+// and of the completion, and every stride of a long shared prompt) and give the same greedy
+// tokens, with logprobs within the chunk split's rounding, as with the cache off; also through
+// preemption, speculative decoding and eviction.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <random>
+
+#include "cache/prefix_cache.h"
+#include "engine/engine.h"
+#include "model/host_snapshot.h"
+#include "models/registry.h"
+
+namespace vt {
+namespace {
+
+const std::string kModelDir = std::string(VT_SOURCE_DIR) + "/tests/golden/qwen3_5_dense";
+
+std::unique_ptr<StateSnapshot> snapshot_of(int64_t length, int64_t floats) {
+  auto snapshot = std::make_unique<HostSnapshot>(length);
+  const std::vector<float> data(static_cast<size_t>(floats), float(length));
+  snapshot->save(data.data(), floats);
+  return snapshot;
+}
+
+TEST(PrefixCache, FindsTheLongestSavedPrefixAndEvictsTheLeastRecentlyUsed) {
+  PrefixCache cache(3 * 100 * 4);  // three snapshots of 100 floats
+  const std::vector<int32_t> tokens = {5, 6, 7, 8, 9, 10, 11, 12};
+  const std::span<const int32_t> all(tokens);
+  EXPECT_FALSE(cache.find(all, 8).snapshot);
+  cache.insert(all.first(2), snapshot_of(2, 100));
+  cache.insert(all.first(5), snapshot_of(5, 100));
+  EXPECT_EQ(cache.find(all, 8).length, 5);
+  EXPECT_EQ(cache.find(all, 4).length, 2);  // a limit below the longest
+  const std::vector<int32_t> other = {5, 6, 99, 8, 9};
+  EXPECT_EQ(cache.find(other, 5).length, 2);  // diverges after two tokens
+  EXPECT_FALSE(cache.find(std::vector<int32_t>{6, 5, 7}, 3).snapshot);
+  cache.insert(all.first(7), snapshot_of(7, 100));
+  EXPECT_EQ(cache.bytes(), 1200);
+  EXPECT_TRUE(cache.touch(all.first(2)));  // 5 is now the least recently used
+  cache.insert(all.first(8), snapshot_of(8, 100));
+  EXPECT_EQ(cache.evictions(), 1);
+  EXPECT_EQ(cache.entries(), 3);
+  EXPECT_FALSE(cache.touch(all.first(5)));
+  EXPECT_EQ(cache.find(all, 6).length, 2);
+  EXPECT_EQ(cache.find(all, 8).length, 8);
+  PrefixCache small(100);
+  small.insert(all.first(3), snapshot_of(3, 100));  // larger than the whole budget: not kept
+  EXPECT_EQ(small.entries(), 0);
+}
+
+struct Collector {
+  std::mutex mutex;
+  std::condition_variable done_signal;
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+  TokenEvent last;
+  bool done = false;
+  TokenCallback callback() {
+    return [this](const TokenEvent& event) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (event.token_id >= 0) ids.push_back(event.token_id), logprobs.push_back(event.logprob);
+      if (event.finished) last = event, done = true, done_signal.notify_all();
+    };
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    ASSERT_TRUE(done_signal.wait_for(lock, std::chrono::seconds(120), [&] { return done; }));
+  }
+};
+
+class PrefixCacheEngine : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { model_ = load_model(kModelDir, {}).release(); }
+  static void TearDownTestSuite() { delete model_; }
+  static Model* model_;
+
+  static EngineOptions options(bool cached) {
+    EngineOptions options;
+    options.prefill_chunk = 8;
+    options.step_token_budget = 32;
+    options.max_running = 8;
+    options.cache_blocks = 512;
+    options.block_size = 8;
+    options.prefix_cache = cached;
+    options.prefix_snapshot_stride = 16;
+    return options;
+  }
+  std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t count) {
+    std::vector<int32_t> ids(static_cast<size_t>(count));
+    for (auto& id : ids) id = int32_t(rng() % model_->info().vocab_size);
+    return ids;
+  }
+  // Sessions of `turns` turns, each turn the history (prompt + completion) plus new tokens, run
+  // session by session on one engine; the per-turn outputs and cached tokens.
+  struct Turn {
+    std::vector<int32_t> ids;
+    std::vector<float> logprobs;
+    int64_t cached = 0, prompt = 0;
+  };
+  std::vector<std::vector<Turn>> converse(const EngineOptions& engine_options, const std::vector<int32_t>& shared,
+                                          int sessions, int turns, RequestParams params, EngineStats* stats = nullptr,
+                                          bool one_by_one = false) {
+    Engine engine(*model_, nullptr, engine_options);
+    std::vector<std::vector<Turn>> out(static_cast<size_t>(sessions));
+    std::mt19937 rng(7);
+    std::vector<std::vector<int32_t>> history(static_cast<size_t>(sessions), shared);
+    for (int t = 0; t < turns; ++t) {
+      std::vector<Collector> collectors(static_cast<size_t>(sessions));
+      for (int s = 0; s < sessions; ++s) {
+        const auto message = random_tokens(rng, 5 + t);
+        history[size_t(s)].insert(history[size_t(s)].end(), message.begin(), message.end());
+        engine.submit(history[size_t(s)], params, collectors[size_t(s)].callback());
+        if (one_by_one) collectors[size_t(s)].wait();
+      }
+      for (int s = 0; s < sessions; ++s) {
+        Collector& c = collectors[size_t(s)];
+        c.wait();
+        out[size_t(s)].push_back({c.ids, c.logprobs, c.last.cached_tokens, c.last.prompt_tokens});
+        history[size_t(s)].insert(history[size_t(s)].end(), c.ids.begin(), c.ids.end());
+      }
+    }
+    if (stats) *stats = engine.stats();
+    return out;
+  }
+  static void expect_same(const std::vector<std::vector<Turn>>& cold, const std::vector<std::vector<Turn>>& warm) {
+    ASSERT_EQ(cold.size(), warm.size());
+    for (size_t s = 0; s < cold.size(); ++s)
+      for (size_t t = 0; t < cold[s].size(); ++t) {
+        EXPECT_EQ(cold[s][t].ids, warm[s][t].ids) << "session " << s << " turn " << t;
+        ASSERT_EQ(cold[s][t].logprobs.size(), warm[s][t].logprobs.size());
+        for (size_t i = 0; i < cold[s][t].logprobs.size(); ++i)
+          EXPECT_NEAR(cold[s][t].logprobs[i], warm[s][t].logprobs[i], 1e-3) << "session " << s << " turn " << t;
+      }
+  }
+};
+Model* PrefixCacheEngine::model_ = nullptr;
+
+// Turn after turn, a session's prompt extends the last turn's prompt and completion: from the
+// second turn on all of it but the new message and the completion's last token (never fed) is
+// cached, and the outputs are the cache-off outputs.
+TEST_F(PrefixCacheEngine, LaterTurnsStartWhereTheLastEndedWithTheSameOutputs) {
+  RequestParams params;
+  params.max_tokens = 6;
+  params.logprobs = 0;
+  std::mt19937 rng(3);
+  const auto system = random_tokens(rng, 20);
+  EngineStats stats;
+  const auto warm = converse(options(true), system, 3, 3, params, &stats);
+  const auto cold = converse(options(false), system, 3, 3, params);
+  expect_same(cold, warm);
+  for (const auto& session : warm) {
+    EXPECT_EQ(session[0].cached, 0) << "the sessions' first turns run at once: nothing saved yet";
+    for (size_t t = 1; t < session.size(); ++t) {
+      const int64_t history = session[t - 1].prompt + int64_t(session[t - 1].ids.size());
+      EXPECT_EQ(session[t].cached, history - 1) << "turn " << t;
+    }
+  }
+  EXPECT_GT(stats.prefix.queries, 0);
+  EXPECT_GT(stats.prefix.hits, stats.prefix.queries / 2);
+  EXPECT_GT(stats.prefix.snapshots, 0);
+  EXPECT_GT(stats.prefix.snapshot_bytes, 0);
+  for (const auto& session : cold)
+    for (const auto& turn : session) EXPECT_EQ(turn.cached, 0);
+}
+
+// A shared prompt longer than the stride: other sessions start at its last stride point.
+TEST_F(PrefixCacheEngine, SessionsShareTheStridesOfACommonPrompt) {
+  RequestParams params;
+  params.max_tokens = 3;
+  std::mt19937 rng(4);
+  const auto system = random_tokens(rng, 53);
+  const auto warm = converse(options(true), system, 4, 1, params, nullptr, true);
+  const auto cold = converse(options(false), system, 4, 1, params, nullptr, true);
+  expect_same(cold, warm);
+  EXPECT_EQ(warm[0][0].cached, 0);
+  for (size_t s = 1; s < warm.size(); ++s) EXPECT_EQ(warm[s][0].cached, 48) << "session " << s;
+}
+
+// Preemption (a pool too small for everyone), n-gram speculation and a budget that holds two
+// snapshots: the outputs stay those of the cache off.
+TEST_F(PrefixCacheEngine, PreemptionSpeculationAndEvictionKeepOutputsExact) {
+  RequestParams params;
+  params.max_tokens = 10;
+  std::mt19937 rng(5);
+  const auto system = random_tokens(rng, 12);
+  EngineOptions tiny = options(true);
+  tiny.cache_blocks = 14;
+  EngineStats stats;
+  auto warm = converse(tiny, system, 6, 3, params, &stats);
+  auto cold = converse(options(false), system, 6, 3, params);
+  expect_same(cold, warm);
+  EXPECT_GT(stats.preemptions, 0);
+  EXPECT_GT(stats.prefix.hits, 0);
+
+  EngineOptions speculative = options(true);
+  speculative.max_num_draft = 4;
+  RequestParams drafted = params;
+  drafted.num_draft = 3;
+  warm = converse(speculative, system, 3, 3, drafted, &stats);
+  expect_same(converse(options(false), system, 3, 3, params), warm);
+  EXPECT_GT(stats.prefix.hits, 0);
+
+  EngineOptions small = options(true);
+  small.prefix_cache_bytes = 0;
+  converse(small, system, 2, 2, params, &stats);
+  EXPECT_EQ(stats.prefix.snapshots, 0);
+  EXPECT_EQ(stats.prefix.hits, 0);
+}
+
+TEST_F(PrefixCacheEngine, RefusesAStrideThatIsNotAMultipleOfTheChunk) {
+  EngineOptions bad = options(true);
+  bad.prefix_snapshot_stride = 12;
+  EXPECT_THROW(Engine(*model_, nullptr, bad), Error);
+}
+
+}  // namespace
+}  // namespace vt
