@@ -82,6 +82,48 @@ void DeviceCache::copy_window_entry(int64_t slot, int64_t entry, bool into_windo
   cuda::copy_spans(spans.data(), int64_t(spans.size()), stream);
 }
 
+// Slot s's KV rows are those of its blocks [s * max_blocks, ...): one span per layer and tensor.
+std::vector<cuda::CopySpan> DeviceCache::snapshot_spans(int64_t slot, int64_t length, float* snapshot, bool save,
+                                                        int64_t* floats) const {
+  VT_CHECK(slot >= 0 && slot < state_slots() && length >= 0 && length <= options_.max_blocks * options_.block_size,
+           "prefix snapshot: slot ", slot, " at ", length, " tokens");
+  std::vector<cuda::CopySpan> spans;
+  int64_t offset = 0;
+  const auto part = [&](float* live, int64_t count) {
+    float* saved = snapshot ? snapshot + offset : nullptr;
+    offset += count;
+    spans.push_back(save ? cuda::CopySpan{saved, live, count} : cuda::CopySpan{live, saved, count});
+  };
+  const int64_t first_row = slot * options_.max_blocks * options_.block_size;
+  for (const Layer& layer : buffers_) {
+    if (layer.k.data()) {
+      const int64_t row_floats = int64_t(layer.k.bytes()) / layer.k.shape()[0] / int64_t(sizeof(float));
+      for (const cuda::DeviceBuffer* kv : {&layer.k, &layer.v})
+        part(static_cast<float*>(kv->data()) + first_row * row_floats, length * row_floats);
+    } else if (layer.recurrent.data()) {
+      for (const cuda::DeviceBuffer* state : {&layer.conv, &layer.recurrent}) {
+        const int64_t count = state->shape().numel() / state_slots();
+        part(static_cast<float*>(state->data()) + slot * count, count);
+      }
+    }
+  }
+  *floats = offset;
+  return spans;
+}
+
+int64_t DeviceCache::snapshot_floats(int64_t length) const {
+  int64_t floats = 0;
+  snapshot_spans(0, length, nullptr, true, &floats);
+  return floats;
+}
+
+void DeviceCache::copy_snapshot(int64_t slot, int64_t length, float* snapshot, bool save, cudaStream_t stream) const {
+  int64_t floats = 0;
+  const std::vector<cuda::CopySpan> spans = snapshot_spans(slot, length, snapshot, save, &floats);
+  trace::OpScope op(save ? "prefix.save" : "prefix.restore", trace::OpGroup::kOther);
+  cuda::copy_spans(spans.data(), int64_t(spans.size()), stream);
+}
+
 void DeviceCache::randomize(uint64_t seed, cudaStream_t stream) {
   for (Layer& layer : buffers_) {
     for (cuda::DeviceBuffer* buffer : {&layer.k, &layer.v})

@@ -10,6 +10,7 @@
 
 #include "cuda/device_buffer.h"
 #include "model/cuda_forward.h"
+#include "ops/gdn/gdn.h"
 
 namespace vt {
 
@@ -40,10 +41,17 @@ class DeviceCache {
   // Copies every linear-attention layer's state of `slot` into its window entry `entry`
   // (into_window) or back from it (a rollback), in one launch.
   void copy_window_entry(int64_t slot, int64_t entry, bool into_window, cudaStream_t stream);
+  // Prefix caching: the floats a snapshot of a slot at `length` tokens takes (its KV rows
+  // [0, length) of every attention layer, and its conv and recurrent states), and one launch
+  // copying the slot into the snapshot at `snapshot` (save) or back.
+  int64_t snapshot_floats(int64_t length) const;
+  void copy_snapshot(int64_t slot, int64_t length, float* snapshot, bool save, cudaStream_t stream) const;
   // Random KV rows and states (benchmarks at a context length: the values do not change the work).
   void randomize(uint64_t seed, cudaStream_t stream);
 
  private:
+  std::vector<cuda::CopySpan> snapshot_spans(int64_t slot, int64_t length, float* snapshot, bool save,
+                                             int64_t* floats) const;
   struct Layer {
     cuda::DeviceBuffer k, v, conv, recurrent, conv_window, recurrent_window;
   };

@@ -398,6 +398,45 @@ void CudaRunner::commit(SequenceState& base_state) {
   dynamic_cast<CudaSequence&>(base_state).close_window();
 }
 
+namespace {
+
+class DeviceSnapshot final : public StateSnapshot {
+ public:
+  DeviceSnapshot(int64_t length, int64_t floats, cudaStream_t stream) : stream_(stream) {
+    length_ = length;
+    bytes_ = floats * int64_t(sizeof(float));
+    VT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&data_), size_t(std::max<int64_t>(bytes_, 4)), stream));
+  }
+  ~DeviceSnapshot() override { cudaFreeAsync(data_, stream_); }
+  float* data() const { return data_; }
+
+ private:
+  float* data_ = nullptr;
+  cudaStream_t stream_;
+};
+
+}  // namespace
+
+std::unique_ptr<StateSnapshot> CudaRunner::save_state(const SequenceState& base_state) {
+  const auto& state = dynamic_cast<const CudaSequence&>(base_state);
+  if (state.window_open()) return nullptr;  // mid-verify: the length is not settled
+  auto snapshot = std::make_unique<DeviceSnapshot>(state.length(), cache_.snapshot_floats(state.length()), stream_);
+  cache_.copy_snapshot(state.slot(), state.length(), snapshot->data(), true, stream_);
+  return snapshot;
+}
+
+void CudaRunner::restore_state(const StateSnapshot& base_snapshot, SequenceState& base_state) {
+  const auto& snapshot = dynamic_cast<const DeviceSnapshot&>(base_snapshot);
+  auto& state = dynamic_cast<CudaSequence&>(base_state);
+  VT_CHECK(state.length() == 0 && snapshot.length() <= state.capacity(), "restore_state: a new sequence of capacity >= ",
+           snapshot.length(), " (has ", state.length(), " tokens, capacity ", state.capacity(), ")");
+  cache_.copy_snapshot(state.slot(), snapshot.length(), snapshot.data(), false, stream_);
+  state.set_length(snapshot.length());
+  state.close_window();
+  state.kept_start = snapshot.length();
+  state.kept_count = 0;
+}
+
 void CudaRunner::decode_step(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
                              std::vector<int32_t>* next_tokens, bool use_graph) {
   const int64_t batch = int64_t(tokens.size());

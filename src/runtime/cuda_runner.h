@@ -53,6 +53,12 @@ class CudaRunner : public Model, public MtpHead {
   bool supports_rollback() const override { return options_.max_rollback_tokens > 0; }
   void rollback(SequenceState& state, int64_t length) override;
   void commit(SequenceState& state) override;
+  // Prefix caching: a snapshot is a stream-ordered device allocation holding the slot's KV rows
+  // [0, length) and its linear-attention states (DeviceCache::copy_snapshot), saved and restored
+  // by one copy launch queued on the runner's stream.
+  bool supports_prefix_cache() const override { return true; }
+  std::unique_ptr<StateSnapshot> save_state(const SequenceState& state) override;
+  void restore_state(const StateSnapshot& snapshot, SequenceState& state) override;
   // Greedy verification without host logits: the items run as one batched step (never a CUDA
   // graph) and `next_tokens` gets the device argmax after every token, item after item.
   void verify_greedy(std::span<const BatchItem> items, std::vector<int32_t>* next_tokens);
