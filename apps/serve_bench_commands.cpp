@@ -3,69 +3,37 @@
 // request rate), from workloads made of real text in the repository; reports TTFT, TPOT, ITL and
 // throughput per concurrency and workload, plus the server's /metrics afterwards; speculative
 // decoding's accepted drafts per step (mean, histogram) and acceptance by draft position per run
-// when the server reports them.
+// when the server reports them; prefix-cache hits per run, and for the multiturn workload by turn,
+// with the cache on and off side by side when the in-process server runs both.
 //   vt bench serve (--url http://HOST:PORT | --model FILE.gguf|DIR) [--concurrency 1,16,64]
-//                  [--workload chat,edit,agent] [--requests N | --duration S] [--request-rate R]
-//                  [--cancel-fraction F] [--speculative ngram [--num-draft K]]
-//                  [--temperature T] [--top-k K] [--top-p P] [--json]
+//                  [--workload chat,edit,agent,multiturn] [--requests N | --duration S]
+//                  [--request-rate R] [--cancel-fraction F] [--speculative ngram [--num-draft K]]
+//                  [--turns T --system-tokens N --user-tokens N --think-time S]
+//                  [--prefix-cache on,off] [--temperature T] [--top-k K] [--top-p P] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
-#include <nlohmann/json.hpp>
-#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include "apps/commands.h"
 #include "apps/model_text.h"
+#include "apps/serve_bench.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "server/server.h"
 
+namespace vt::apps::serve_bench {
 namespace {
-
-using Json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-
-struct ServeBenchArgs {
-  std::string url, model, api_key, served_model_name, concurrency = "1,16,64",
-                                                      workloads = "chat,edit,agent";
-  std::string corpus;          // text files, comma-separated (default: the repository's docs)
-  int64_t requests = 0;        // per run; 0: 2 x concurrency (at least 8)
-  double duration = 0;         // seconds per run; > 0 replaces --requests
-  double request_rate = 0;     // requests per second (Poisson arrivals); 0: back to back
-  double cancel_fraction = 0;  // requests the client hangs up on after a few tokens
-  int64_t chat_tokens = 64, edit_tokens = 256, edit_paragraphs = 4, agent_turns = 4,
-          agent_tokens = 48;
-  int64_t cache_tokens = 65536, max_running = 64;  // the in-process server (--model)
-  std::string speculative;                         // --model: "" or "ngram"
-  int64_t num_draft = 4;
-  double temperature = 0, top_p = 1;  // the requests' sampling (default greedy)
-  int64_t top_k = 0;
-  uint64_t seed = 1;
-  bool json = false;
-  // The engine's own rates, for the engine-bound time of each run: prompt tokens per second
-  // (`vt bench prefill`) and ms per decode step by batch (`vt bench decode`), "1:8.5,16:11.1".
-  double prefill_rate = 0;
-  std::string decode_step_ms;
-};
 
 // ms per decode step at `batch`, interpolated linearly between the given batches (the nearest
 // outside them); 0 when none is given.
@@ -163,8 +131,9 @@ struct Turn {
 };
 
 // chat: a paragraph and a question. edit: a long passage (several paragraphs) to rewrite in full,
-// so the output repeats much of the prompt. agent: a session of turns whose context grows with
-// each answer (built as it runs, see run_session).
+// so the output repeats much of the prompt. agent: the first turn of a session whose context grows
+// with each answer (run_point adds the rest as it runs; multiturn sessions are built in
+// serve_bench_multiturn.cpp).
 Turn make_turn(const std::string& workload, const std::vector<std::string>& corpus, uint64_t index,
                const ServeBenchArgs& args) {
   Turn turn;
@@ -192,176 +161,6 @@ Turn make_turn(const std::string& workload, const std::vector<std::string>& corp
   }
   return turn;
 }
-
-struct Sample {
-  int status = 0;  // HTTP status; 0: no response
-  bool cancelled = false;
-  double ttft = 0, latency = 0;
-  int64_t prompt_tokens = 0, completion_tokens = 0;
-  std::vector<double> gaps;  // between output chunks
-  std::string text;
-};
-
-// A blocking HTTP/1.1 client on Boost.Beast: one new connection per exchange, 10 s to connect and
-// 600 s for each read or write.
-class ApiClient {
- public:
-  // `url`: http://HOST:PORT. `sampling`: the requests' temperature / top_k / top_p fields.
-  ApiClient(const std::string& url, std::string api_key, Json sampling = Json::object())
-      : url_(url), api_key_(std::move(api_key)), sampling_(std::move(sampling)) {
-    std::string rest = url;
-    if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
-    rest = rest.substr(0, rest.find('/'));
-    const size_t colon = rest.rfind(':');
-    host_ = colon == std::string::npos ? rest : rest.substr(0, colon);
-    port_ = colon == std::string::npos ? "80" : rest.substr(colon + 1);
-    VT_CHECK(!host_.empty(), "bench serve: --url '", url, "' is not http://HOST:PORT");
-  }
-
-  // Sends one request; the body comes to `receive` in pieces as it arrives (false: hang up). The
-  // status (0: none came) and whether the whole body came.
-  std::pair<int, bool> exchange(http::verb method, const std::string& path, const std::string& body,
-                                const std::function<bool(std::string_view)>& receive) const {
-    net::io_context io;
-    beast::tcp_stream stream(io);
-    beast::error_code error;
-    auto wait = [&] {  // runs the pending operation to its end
-      io.restart();
-      io.run();
-      return !error;
-    };
-    net::ip::tcp::resolver resolver(io);
-    const auto endpoints = resolver.resolve(host_, port_, error);
-    if (error) return {0, false};
-    stream.expires_after(std::chrono::seconds(10));
-    stream.async_connect(endpoints, [&](beast::error_code result, const auto&) { error = result; });
-    if (!wait()) return {0, false};
-    stream.socket().set_option(net::ip::tcp::no_delay(true), error);
-    http::request<http::string_body> request(method, path, 11);
-    request.set(http::field::host, host_);
-    if (!api_key_.empty()) request.set(http::field::authorization, "Bearer " + api_key_);
-    if (method == http::verb::post) request.set(http::field::content_type, "application/json");
-    request.body() = body;
-    request.prepare_payload();
-    stream.expires_after(std::chrono::seconds(600));
-    http::async_write(stream, request, [&](beast::error_code result, size_t) { error = result; });
-    if (!wait()) return {0, false};
-    beast::flat_buffer buffer;
-    http::response_parser<http::buffer_body> parser;
-    parser.body_limit(std::numeric_limits<uint64_t>::max());
-    stream.expires_after(std::chrono::seconds(600));
-    http::async_read_header(stream, buffer, parser, [&](beast::error_code result, size_t) { error = result; });
-    if (!wait()) return {0, false};
-    const int status = int(parser.get().result_int());
-    char piece[16384];
-    while (!parser.is_done()) {
-      parser.get().body().data = piece;
-      parser.get().body().size = sizeof(piece);
-      stream.expires_after(std::chrono::seconds(600));
-      http::async_read_some(stream, buffer, parser, [&](beast::error_code result, size_t) {
-        error = result == http::error::need_buffer ? beast::error_code() : result;
-      });
-      if (!wait()) return {status, false};  // cut off
-      const size_t size = sizeof(piece) - parser.get().body().size;
-      if (size > 0 && !receive(std::string_view(piece, size))) return {status, false};  // hang up
-    }
-    return {status, true};
-  }
-
-  // Streams one chat completion; hangs up after `cancel_after` content chunks when > 0.
-  Sample chat(const std::string& model, const Json& messages, int64_t max_tokens,
-              int64_t cancel_after) const {
-    Json body = {{"model", model},           {"messages", messages},
-                 {"max_tokens", max_tokens}, {"temperature", 0},
-                 {"stream", true},           {"stream_options", {{"include_usage", true}}}};
-    body.update(sampling_);
-    Sample sample;
-    std::string buffer;
-    const auto start = Clock::now();
-    auto last = start;
-    int64_t chunks = 0;
-    auto receive = [&](std::string_view data) {
-      buffer.append(data);
-      for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
-        const std::string event = buffer.substr(0, end);
-        buffer.erase(0, end + 2);
-        if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") continue;
-        const Json chunk = Json::parse(event.substr(6), nullptr, false);
-        if (chunk.is_discarded()) continue;
-        if (chunk.contains("usage") && chunk["usage"].is_object()) {
-          sample.prompt_tokens = chunk["usage"].value("prompt_tokens", int64_t(0));
-          sample.completion_tokens = chunk["usage"].value("completion_tokens", int64_t(0));
-        }
-        if (!chunk.contains("choices") || chunk["choices"].empty()) continue;
-        // A token's text arrives as content, or as reasoning_content while the model thinks (the
-        // family's templates open <think> in the prompt): either is the next chunk of output.
-        const Json& delta = chunk["choices"][0]["delta"];
-        const auto text_of = [&](const char* field) {
-          return delta.contains(field) && delta[field].is_string() ? delta[field].get<std::string>() : std::string();
-        };
-        const std::string text = text_of("content") + text_of("reasoning_content");
-        if (text.empty()) continue;
-        const auto now = Clock::now();
-        if (chunks == 0)
-          sample.ttft = std::chrono::duration<double>(now - start).count();
-        else
-          sample.gaps.push_back(std::chrono::duration<double>(now - last).count());
-        last = now;
-        sample.text += text;
-        if (++chunks == cancel_after) {
-          sample.cancelled = true;
-          return false;  // hang up
-        }
-      }
-      return true;
-    };
-    const auto [status, complete] = exchange(http::verb::post, "/v1/chat/completions", body.dump(), receive);
-    sample.status = status;
-    sample.latency = std::chrono::duration<double>(Clock::now() - start).count();
-    if (sample.cancelled) return sample;
-    if (!complete && sample.status == 200) sample.status = 0;  // cut off
-    if (sample.completion_tokens == 0) sample.completion_tokens = chunks;
-    return sample;
-  }
-
-  // A GET's body, or nothing unless the status is 200.
-  std::optional<std::string> get(const std::string& path) const {
-    std::string body;
-    const auto [status, complete] = exchange(http::verb::get, path, "", [&](std::string_view data) {
-      body.append(data);
-      return true;
-    });
-    if (status != 200 || !complete) return std::nullopt;
-    return body;
-  }
-
-  Json get_json(const std::string& path) const {
-    const auto body = get(path);
-    VT_CHECK(body, "bench serve: GET ", url_, path, " failed");
-    return Json::parse(*body);
-  }
-
-  std::map<std::string, double> metrics() const {
-    std::map<std::string, double> values;
-    const auto body = get("/metrics");
-    if (!body) return values;
-    std::stringstream lines(*body);
-    for (std::string line; std::getline(lines, line);) {
-      if (line.empty() || line[0] == '#') continue;
-      const size_t space = line.rfind(' ');
-      if (space == std::string::npos) continue;
-      try {
-        values[line.substr(0, space)] = std::stod(line.substr(space + 1));
-      } catch (const std::exception&) {
-      }
-    }
-    return values;
-  }
-
- private:
-  std::string url_, api_key_, host_, port_;
-  Json sampling_;
-};
 
 // What a run did to the server's speculative-decoding counters (the difference of two /metrics
 // readings): null when the server reports none.
@@ -402,12 +201,21 @@ Json speculative_delta(const std::map<std::string, double>& before, const std::m
           {"acceptance_by_position", by_position}};
 }
 
+}  // namespace
+
 double percentile(std::vector<double> values, double fraction) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
   const size_t rank = size_t(std::ceil(fraction * double(values.size())));
   return values[std::min(values.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
+
+Json percentiles_ms(const std::vector<double>& seconds) {
+  auto ms = [&](double fraction) { return std::round(percentile(seconds, fraction) * 1e5) / 100; };
+  return {{"p50", ms(0.5)}, {"p90", ms(0.9)}, {"p99", ms(0.99)}};
+}
+
+namespace {
 
 struct RunResult {
   std::string workload;
@@ -418,12 +226,13 @@ struct RunResult {
 
 Json summarize(const RunResult& run) {
   std::vector<double> ttft, tpot, itl, latency;
-  int64_t ok = 0, cancelled = 0, output_tokens = 0, prompt_tokens = 0;
+  int64_t ok = 0, cancelled = 0, output_tokens = 0, prompt_tokens = 0, cached_tokens = 0;
   std::map<std::string, int64_t> statuses;
   for (const Sample& sample : run.samples) {
     ++statuses[std::to_string(sample.status)];
     output_tokens += sample.completion_tokens;
     prompt_tokens += sample.prompt_tokens;
+    cached_tokens += sample.cached_tokens;
     if (sample.cancelled) {
       ++cancelled;
       continue;
@@ -436,7 +245,6 @@ Json summarize(const RunResult& run) {
       tpot.push_back((sample.latency - sample.ttft) / double(sample.completion_tokens - 1));
     itl.insert(itl.end(), sample.gaps.begin(), sample.gaps.end());
   }
-  auto ms = [](double seconds) { return std::round(seconds * 1e5) / 100; };
   return {{"workload", run.workload},
           {"concurrency", run.concurrency},
           {"requests", run.samples.size()},
@@ -445,25 +253,52 @@ Json summarize(const RunResult& run) {
           {"status_counts", statuses},
           {"seconds", std::round(run.seconds * 100) / 100},
           {"prompt_tokens", prompt_tokens},
+          {"cached_tokens", cached_tokens},
           {"output_tokens", output_tokens},
           {"output_tokens_per_second", std::round(double(output_tokens) / run.seconds * 100) / 100},
           {"requests_per_second", std::round(double(ok) / run.seconds * 1000) / 1000},
-          {"ttft_ms", {{"p50", ms(percentile(ttft, 0.5))}, {"p99", ms(percentile(ttft, 0.99))}}},
-          {"tpot_ms", {{"p50", ms(percentile(tpot, 0.5))}, {"p99", ms(percentile(tpot, 0.99))}}},
-          {"itl_ms", {{"p50", ms(percentile(itl, 0.5))}, {"p99", ms(percentile(itl, 0.99))}}},
-          {"latency_ms",
-           {{"p50", ms(percentile(latency, 0.5))}, {"p99", ms(percentile(latency, 0.99))}}}};
+          {"ttft_ms", percentiles_ms(ttft)},
+          {"tpot_ms", percentiles_ms(tpot)},
+          {"itl_ms", percentiles_ms(itl)},
+          {"latency_ms", percentiles_ms(latency)}};
 }
 
-// `concurrency` clients issue requests until the count or the duration is reached; with a rate,
-// each request also waits for its Poisson arrival time.
+// The sum of a /metrics family over its labels (vLLM's counters carry model_name); 0 when the
+// server does not report it.
+double metric_sum(const std::map<std::string, double>& values, const std::string& name) {
+  double sum = 0;
+  for (auto it = values.lower_bound(name);
+       it != values.end() && it->first.compare(0, name.size(), name) == 0; ++it)
+    if (it->first.size() == name.size() || it->first[name.size()] == '{') sum += it->second;
+  return sum;
+}
+
+// The server's prefix-cache counters over a run (tokens looked up and found, as vLLM counts them)
+// and its saved states' memory after it. `setting`: on, off, or "server" (as a --url server was
+// started).
+Json prefix_cache_delta(const std::string& setting, const std::map<std::string, double>& before,
+                        const std::map<std::string, double>& after) {
+  const auto delta = [&](const char* name) {
+    return metric_sum(after, name) - metric_sum(before, name);
+  };
+  return {{"setting", setting},
+          {"queries", delta("vllm:prefix_cache_queries_total")},
+          {"hits", delta("vllm:prefix_cache_hits_total")},
+          {"snapshot_bytes", metric_sum(after, "vt_prefix_cache_snapshot_bytes")}};
+}
+
+// `concurrency` clients issue requests (agent, multiturn: sessions) until the count or the
+// duration is reached; with a rate, each request also waits for its Poisson arrival time.
 RunResult run_point(const ApiClient& client, const std::string& model, const std::string& workload,
                     int64_t concurrency, const std::vector<std::string>& corpus,
                     const ServeBenchArgs& args) {
-  const int64_t total =
-      args.duration > 0
-          ? INT64_MAX
-          : (args.requests > 0 ? args.requests : std::max<int64_t>(8, 2 * concurrency));
+  const bool multiturn = workload == "multiturn";
+  const int64_t total = args.duration > 0   ? INT64_MAX
+                        : args.requests > 0 ? args.requests
+                        : multiturn         ? concurrency  // one session per client
+                                            : std::max<int64_t>(8, 2 * concurrency);
+  const std::string system_prompt =
+      multiturn ? multiturn_system_prompt(corpus, args.system_tokens) : "";
   std::vector<double> arrivals;  // seconds from the start, for --request-rate
   std::mt19937_64 rng(args.seed);
   std::atomic<int64_t> next{0};
@@ -484,8 +319,8 @@ RunResult run_point(const ApiClient& client, const std::string& model, const std
     return args.cancel_fraction > 0 &&
            std::fmod(double(index) * 0.6180339887498949, 1.0) < args.cancel_fraction;
   };
-  auto worker = [&] {
-    while (true) {
+  auto worker = [&](int64_t client_index) {
+    for (bool first = true;; first = false) {
       const int64_t index = next++;
       if (index >= total || (args.duration > 0 && Clock::now() >= deadline)) return;
       if (args.request_rate > 0) {
@@ -496,20 +331,31 @@ RunResult run_point(const ApiClient& client, const std::string& model, const std
         }
         std::this_thread::sleep_until(
             start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(at)));
+      } else if (multiturn && first && args.think_time > 0) {
+        // Sessions begin spread over one think time, as users arrive, not all in one instant.
+        std::mt19937_64 start_rng(args.seed * 1000003 + uint64_t(client_index));
+        std::this_thread::sleep_for(std::chrono::duration<double>(
+            std::uniform_real_distribution<double>(0, args.think_time)(start_rng)));
       }
       const int64_t cancel_after = cancels(index) ? 1 + index % 8 : 0;
+      const uint64_t key = args.seed * 7919 + uint64_t(index);
       std::vector<Sample> samples;
-      Turn turn = make_turn(workload, corpus, args.seed * 7919 + uint64_t(index), args);
-      if (workload != "agent") {
+      if (multiturn) {
+        samples =
+            run_multiturn_session(client, model, corpus, system_prompt, key, cancel_after, args);
+      } else if (workload != "agent") {
+        const Turn turn = make_turn(workload, corpus, key, args);
         samples.push_back(client.chat(model, turn.messages, turn.max_tokens, cancel_after));
       } else {
         // One session: each answer joins the context of the next turn.
+        Turn turn = make_turn(workload, corpus, key, args);
         for (int64_t step = 0; step < args.agent_turns; ++step) {
           samples.push_back(client.chat(model, turn.messages, turn.max_tokens,
                                         step + 1 == args.agent_turns ? cancel_after : 0));
           const Sample& answer = samples.back();
           if (answer.status != 200 || answer.cancelled) break;
-          turn.messages.push_back({{"role", "assistant"}, {"content", answer.text}});
+          turn.messages.push_back(
+              {{"role", "assistant"}, {"content", answer.reasoning + answer.content}});
           turn.messages.push_back(
               {{"role", "user"},
                {"content",
@@ -522,7 +368,7 @@ RunResult run_point(const ApiClient& client, const std::string& model, const std
     }
   };
   std::vector<std::thread> threads;
-  for (int64_t i = 0; i < concurrency; ++i) threads.emplace_back(worker);
+  for (int64_t i = 0; i < concurrency; ++i) threads.emplace_back(worker, i);
   for (auto& thread : threads) thread.join();
   run.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return run;
@@ -536,12 +382,125 @@ std::vector<std::string> split(const std::string& text) {
   return items;
 }
 
+// vt serve in this process on a free port of the loopback, over an already loaded model; stopped
+// when it goes out of scope (also on errors), its engine with it.
+class LocalServer {
+ public:
+  // `prefix_cache`: "on", "off", or "" for the engine's default.
+  LocalServer(Model& model, const ModelText& text, const ServeBenchArgs& args,
+              const std::string& prefix_cache) {
+    EngineOptions options;
+    options.max_running = args.max_running;
+    options.cache_blocks = args.cache_tokens / options.block_size;
+    options.admission_watermark_blocks = -1;
+    VT_CHECK(args.speculative.empty() || args.speculative == "ngram",
+             "bench serve: --speculative '", args.speculative,
+             "': the server drafts with ngram only");
+    if (!args.speculative.empty()) {
+      options.max_num_draft = args.num_draft;
+      options.step_token_budget =
+          std::max(options.step_token_budget, options.max_running * (1 + args.num_draft));
+    }
+    if (!prefix_cache.empty()) options.prefix_cache = prefix_cache == "on";
+    if (args.prefix_snapshot_stride > 0)
+      options.prefix_snapshot_stride = args.prefix_snapshot_stride;
+    setting_ = options.prefix_cache ? "on" : "off";
+    engine_ = std::make_unique<Engine>(model, text.tokenizer.get(), options);
+    server::ServerOptions server_options;
+    server_options.num_draft = options.max_num_draft;
+    server_options.port = 0;
+    server_options.model_name = "bench";
+    server_options.api_key = args.api_key;
+    server::ModelTextView view{text.tokenizer.get(), &text.chat_templates, text.stop_ids};
+    server_ = std::make_unique<server::Server>(*engine_, view, server_options);
+    url_ = "http://127.0.0.1:" + std::to_string(server_->bind());
+    thread_ = std::thread([this] { server_->run(); });
+  }
+  ~LocalServer() {
+    server_->stop();
+    thread_.join();
+  }
+  LocalServer(const LocalServer&) = delete;
+  LocalServer& operator=(const LocalServer&) = delete;
+
+  const std::string& url() const { return url_; }
+  const std::string& prefix_cache() const { return setting_; }  // on or off
+
+ private:
+  std::unique_ptr<Engine> engine_;  // outlives server_
+  std::unique_ptr<server::Server> server_;
+  std::thread thread_;
+  std::string url_, setting_;
+};
+
+void print_header() {
+  std::printf("%-9s %5s %6s %5s %6s %9s %9s %9s %9s %9s %9s %10s\n", "load", "conc", "reqs", "ok",
+              "cancel", "ttft_p50", "ttft_p99", "tpot_p50", "itl_p50", "itl_p99", "tok/s", "5xx");
+}
+
+void print_run(const Json& summary, int64_t server_errors) {
+  std::printf("%-9s %5lld %6lld %5lld %6lld %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %10lld\n",
+              summary["workload"].get<std::string>().c_str(),
+              static_cast<long long>(summary["concurrency"].get<int64_t>()),
+              static_cast<long long>(summary["requests"].get<int64_t>()),
+              static_cast<long long>(summary["ok"].get<int64_t>()),
+              static_cast<long long>(summary["cancelled"].get<int64_t>()),
+              summary["ttft_ms"]["p50"].get<double>(), summary["ttft_ms"]["p99"].get<double>(),
+              summary["tpot_ms"]["p50"].get<double>(), summary["itl_ms"]["p50"].get<double>(),
+              summary["itl_ms"]["p99"].get<double>(),
+              summary["output_tokens_per_second"].get<double>(),
+              static_cast<long long>(server_errors));
+  if (summary.contains("engine_bound_s"))
+    std::printf("       engine-bound %.2f s of %.2f s measured: efficiency %.0f%%\n",
+                summary["engine_bound_s"].get<double>(), summary["seconds"].get<double>(),
+                100 * summary["efficiency"].get<double>());
+  if (summary["engine_steps"]["count"].get<double>() > 0)
+    std::printf("       server steps: %.0f, %.2f s (forwards %.2f s, host %.2f s)\n",
+                summary["engine_steps"]["count"].get<double>(),
+                summary["engine_steps"]["wall_s"].get<double>(),
+                summary["engine_steps"]["forward_s"].get<double>(),
+                summary["engine_steps"]["host_s"].get<double>());
+  if (summary.contains("speculative")) {
+    const Json& speculative = summary["speculative"];
+    std::printf(
+        "       speculative: %.2f drafts accepted/step (%.2f tokens/step over %lld steps), "
+        "acceptance %.1f%%, accepted per step %s, acceptance by position %s\n",
+        speculative["accepted_per_step"].get<double>(),
+        speculative["tokens_per_step"].get<double>(),
+        static_cast<long long>(speculative["steps"].get<int64_t>()),
+        100 * speculative["acceptance_rate"].get<double>(),
+        speculative["accepted_histogram"].dump().c_str(),
+        speculative["acceptance_by_position"].dump().c_str());
+  }
+  if (summary.contains("multiturn")) print_multiturn(summary);
+}
+
+// What the server holds once the load is gone: everything should be back.
+Json server_after_load(const ApiClient& client) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto values = client.metrics();
+  Json after = Json::object();
+  for (const char* name :
+       {"vt_requests_running", "vt_requests_waiting", "vt_kv_blocks_used", "vt_state_slots_used",
+        "vt_preemptions_total", "vt_requests_cancelled_total", "vt_http_requests_in_flight"})
+    if (values.count(name)) after[name] = values.at(name);
+  Json responses = Json::object();
+  for (const auto& [name, value] : values)
+    if (name.rfind("vt_http_responses_total{code=\"", 0) == 0)
+      responses[name.substr(30, 3)] = value;
+  after["http_responses"] = responses;
+  return after;
+}
+
 void run_bench_serve(const ServeBenchArgs& args) {
   VT_CHECK(args.url.empty() != args.model.empty(),
            "bench serve: give --url (a running server) or --model (start one here)");
   VT_CHECK(args.speculative.empty() || !args.model.empty(),
            "bench serve: --speculative configures the in-process server (--model); a server at --url speculates "
            "as it was started (vt serve --speculative ngram)");
+  VT_CHECK(args.prefix_cache.empty() || !args.model.empty(),
+           "bench serve: --prefix-cache configures the in-process server (--model); a server at "
+           "--url caches as it was started (vt serve --prefix-cache on|off)");
   std::vector<int64_t> concurrency;
   for (const std::string& item : split(args.concurrency)) {
     int64_t value = 0;
@@ -557,130 +516,89 @@ void run_bench_serve(const ServeBenchArgs& args) {
   VT_CHECK(!concurrency.empty() && !workloads.empty(),
            "bench serve: empty --concurrency or --workload");
   for (const std::string& workload : workloads)
-    VT_CHECK(workload == "chat" || workload == "edit" || workload == "agent", "--workload: '",
-             workload, "' is not chat, edit or agent");
+    VT_CHECK(
+        workload == "chat" || workload == "edit" || workload == "agent" || workload == "multiturn",
+        "--workload: '", workload, "' is not chat, edit, agent or multiturn");
+  // One server per prefix-cache setting: "server" is one at --url, as it was started; "" the
+  // in-process engine's default.
+  std::vector<std::string> settings = {args.model.empty() ? "server" : ""};
+  if (!args.prefix_cache.empty()) {
+    settings = split(args.prefix_cache);
+    VT_CHECK(!settings.empty(), "bench serve: empty --prefix-cache");
+    for (const std::string& setting : settings)
+      VT_CHECK(setting == "on" || setting == "off", "--prefix-cache: '", setting,
+               "' is not on or off");
+  }
   const auto corpus = load_corpus(args);
 
-  // --model: the server runs in this process on a free port of the loopback.
-  std::unique_ptr<vt::apps::ModelText> text;
-  std::unique_ptr<vt::Model> model;
-  std::unique_ptr<vt::Engine> engine;
-  std::unique_ptr<vt::server::Server> server;
-  std::thread server_thread;
-  std::string url = args.url;
+  std::unique_ptr<ModelText> text;
+  std::unique_ptr<Model> model;
   if (!args.model.empty()) {
-    text = std::make_unique<vt::apps::ModelText>(vt::apps::load_model_text(args.model));
-    model = vt::apps::load_model_with_progress(args.model);
-    vt::EngineOptions options;
-    options.max_running = args.max_running;
-    options.cache_blocks = args.cache_tokens / options.block_size;
-    options.admission_watermark_blocks = -1;
-    VT_CHECK(args.speculative.empty() || args.speculative == "ngram", "bench serve: --speculative '", args.speculative,
-             "': the server drafts with ngram only");
-    if (!args.speculative.empty()) {
-      options.max_num_draft = args.num_draft;
-      options.step_token_budget = std::max(options.step_token_budget, options.max_running * (1 + args.num_draft));
-    }
-    engine = std::make_unique<vt::Engine>(*model, text->tokenizer.get(), options);
-    vt::server::ServerOptions server_options;
-    server_options.num_draft = options.max_num_draft;
-    server_options.port = 0;
-    server_options.model_name = "bench";
-    server_options.api_key = args.api_key;
-    vt::server::ModelTextView view{text->tokenizer.get(), &text->chat_templates, text->stop_ids};
-    server = std::make_unique<vt::server::Server>(*engine, view, server_options);
-    url = "http://127.0.0.1:" + std::to_string(server->bind());
-    server_thread = std::thread([&] { server->run(); });
+    text = std::make_unique<ModelText>(load_model_text(args.model));
+    model = load_model_with_progress(args.model);
   }
-  struct StopServer {  // also on errors
-    std::unique_ptr<vt::server::Server>& server;
-    std::thread& thread;
-    ~StopServer() {
-      if (!server) return;
-      server->stop();
-      thread.join();
-    }
-  } stop_server{server, server_thread};
-
   Json sampling = {{"temperature", args.temperature}, {"top_p", args.top_p}};
   if (args.top_k > 0) sampling["top_k"] = args.top_k;
-  ApiClient client(url, args.api_key, sampling);
-  std::string model_name = args.served_model_name;
-  if (model_name.empty())
-    model_name = client.get_json("/v1/models")["data"][0]["id"].get<std::string>();
-  Json runs = Json::array();
   const std::map<int64_t, double> decode_steps = parse_decode_steps(args.decode_step_ms);
-  if (!args.json)
-    std::printf("%-6s %5s %6s %5s %6s %9s %9s %9s %9s %9s %9s %10s\n", "load", "conc", "reqs", "ok",
-                "cancel", "ttft_p50", "ttft_p99", "tpot_p50", "itl_p50", "itl_p99", "tok/s", "5xx");
-  for (const std::string& workload : workloads) {
-    for (int64_t clients : concurrency) {
-      const auto metrics_before = client.metrics();
-      Json summary = summarize(run_point(client, model_name, workload, clients, corpus, args));
-      const auto metrics_after = client.metrics();
-      const Json speculative = speculative_delta(metrics_before, metrics_after);
-      add_engine_bound(summary, args, decode_steps, metrics_before, metrics_after);
-      if (!speculative.is_null()) summary["speculative"] = speculative;
-      int64_t server_errors = 0;
-      for (const auto& [status, count] : summary["status_counts"].items())
-        if (status[0] == '5' || status == "0") server_errors += count.get<int64_t>();
-      if (!args.json)
-        std::printf("%-6s %5lld %6lld %5lld %6lld %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %10lld\n",
-                    workload.c_str(), static_cast<long long>(clients),
-                    static_cast<long long>(summary["requests"].get<int64_t>()),
-                    static_cast<long long>(summary["ok"].get<int64_t>()),
-                    static_cast<long long>(summary["cancelled"].get<int64_t>()),
-                    summary["ttft_ms"]["p50"].get<double>(),
-                    summary["ttft_ms"]["p99"].get<double>(),
-                    summary["tpot_ms"]["p50"].get<double>(), summary["itl_ms"]["p50"].get<double>(),
-                    summary["itl_ms"]["p99"].get<double>(),
-                    summary["output_tokens_per_second"].get<double>(),
-                    static_cast<long long>(server_errors));
-      if (!args.json && summary.contains("engine_bound_s"))
-        std::printf("       engine-bound %.2f s of %.2f s measured: efficiency %.0f%%\n",
-                    summary["engine_bound_s"].get<double>(), summary["seconds"].get<double>(),
-                    100 * summary["efficiency"].get<double>());
-      if (!args.json && summary["engine_steps"]["count"].get<double>() > 0)
-        std::printf("       server steps: %.0f, %.2f s (forwards %.2f s, host %.2f s)\n",
-                    summary["engine_steps"]["count"].get<double>(), summary["engine_steps"]["wall_s"].get<double>(),
-                    summary["engine_steps"]["forward_s"].get<double>(), summary["engine_steps"]["host_s"].get<double>());
-      if (!args.json && !speculative.is_null())
-        std::printf("       speculative: %.2f drafts accepted/step (%.2f tokens/step over %lld steps), acceptance %.1f%%, "
-                    "accepted per step %s, acceptance by position %s\n",
-                    speculative["accepted_per_step"].get<double>(), speculative["tokens_per_step"].get<double>(),
-                    static_cast<long long>(speculative["steps"].get<int64_t>()),
-                    100 * speculative["acceptance_rate"].get<double>(),
-                    speculative["accepted_histogram"].dump().c_str(),
-                    speculative["acceptance_by_position"].dump().c_str());
-      std::fflush(stdout);
-      runs.push_back(summary);
+  Json runs = Json::array(), servers = Json::array();
+  std::string url, model_name;
+  for (const std::string& setting : settings) {
+    std::optional<LocalServer> local;
+    std::string label = "server";
+    url = args.url;
+    if (model) {
+      local.emplace(*model, *text, args, setting);
+      url = local->url();
+      label = local->prefix_cache();
     }
+    ApiClient client(url, args.api_key, sampling);
+    model_name = args.served_model_name;
+    if (model_name.empty())
+      model_name = client.get_json("/v1/models")["data"][0]["id"].get<std::string>();
+    if (!args.json) {
+      if (settings.size() > 1)
+        std::printf("%sprefix cache %s:\n", servers.empty() ? "" : "\n", label.c_str());
+      print_header();
+    }
+    for (const std::string& workload : workloads) {
+      for (int64_t clients : concurrency) {
+        const auto metrics_before = client.metrics();
+        const RunResult run = run_point(client, model_name, workload, clients, corpus, args);
+        Json summary = summarize(run);
+        const auto metrics_after = client.metrics();
+        const Json speculative = speculative_delta(metrics_before, metrics_after);
+        add_engine_bound(summary, args, decode_steps, metrics_before, metrics_after);
+        if (!speculative.is_null()) summary["speculative"] = speculative;
+        summary["prefix_cache"] = prefix_cache_delta(label, metrics_before, metrics_after);
+        if (workload == "multiturn") summary["multiturn"] = summarize_multiturn(run.samples, args);
+        int64_t server_errors = 0;
+        for (const auto& [status, count] : summary["status_counts"].items())
+          if (status[0] == '5' || status == "0") server_errors += count.get<int64_t>();
+        if (!args.json) print_run(summary, server_errors);
+        std::fflush(stdout);
+        runs.push_back(summary);
+      }
+    }
+    const Json after = server_after_load(client);
+    servers.push_back({{"prefix_cache", label}, {"url", url}, {"server_after", after}});
+    if (!args.json) std::printf("server after the load: %s\n", after.dump().c_str());
   }
-  // What the server holds once the load is gone: everything should be back.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  const auto values = client.metrics();
-  Json after = Json::object();
-  for (const char* name :
-       {"vt_requests_running", "vt_requests_waiting", "vt_kv_blocks_used", "vt_state_slots_used",
-        "vt_preemptions_total", "vt_requests_cancelled_total", "vt_http_requests_in_flight"})
-    if (values.count(name)) after[name] = values.at(name);
-  Json responses = Json::object();
-  for (const auto& [name, value] : values)
-    if (name.rfind("vt_http_responses_total{code=\"", 0) == 0)
-      responses[name.substr(30, 3)] = value;
-  after["http_responses"] = responses;
+  const Json comparison = compare_prefix_cache(runs, args.json);
   if (args.json) {
-    std::printf("%s\n",
-                Json{{"url", url}, {"model", model_name}, {"sampling", sampling}, {"runs", runs},
-                     {"server_after", after}}
-                    .dump(2)
-                    .c_str());
-  } else {
-    std::printf("server after the load: %s\n", after.dump().c_str());
+    std::printf("%s\n", Json{{"url", url},
+                             {"model", model_name},
+                             {"sampling", sampling},
+                             {"runs", runs},
+                             {"server_after", servers.back()["server_after"]},
+                             {"servers", servers},
+                             {"prefix_cache_comparison", comparison}}
+                            .dump(2)
+                            .c_str());
   }
 }
 
 }  // namespace
+}  // namespace vt::apps::serve_bench
 
 namespace vt::apps {
 
@@ -693,7 +611,7 @@ void add_serve_bench_commands(CLI::App& app) {
     bench = app.add_subcommand("bench", "Benchmarks");
     bench->require_subcommand(1);
   }
-  auto args = std::make_shared<ServeBenchArgs>();
+  auto args = std::make_shared<serve_bench::ServeBenchArgs>();
   auto* serve = bench->add_subcommand(
       "serve", "Load an OpenAI-compatible server: TTFT, TPOT, ITL, throughput");
   serve->add_option("--url", args->url, "a running server, e.g. http://127.0.0.1:8000");
@@ -705,12 +623,13 @@ void add_serve_bench_commands(CLI::App& app) {
   serve->add_option("--concurrency", args->concurrency,
                     "concurrent clients, comma-separated (default 1,16,64)");
   serve->add_option("--workload", args->workloads,
-                    "chat, edit, agent, comma-separated (default all three)");
+                    "chat, edit, agent, multiturn, comma-separated (default chat,edit,agent)");
   serve->add_option("--corpus", args->corpus,
                     "text files for the prompts, comma-separated (default README.md, docs/*.md)");
   serve
       ->add_option("--requests", args->requests,
-                   "requests (agent: sessions) per run (default 2 x concurrency, >= 8)")
+                   "requests (agent, multiturn: sessions) per run (default 2 x concurrency, >= 8; "
+                   "multiturn: one session per client)")
       ->check(CLI::PositiveNumber);
   serve->add_option("--duration", args->duration, "seconds per run instead of a request count")
       ->check(CLI::PositiveNumber);
@@ -737,6 +656,26 @@ void add_serve_bench_commands(CLI::App& app) {
   serve
       ->add_option("--agent-tokens", args->agent_tokens, "max_tokens of an agent turn (default 48)")
       ->check(CLI::PositiveNumber);
+  serve->add_option("--turns", args->turns, "turns per multiturn session (default 4)")
+      ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--system-tokens", args->system_tokens,
+                   "multiturn: the system prompt every session shares, about this many tokens "
+                   "(default 3000)")
+      ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--user-tokens", args->user_tokens,
+                   "multiturn: new text in each user message, about this many tokens (default 256)")
+      ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--multiturn-tokens", args->multiturn_tokens,
+                   "max_tokens of a multiturn turn (default 128)")
+      ->check(CLI::PositiveNumber);
+  serve
+      ->add_option(
+          "--think-time", args->think_time,
+          "multiturn: seconds a client waits between its turns, 0.5-1.5 times this (default 1)")
+      ->check(CLI::NonNegativeNumber);
   serve
       ->add_option("--cache-tokens", args->cache_tokens,
                    "--model: KV cache size in tokens (default 65536)")
@@ -749,6 +688,15 @@ void add_serve_bench_commands(CLI::App& app) {
                     "--model: the in-process server speculates with ngram drafts for every request");
   serve->add_option("--num-draft", args->num_draft, "--model --speculative: drafts per step (default 4)")
       ->check(CLI::Range(1, 32));
+  serve->add_option(
+      "--prefix-cache", args->prefix_cache,
+      "--model: the in-process server's prefix cache, on, off or on,off (a fresh server for each, "
+      "run after run; default: the engine's default)");
+  serve
+      ->add_option("--prefix-snapshot-stride", args->prefix_snapshot_stride,
+                   "--model: the prefix cache saves a state every this many prompt tokens "
+                   "(default: the engine's)")
+      ->check(CLI::PositiveNumber);
   serve->add_option("--temperature", args->temperature, "the requests' temperature (default 0: greedy)")
       ->check(CLI::Range(0.0, 2.0));
   serve->add_option("--top-k", args->top_k, "the requests' top_k (default 0: none)")->check(CLI::NonNegativeNumber);
@@ -761,7 +709,7 @@ void add_serve_bench_commands(CLI::App& app) {
   serve->add_option("--decode-step-ms", args->decode_step_ms,
                     "the engine's ms per decode step by batch (vt bench decode), e.g. 1:8.5,16:11.1,64:20.1");
   serve->add_flag("--json", args->json, "print one JSON object");
-  serve->callback([args] { run_bench_serve(*args); });
+  serve->callback([args] { serve_bench::run_bench_serve(*args); });
 }
 
 }  // namespace vt::apps

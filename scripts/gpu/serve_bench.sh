@@ -8,19 +8,51 @@
 # measured first with the same build (`vt bench prefill` at 1,024 tokens, `vt bench decode` at
 # batch 1/16/64), so each run prints its engine-bound time and efficiency; the server writes its
 # step trace (one JSON line per engine step), summarised last by kind of step.
+# WORKLOADS=multiturn (alone or in the list): sessions of TURNS turns (default 4) after a shared
+# system prompt of SYSTEM_TOKENS (default 3000), THINK_TIME seconds apart (default 1), against two
+# servers one after the other, `vt serve --prefix-cache on` then `off` (MULTITURN_MAX_CONTEXT
+# tokens per sequence, default 8192; MULTITURN_CACHE_TOKENS of KV, default 524288); their hit
+# rates, TTFT by turn and snapshot memory side by side in the last table.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
 LOGS=$(mktemp -d)
 TOKENIZER=${TOKENIZER:-.cache/tokenizers/qwen3_5}
 PORT=${PORT:-18800}
+WORKLOADS=${WORKLOADS:-chat,edit}
+single=$(tr ',' '\n' <<<"$WORKLOADS" | grep -vx multiturn | paste -sd, -)  # against one server
+multiturn=$(tr ',' '\n' <<<"$WORKLOADS" | grep -cx multiturn)
 require_build
 [ -f "$TOKENIZER/tokenizer.json" ] || { echo "no tokenizer at $TOKENIZER" >&2; exit 1; }
-"$VT" bench prefill --synthetic "${MODEL:-qwen3.5-27b}" --weights fp8 --tokens 1024 --repeats 2 --json \
-  >"$LOGS/prefill.json" 2>"$LOGS/prefill.err" || echo "FAILED: bench prefill"
-"$VT" bench decode --synthetic "${MODEL:-qwen3.5-27b}" --weights fp8 --batch 1,16,64 --context 1024 --steps 16 --json \
-  >"$LOGS/decode.json" 2>"$LOGS/decode.err" || echo "FAILED: bench decode"
-rates=$(python3 - "$LOGS/prefill.json" "$LOGS/decode.json" <<'PY'
+status=0
+
+# vt serve in the background, its log in $LOGS/$1.err; the rest are extra flags. Sets $server.
+start_server() {
+  local name=$1
+  shift
+  "$VT" serve --synthetic "${MODEL:-qwen3.5-27b}" --weights fp8 --tokenizer "$TOKENIZER" --port "$PORT" \
+    --max-running 64 --device-sampling "${DEVICE_SAMPLING:-on}" "$@" 2>"$LOGS/$name.err" &
+  server=$!
+  for _ in $(seq 1 300); do grep -q "listening on" "$LOGS/$name.err" && break; sleep 1; done
+  grep -q "listening on" "$LOGS/$name.err" && return 0
+  echo "server did not start ($name)"
+  tail -20 "$LOGS/$name.err"
+  kill $server
+  return 1
+}
+
+stop_server() {  # $1: where its /metrics go
+  curl -s "http://127.0.0.1:$PORT/metrics" >"$1" 2>/dev/null || true
+  kill -TERM $server
+  wait $server || status=1
+}
+
+if [ -n "$single" ]; then
+  "$VT" bench prefill --synthetic "${MODEL:-qwen3.5-27b}" --weights fp8 --tokens 1024 --repeats 2 --json \
+    >"$LOGS/prefill.json" 2>"$LOGS/prefill.err" || echo "FAILED: bench prefill"
+  "$VT" bench decode --synthetic "${MODEL:-qwen3.5-27b}" --weights fp8 --batch 1,16,64 --context 1024 --steps 16 --json \
+    >"$LOGS/decode.json" 2>"$LOGS/decode.err" || echo "FAILED: bench decode"
+  rates=$(python3 - "$LOGS/prefill.json" "$LOGS/decode.json" <<'PY'
 import json, sys
 prefill = json.load(open(sys.argv[1]))
 rate = max(row["tokens_per_second"] for row in prefill["rows"] if row.get("delta_rule", "chunked") == "chunked")
@@ -28,24 +60,40 @@ decode = json.load(open(sys.argv[2]))
 steps = ",".join(f"{row['batch']}:{row['ms_per_step']:.3f}" for row in decode["rows"])
 print(f"--prefill-rate {rate:.0f} --decode-step-ms {steps}")
 PY
-) || rates=""
-echo "engine rates: $rates"
-"$VT" serve --synthetic "${MODEL:-qwen3.5-27b}" --weights fp8 --tokenizer "$TOKENIZER" --port "$PORT" \
-  --max-running 64 --max-context 2048 --device-sampling "${DEVICE_SAMPLING:-on}" --step-trace "$LOGS/steps.jsonl" \
-  2>"$LOGS/serve.err" &
-server=$!
-for _ in $(seq 1 300); do grep -q "listening on" "$LOGS/serve.err" && break; sleep 1; done
-grep -q "listening on" "$LOGS/serve.err" || { echo "server did not start"; tail -20 "$LOGS/serve.err"; kill $server; exit 1; }
-status=0
-"$VT" bench serve --url "http://127.0.0.1:$PORT" --concurrency "${CONCURRENCY:-1,16,64}" --workload "${WORKLOADS:-chat,edit}" \
-  --temperature "${TEMPERATURE:-0}" --top-p "${TOP_P:-1}" ${REQUESTS:+--requests $REQUESTS} $rates \
-  --json >"$LOGS/bench_serve.json" 2>"$LOGS/bench_serve.err" || { status=1; tail -20 "$LOGS/bench_serve.err"; }
-curl -s "http://127.0.0.1:$PORT/metrics" >"$LOGS/metrics.txt" 2>/dev/null || true
-kill -TERM $server
-wait $server || status=1
+  ) || rates=""
+  echo "engine rates: $rates"
+  if start_server serve --max-context 2048 --step-trace "$LOGS/steps.jsonl"; then
+    "$VT" bench serve --url "http://127.0.0.1:$PORT" --concurrency "${CONCURRENCY:-1,16,64}" --workload "$single" \
+      --temperature "${TEMPERATURE:-0}" --top-p "${TOP_P:-1}" ${REQUESTS:+--requests $REQUESTS} $rates \
+      --json >"$LOGS/bench_serve.json" 2>"$LOGS/bench_serve.err" || { status=1; tail -20 "$LOGS/bench_serve.err"; }
+    stop_server "$LOGS/metrics.txt"
+    tail -3 "$LOGS/serve.err"
+  else
+    status=1
+  fi
+fi
+
+if [ "$multiturn" -gt 0 ]; then
+  for setting in on off; do
+    start_server "serve_multiturn_$setting" --prefix-cache "$setting" \
+      --max-context "${MULTITURN_MAX_CONTEXT:-8192}" --cache-tokens "${MULTITURN_CACHE_TOKENS:-524288}" || {
+      status=1
+      continue
+    }
+    "$VT" bench serve --url "http://127.0.0.1:$PORT" --concurrency "${CONCURRENCY:-1,16,64}" --workload multiturn \
+      --temperature "${TEMPERATURE:-0}" --top-p "${TOP_P:-1}" ${REQUESTS:+--requests $REQUESTS} \
+      ${TURNS:+--turns $TURNS} ${SYSTEM_TOKENS:+--system-tokens $SYSTEM_TOKENS} \
+      ${USER_TOKENS:+--user-tokens $USER_TOKENS} ${MULTITURN_TOKENS:+--multiturn-tokens $MULTITURN_TOKENS} \
+      ${THINK_TIME:+--think-time $THINK_TIME} --json >"$LOGS/multiturn_$setting.json" \
+      2>"$LOGS/multiturn_$setting.err" || { status=1; tail -20 "$LOGS/multiturn_$setting.err"; }
+    stop_server "$LOGS/metrics_multiturn_$setting.txt"
+    tail -3 "$LOGS/serve_multiturn_$setting.err"
+  done
+fi
+
 tar -czf "$OUT/serve_bench.tar.gz" -C "$LOGS" .
-tail -3 "$LOGS/serve.err"
-python3 - "$LOGS/bench_serve.json" <<'PY'
+if [ -n "$single" ]; then
+  python3 - "$LOGS/bench_serve.json" <<'PY'
 import json, sys
 try:
     report = json.load(open(sys.argv[1]))
@@ -55,9 +103,9 @@ runs = report.get("runs", report if isinstance(report, list) else [])
 for run in runs:
     print(json.dumps({k: v for k, v in run.items() if not isinstance(v, (list, dict))}))
 PY
-python3 - "$LOGS/steps.jsonl" <<'PY'
-import json, sys
-steps = [json.loads(line) for line in open(sys.argv[1])] if sys.argv[1] else []
+  python3 - "$LOGS/steps.jsonl" <<'PY'
+import json, os, sys
+steps = [json.loads(line) for line in open(sys.argv[1])] if os.path.exists(sys.argv[1]) else []
 kinds = {}
 for step in steps:
     kind = "verify" if step["verify_tokens"] else "mixed" if step["prefill_tokens"] and step["decode_tokens"] else \
@@ -71,4 +119,8 @@ for kind, rows in sorted(kinds.items()):
     print(f"| {kind} | {n} | {mean('wall_ms'):.2f} | {mean('forward_ms'):.2f} | {mean('host_ms'):.2f} | "
           f"{mean('decode_tokens'):.1f} | {mean('prefill_tokens'):.1f} |")
 PY
+fi
+if [ "$multiturn" -gt 0 ]; then
+  python3 scripts/gpu/multiturn_table.py on="$LOGS/multiturn_on.json" off="$LOGS/multiturn_off.json"
+fi
 exit $status
