@@ -165,7 +165,7 @@ struct Server::Impl {
   std::unique_ptr<HttpServer> http;
 
   Impl(Engine& engine_, ModelTextView text_, ServerOptions options_)
-      : engine(engine_), text(std::move(text_)), options(std::move(options_)) {
+      : engine(engine_), text(std::move(text_)), options(std::move(options_)), metrics(options.model_name) {
     VT_CHECK(text.tokenizer, "serve: the model has no tokenizer");
     limits.model_name = options.model_name;
     limits.vocab_size = engine.model().info().vocab_size;
