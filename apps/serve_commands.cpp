@@ -5,6 +5,8 @@
 //       mtp: the checkpoint's MTP head drafts, on the CPU reference or one GPU)
 //   ... [--device-sampling on|off]   (CUDA: tokens drawn on the GPU, the default; off for A/B runs)
 //   ... [--step-trace FILE]   (one JSON line per engine step: its times and tokens by kind)
+//   ... [--prefix-cache on|off] [--prefix-snapshot-stride N]   (requests start from the longest saved
+//       state their prompt extends; on by default)
 //   ... [--chat-template FILE.jinja]   (instead of the model's own; its tool-call format is used)
 // Prints "vt serve: listening on http://HOST:PORT" on stderr once it accepts connections
 // (--port 0 picks a free port). SIGINT or SIGTERM drains: new requests get 503, those in flight
@@ -57,6 +59,8 @@ struct ServeArgs {
   int64_t num_draft = 0;    // 0: not given (4 with --speculative)
   bool adaptive_draft = false;
   std::string device_sampling = "on";
+  std::string prefix_cache = "on";
+  double prefix_cache_gb = 4;
   std::string chat_template;  // a .jinja file replacing the model's templates
   vt::apps::LmHeadArgs lm_head;
 };
@@ -196,6 +200,11 @@ void run_serve(ServeArgs args) {
                                                        : vt::EngineOptions::Reservation::kOnDemand;
   args.engine.admission_watermark_blocks = -1;  // 1% of the pool kept for running requests to grow
   args.engine.device_sampling = args.device_sampling == "on";
+  args.engine.prefix_cache = args.prefix_cache == "on" && model->supports_prefix_cache();
+  if (args.prefix_cache == "on" && !args.engine.prefix_cache)
+    std::fprintf(stderr, "vt serve: prefix caching off: %s on this backend does not save sequence states\n",
+                 model->info().architecture.c_str());
+  args.engine.prefix_cache_bytes = int64_t(args.prefix_cache_gb * double(int64_t(1) << 30));
   vt::Engine engine(*model, text.tokenizer.get(), args.engine);
 
   fit_connections_to_descriptors(args.server.http);
@@ -303,6 +312,19 @@ void add_serve_commands(CLI::App& app) {
                     "logprobs, logit_bias or drafts still get their logits); off: every step's logits go to the "
                     "host, which samples (A/B runs). Seeded requests repeat on either, with other tokens")
       ->check(CLI::IsMember({"on", "off"}));
+  serve->add_option("--prefix-cache", args->prefix_cache,
+                    "on (default): a request starts from the longest saved state its prompt extends (an earlier "
+                    "prompt's or completion's end, or a snapshot every --prefix-snapshot-stride prompt tokens), "
+                    "copied back, and computes only the rest (multi-turn chats, shared system prompts); "
+                    "off: every prompt is computed in full")
+      ->check(CLI::IsMember({"on", "off"}));
+  serve->add_option("--prefix-cache-gb", args->prefix_cache_gb,
+                    "--prefix-cache: memory for saved states (GiB; host on the CPU, GPU memory on CUDA), the least "
+                    "recently used dropped first (default 4)")
+      ->check(CLI::Range(0.0, 1e6));
+  serve->add_option("--prefix-snapshot-stride", args->engine.prefix_snapshot_stride,
+                    "--prefix-cache: prompt tokens between the states saved inside a long prompt (default 2048)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   serve->add_option("--step-trace", args->engine.step_trace,
                     "write one JSON line per engine step to this file: wall, forward and host ms, sequences, "
                     "prefill / decode / verify tokens");

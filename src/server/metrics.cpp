@@ -32,8 +32,27 @@ std::string Histogram::render(const std::string& name, const std::string& help) 
   return out.str();
 }
 
-ServerMetrics::ServerMetrics()
-    : time_to_first_token_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
+namespace {
+
+// A Prometheus label value: backslash, double quote and newline escaped.
+std::string label_value(const std::string& value) {
+  std::string escaped;
+  for (char c : value) {
+    if (c == '\\' || c == '"') escaped += '\\';
+    if (c == '\n') {
+      escaped += "\\n";
+      continue;
+    }
+    escaped += c;
+  }
+  return escaped;
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics(std::string model_name)
+    : vllm_labels_("{engine=\"0\",model_name=\"" + label_value(model_name) + "\"}"),
+      time_to_first_token_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
       inter_token_latency_({0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5, 5}) {}
 
 void ServerMetrics::record_response(int status) {
@@ -117,6 +136,42 @@ void render_steps(std::ostringstream& out, const StepStats& step) {
       << "vt_engine_step_tokens_total{kind=\"verify\"} " << step.verify_tokens << "\n";
 }
 
+// The prefix cache in tokens (looked up at admission, found there), its saved states and their
+// memory, and the states dropped for room.
+void render_prefix_cache(std::ostringstream& out, const EngineStats::Prefix& prefix) {
+  metric(out, "vt_prefix_cache_queries_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.",
+         double(prefix.queries));
+  metric(out, "vt_prefix_cache_hits_tokens_total", "counter",
+         "Prompt tokens found in the prefix cache (taken from it, not computed).", double(prefix.hits));
+  metric(out, "vt_prefix_cache_snapshots", "gauge", "Saved states in the prefix cache.", double(prefix.snapshots));
+  metric(out, "vt_prefix_cache_snapshot_bytes", "gauge", "Bytes held by the prefix cache's saved states.",
+         double(prefix.snapshot_bytes));
+  metric(out, "vt_prefix_cache_evictions_total", "counter", "Saved states evicted from the prefix cache for room.",
+         double(prefix.evictions));
+}
+
+// A metric under vLLM's name and labels (engine, model_name), for what reads vLLM's /metrics.
+void vllm_metric(std::ostringstream& out, const char* name, const char* type, const char* help,
+                 const std::string& labels, double value) {
+  out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n"
+      << name << labels << " " << value << "\n";
+}
+
+// The scheduler and cache metrics that routers and llm-d-style schedulers read, as vLLM's v1
+// engine names them (vllm/v1/metrics/loggers.py); the cache usage is a fraction, as there.
+void render_vllm(std::ostringstream& out, const EngineStats& stats, const std::string& labels) {
+  vllm_metric(out, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", labels,
+              double(stats.running));
+  vllm_metric(out, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", labels,
+              double(stats.waiting));
+  vllm_metric(out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", labels,
+              stats.cache.blocks_total ? double(stats.cache.blocks_used) / double(stats.cache.blocks_total) : 0.0);
+  vllm_metric(out, "vllm:prefix_cache_queries_total", "counter",
+              "Prefix cache queries, in terms of number of queried tokens.", labels, double(stats.prefix.queries));
+  vllm_metric(out, "vllm:prefix_cache_hits_total", "counter",
+              "Prefix cache hits, in terms of number of cached tokens.", labels, double(stats.prefix.hits));
+}
+
 }  // namespace
 
 std::string ServerMetrics::render(const EngineStats& stats, int64_t in_flight) const {
@@ -141,6 +196,7 @@ std::string ServerMetrics::render(const EngineStats& stats, int64_t in_flight) c
          double(stats.preemptions));
   metric(out, "vt_recomputed_tokens_total", "counter", "Tokens fed again after a preemption.",
          double(stats.recomputed_tokens));
+  render_prefix_cache(out, stats.prefix);
   metric(out, "vt_http_requests_in_flight", "gauge", "Completion requests being served.", double(in_flight));
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -149,6 +205,7 @@ std::string ServerMetrics::render(const EngineStats& stats, int64_t in_flight) c
   }
   if (stats.speculative.num_draft > 0) render_speculative(out, stats.speculative);
   render_steps(out, stats.step);
+  render_vllm(out, stats, vllm_labels_);
   out << time_to_first_token_.render("vt_time_to_first_token_seconds",
                                      "Seconds from a request's arrival to its first generated token.");
   out << inter_token_latency_.render("vt_inter_token_latency_seconds",

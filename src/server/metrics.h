@@ -1,7 +1,9 @@
 // Server metrics in the Prometheus text format: engine gauges (running, waiting, KV blocks, state
-// slots), token, request and preemption counters, speculative decoding (accepted drafts per step:
-// mean and histogram; acceptance by draft position) when the engine speculates, HTTP responses by
-// status, and histograms of the time to first token and the inter-token latency.
+// slots), token, request and preemption counters, the prefix cache (tokens looked up and found,
+// saved states, evictions), speculative decoding (accepted drafts per step: mean and histogram;
+// acceptance by draft position) when the engine speculates, HTTP responses by status, and
+// histograms of the time to first token and the inter-token latency. Beside them, the vllm:
+// gauges and counters that routers and schedulers written for vLLM read (its names and labels).
 #pragma once
 
 #include <atomic>
@@ -33,7 +35,8 @@ class Histogram {
 
 class ServerMetrics {
  public:
-  ServerMetrics();
+  // `model_name`: the served model's name, the model_name label of the vllm: metrics.
+  explicit ServerMetrics(std::string model_name = {});
   void record_response(int status);
   void record_time_to_first_token(double seconds) { time_to_first_token_.observe(seconds); }
   void record_inter_token_latency(double seconds) { inter_token_latency_.observe(seconds); }
@@ -41,6 +44,7 @@ class ServerMetrics {
   std::string render(const EngineStats& stats, int64_t in_flight) const;
 
  private:
+  std::string vllm_labels_;  // {engine="0",model_name="..."}, as vLLM labels one engine's metrics
   Histogram time_to_first_token_;
   Histogram inter_token_latency_;
   mutable std::mutex mutex_;

@@ -57,6 +57,7 @@ struct Channel {
 struct Choice {
   int64_t engine_id = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens the engine took from the prefix cache
   std::string text;  // all text so far
   int64_t text_chars = 0;  // code points in `text` (text_offset counts code points, as Python does)
   bool finished = false;
@@ -93,13 +94,21 @@ struct Job {
     for (const Choice& choice : choices) total += choice.completion_tokens;
     return total;
   }
+  // Counted once, as prompt_tokens is: the fewest any choice took from the cache, so that it never
+  // exceeds prompt_tokens and a choice reusing its sibling's prompt does not count.
+  int64_t cached_tokens() const {
+    int64_t fewest = choices.empty() ? 0 : choices.front().cached_tokens;
+    for (const Choice& choice : choices) fewest = std::min(fewest, choice.cached_tokens);
+    return fewest;
+  }
 };
 
 Json usage_json(const Job& job) {
   const int64_t completion = job.completion_tokens();
   return {{"prompt_tokens", job.prompt_tokens},
           {"completion_tokens", completion},
-          {"total_tokens", job.prompt_tokens + completion}};
+          {"total_tokens", job.prompt_tokens + completion},
+          {"prompt_tokens_details", {{"cached_tokens", job.cached_tokens()}}}};
 }
 
 Json empty_logprobs(bool chat) {
@@ -165,7 +174,7 @@ struct Server::Impl {
   std::unique_ptr<HttpServer> http;
 
   Impl(Engine& engine_, ModelTextView text_, ServerOptions options_)
-      : engine(engine_), text(std::move(text_)), options(std::move(options_)) {
+      : engine(engine_), text(std::move(text_)), options(std::move(options_)), metrics(options.model_name) {
     VT_CHECK(text.tokenizer, "serve: the model has no tokenizer");
     limits.model_name = options.model_name;
     limits.vocab_size = engine.model().info().vocab_size;
@@ -461,6 +470,8 @@ struct Server::Impl {
     choice.text += event.text;
     choice.text_chars += code_points(event.text);
     choice.completion_tokens = event.completion_tokens;
+    // The most any event says: the count holds whether the engine sets it on every event or once.
+    choice.cached_tokens = std::max(choice.cached_tokens, event.cached_tokens);
     if (event.finished) {
       choice.finished = true;
       choice.finish_reason = event.finish_reason;

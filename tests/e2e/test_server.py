@@ -3,7 +3,9 @@
 
   test_server.py VT_BINARY [MODEL.gguf]
 
-Completions and chat completions, streamed and not, with usage; logprobs, n and logit_bias; 64
+Completions and chat completions, streamed and not, with usage (prompt_tokens_details.cached_tokens
+among it); /metrics in the Prometheus text format with vLLM's names beside vt's; logprobs, n and
+logit_bias; 64
 concurrent greedy streams equal to each request alone, on a KV cache small enough to preempt, while
 a request larger than the cache gets a 400; a client that hangs up mid-stream frees its cache; 40+
 bad requests get 4xx with an error object and the server stays up; the API key guards all but
@@ -72,6 +74,57 @@ def metrics(port):
     return values
 
 
+def check_usage(usage, where):
+    """OpenAI's usage, with the prompt tokens taken from the prefix cache (none to all of them)."""
+    details = usage.prompt_tokens_details if usage else None
+    cached = details.cached_tokens if details else None
+    check(isinstance(cached, int) and 0 <= cached <= usage.prompt_tokens,
+          f"{where}: usage.prompt_tokens_details.cached_tokens {cached} of {usage and usage.prompt_tokens}")
+
+
+def same_counts(usage, other):
+    """Equal token counts; cached_tokens may differ (the second of two equal prompts finds the first's)."""
+    keys = ("prompt_tokens", "completion_tokens", "total_tokens")
+    return usage is not None and all(getattr(usage, key) == getattr(other, key) for key in keys)
+
+
+# A sample line of the Prometheus text format: a name ("vllm:" names included), labels, a value.
+SAMPLE_LINE = re.compile(r'[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\["\\n])*"'
+                         r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\["\\n])*")*\})? \S+')
+VLLM_LABELS = '{engine="0",model_name="smollm2"}'
+
+
+def test_metrics_format(port):
+    """Every /metrics line parses; vt's prefix-cache metrics and the vllm: ones routers read are there,
+    the latter labelled as vLLM labels them, and agree with vt's own."""
+    status, data = raw(port, "GET", "/metrics")
+    check(status == 200, f"/metrics: {status}")
+    typed = set()
+    for line in data.decode().splitlines():
+        if line.startswith("# HELP "):
+            continue
+        if line.startswith("# TYPE "):
+            name = line.split()[2]
+            check(name not in typed, f"/metrics: a second TYPE for {name}")
+            typed.add(name)
+            continue
+        check(SAMPLE_LINE.fullmatch(line) is not None, f"/metrics: not a Prometheus line: {line!r}")
+    values = labeled_metrics(port)
+    for name in ("vt_prefix_cache_queries_tokens_total", "vt_prefix_cache_hits_tokens_total", "vt_prefix_cache_snapshots",
+                 "vt_prefix_cache_snapshot_bytes", "vt_prefix_cache_evictions_total"):
+        check(name in values, f"/metrics: {name} missing")
+    for name, ours in (("vllm:num_requests_running", "vt_requests_running"),
+                       ("vllm:num_requests_waiting", "vt_requests_waiting"),
+                       ("vllm:kv_cache_usage_perc", "vt_kv_cache_usage_ratio"),
+                       ("vllm:prefix_cache_queries_total", "vt_prefix_cache_queries_tokens_total"),
+                       ("vllm:prefix_cache_hits_total", "vt_prefix_cache_hits_tokens_total")):
+        check(values.get(name + VLLM_LABELS) == values.get(ours), f"/metrics: {name}{VLLM_LABELS} "
+              f"{values.get(name + VLLM_LABELS)} != {ours} {values.get(ours)}")
+    check(0 <= values.get("vllm:kv_cache_usage_perc" + VLLM_LABELS, -1) <= 1, "vllm:kv_cache_usage_perc is a fraction")
+    check(values.get("vllm:prefix_cache_hits_total" + VLLM_LABELS, 1) <=
+          values.get("vllm:prefix_cache_queries_total" + VLLM_LABELS, 0), "prefix cache hits <= queries")
+
+
 def test_basics(client, port):
     check(raw(port, "GET", "/health", key=None)[0] == 200, "/health without a key")
     check(raw(port, "GET", "/v1/models", key=None)[0] == 401, "/v1/models without a key is 401")
@@ -98,7 +151,9 @@ def test_completions(client):
         if chunk.usage:
             usage = chunk.usage
     check(text == choice.text, f"streamed {text!r} != {choice.text!r}")
-    check(usage is not None and usage.model_dump() == plain.usage.model_dump(), f"stream usage {usage} vs {plain.usage}")
+    check(same_counts(usage, plain.usage), f"stream usage {usage} vs {plain.usage}")
+    check_usage(plain.usage, "completion")
+    check_usage(usage, "streamed completion")
     check(finish == choice.finish_reason, f"finish {finish} vs {choice.finish_reason}")
     stopped = client.completions.create(model="smollm2", prompt=prompt, max_tokens=8, temperature=0, stop=["aris"])
     check(stopped.choices[0].text == choice.text.split("aris")[0] and stopped.choices[0].finish_reason == "stop",
@@ -121,7 +176,9 @@ def test_chat(client):
         if chunk.usage:
             usage = chunk.usage
     check(text == answer, f"chat streamed {text!r} != {answer!r}")
-    check(usage is not None and usage.model_dump() == plain.usage.model_dump(), f"chat stream usage {usage}")
+    check(same_counts(usage, plain.usage), f"chat stream usage {usage} vs {plain.usage}")
+    check_usage(plain.usage, "chat")
+    check_usage(usage, "streamed chat")
 
 
 def test_concurrent_streams(client, port, count=64, distinct=16):
@@ -216,6 +273,7 @@ def test_sampling_features(client):
     check(len(set(texts)) > 1, f"n=3 choices differ: {texts}")
     check(first.usage.completion_tokens == 24 or any(c.finish_reason == "stop" for c in first.choices),
           f"n=3 usage {first.usage}")
+    check_usage(first.usage, "n=3")
     pieces = {}
     finishes = {}
     for chunk in client.completions.create(stream=True, **kwargs):
@@ -524,7 +582,8 @@ def main():
     process, port = start_server(vt, model)
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=API_KEY, max_retries=0, timeout=120)
-        for test in (lambda: test_basics(client, port), lambda: test_completions(client), lambda: test_chat(client),
+        for test in (lambda: test_basics(client, port), lambda: test_metrics_format(port),
+                     lambda: test_completions(client), lambda: test_chat(client),
                      lambda: test_sampling_features(client), lambda: test_concurrent_streams(client, port),
                      lambda: test_disconnect(port), lambda: test_bad_requests(port), lambda: test_completions(client)):
             t0 = time.time()
@@ -534,6 +593,7 @@ def main():
         values = metrics(port)
         check(values["vt_requests_running"] == 0 and values["vt_requests_waiting"] == 0 and
               values["vt_kv_blocks_used"] == 0 and values["vt_state_slots_used"] == 0, f"final metrics {values}")
+        test_metrics_format(port)
     finally:
         process.terminate()
         try:
