@@ -11,7 +11,8 @@
 # WORKLOADS=multiturn (alone or in the list): sessions of TURNS turns (default 4) after a shared
 # system prompt of SYSTEM_TOKENS (default 3000), THINK_TIME seconds apart (default 1), against two
 # servers one after the other, `vt serve --prefix-cache on` then `off` (MULTITURN_MAX_CONTEXT
-# tokens per sequence, default 8192; MULTITURN_CACHE_TOKENS of KV, default 524288); their hit
+# tokens per sequence, default 8192; MULTITURN_CACHE_TOKENS of KV, default 524288; PREFIX_CACHE_GB of
+# saved states, default 40); their hit
 # rates, TTFT by turn and snapshot memory side by side in the last table.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -75,7 +76,7 @@ fi
 
 if [ "$multiturn" -gt 0 ]; then
   for setting in on off; do
-    start_server "serve_multiturn_$setting" --prefix-cache "$setting" \
+    start_server "serve_multiturn_$setting" --prefix-cache "$setting" --prefix-cache-gb "${PREFIX_CACHE_GB:-40}" \
       --max-context "${MULTITURN_MAX_CONTEXT:-8192}" --cache-tokens "${MULTITURN_CACHE_TOKENS:-524288}" || {
       status=1
       continue
