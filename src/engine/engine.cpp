@@ -256,8 +256,10 @@ void Engine::schedule(std::vector<Sequence*>& scheduled) {
     if (sequence->decoding()) continue;
     // Chunks end at multiples of prefill_chunk (a prompt restored from the prefix cache mid-chunk
     // first completes its chunk), so the chunks are those of a prompt fed from token 0.
-    const int64_t chunk = std::min(options_.prefill_chunk - sequence->fed % options_.prefill_chunk,
-                                   sequence->prompt_size - sequence->fed);
+    int64_t chunk = std::min(options_.prefill_chunk - sequence->fed % options_.prefill_chunk,
+                             sequence->prompt_size - sequence->fed);
+    if (prefix_ && sequence->fed < sequence->params.cache_point)
+      chunk = std::min(chunk, sequence->params.cache_point - sequence->fed);  // a state is saved there
     if (chunk > budget && !scheduled.empty()) break;
     sequence->step_tokens = chunk;
     budget -= chunk;
@@ -529,7 +531,8 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
       sequence->fed_most = std::max(sequence->fed_most, sequence->fed);
       const int64_t fed = sequence->fed;
       if (prefix_ && sequence->final_event.error.empty() &&
-          (fed == sequence->prompt_size || (fed < sequence->prompt_size && fed % options_.prefix_snapshot_stride == 0)))
+          (fed == sequence->prompt_size || fed == sequence->params.cache_point ||
+           (fed < sequence->prompt_size && fed % options_.prefix_snapshot_stride == 0)))
         save_prefix(*sequence);
     }
   }

@@ -104,6 +104,11 @@ struct RequestParams {
   // does not depend on what else runs: a verify step waits for room rather than shrinking.
   int64_t num_draft = 0;
   bool adaptive_draft = false;
+  // Prefix caching: a prompt position (0: none) to save a state at besides the prompt's end. A
+  // chat server gives where the generation prompt starts: the next turn renders this turn's reply
+  // without it (a Qwen template drops the opened <think>), so that turn's prompt extends the
+  // tokens up to here and not the whole of this prompt.
+  int64_t cache_point = 0;
   // Structured output: makes the request's token rule at submit (one per sequence); null: none.
   // A constrained request samples on the host (its rows' logits come back from the device).
   std::function<std::unique_ptr<TokenConstraint>()> make_constraint;

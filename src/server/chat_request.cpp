@@ -193,7 +193,12 @@ RenderedPrompt render_chat_prompt(const jinja::ChatTemplateSet& templates, const
   RenderedPrompt prompt;
   try {
     prompt.template_source = jinja::select_chat_template(templates, "", !chat.tools.is_null());
-    prompt.text = jinja::apply_chat_template(jinja::Template(prompt.template_source), templates.special_tokens, chat);
+    const jinja::Template chat_template(prompt.template_source);
+    prompt.text = jinja::apply_chat_template(chat_template, templates.special_tokens, chat);
+    chat.add_generation_prompt = false;
+    const std::string history = jinja::apply_chat_template(chat_template, templates.special_tokens, chat);
+    if (history.size() < prompt.text.size() && prompt.text.compare(0, history.size(), history) == 0)
+      prompt.generation_prompt = prompt.text.substr(history.size());
   } catch (const std::exception& error) {
     throw ApiError(400, std::string("the chat template rejected these messages: ") + error.what(), "messages");
   }

@@ -42,6 +42,9 @@ void add_message_agent_fields(const nlohmann::ordered_json& message, const std::
 struct RenderedPrompt {
   std::string text;
   std::string template_source;  // the template used (it tells the tool-call format)
+  // The text's end that the messages rendered without the generation prompt leave out (empty
+  // when that render is not a prefix of text): where a next turn's history stops matching.
+  std::string generation_prompt;
 };
 
 // The chat template (HF's choice: "tool_use" when tools are on and it exists) over the messages,

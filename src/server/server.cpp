@@ -75,6 +75,7 @@ struct Job {
   std::string id, model;
   int64_t created = 0;
   int64_t prompt_tokens = 0;
+  int64_t cache_point = 0;  // chat: where the generation prompt starts (RequestParams::cache_point)
   std::vector<Choice> choices;
   OutputParserOptions output_options;  // chat: how the output is parsed (tool-call format, reasoning)
   std::shared_ptr<Channel> channel = std::make_shared<Channel>();
@@ -286,7 +287,13 @@ struct Server::Impl {
     job.output_options = chat_output_options(request.chat_options, rendered);
     EncodeOptions encode;
     encode.add_special_tokens = false;  // the template has them
-    return text.tokenizer->encode(rendered.text, encode);
+    std::vector<int32_t> ids = text.tokenizer->encode(rendered.text, encode);
+    // The prefix cache saves a state where the generation prompt starts, when its tokens end the
+    // prompt's (tokenised apart, they did not merge with the history's last ones).
+    const std::vector<int32_t> tail = text.tokenizer->encode(rendered.generation_prompt, encode);
+    if (!tail.empty() && tail.size() < ids.size() && std::equal(tail.rbegin(), tail.rend(), ids.rbegin()))
+      job.cache_point = int64_t(ids.size() - tail.size());
+    return ids;
   }
 
   // A slot among the requests in flight, or null when the cap is reached. Releasing it (the last
@@ -346,6 +353,7 @@ struct Server::Impl {
     params.sampling = job->request.sampling;
     const uint64_t seed = job->request.seeded ? job->request.sampling.seed : std::random_device{}();
     params.max_tokens = job->request.max_tokens;
+    params.cache_point = job->cache_point;
     params.stop_token_ids = text.stop_ids;
     params.stop_strings = job->request.stop;
     params.logit_bias = job->request.logit_bias;

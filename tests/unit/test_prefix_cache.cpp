@@ -212,6 +212,34 @@ TEST_F(PrefixCacheEngine, PreemptionSpeculationAndEvictionKeepOutputsExact) {
   EXPECT_EQ(stats.prefix.hits, 0);
 }
 
+// A chat template's generation prompt (here two tokens) is not in the next turn's history: the
+// state saved at the request's cache_point (where it starts) is the one the next turn finds.
+TEST_F(PrefixCacheEngine, TheNextTurnStartsAtTheCachePoint) {
+  std::mt19937 rng(9);
+  const auto history = random_tokens(rng, 21), generation = random_tokens(rng, 2), reply = random_tokens(rng, 7),
+             message = random_tokens(rng, 5);
+  std::vector<int32_t> first = history;
+  first.insert(first.end(), generation.begin(), generation.end());
+  std::vector<int32_t> second = history;
+  for (const auto* part : {&reply, &message, &generation}) second.insert(second.end(), part->begin(), part->end());
+  for (bool cached : {true, false}) {
+    Engine engine(*model_, nullptr, options(cached));
+    RequestParams params;
+    params.max_tokens = 4;
+    params.cache_point = int64_t(history.size());
+    Collector turn1, turn2, cold;
+    engine.submit(first, params, turn1.callback());
+    turn1.wait();
+    engine.submit(second, params, turn2.callback());
+    turn2.wait();
+    EXPECT_EQ(turn2.last.cached_tokens, cached ? int64_t(history.size()) : 0);
+    Engine off(*model_, nullptr, options(false));
+    off.submit(second, params, cold.callback());
+    cold.wait();
+    EXPECT_EQ(turn2.ids, cold.ids);
+  }
+}
+
 TEST_F(PrefixCacheEngine, RefusesAStrideThatIsNotAMultipleOfTheChunk) {
   EngineOptions bad = options(true);
   bad.prefix_snapshot_stride = 12;
