@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
 #include "speculative/ngram_drafter.h"
@@ -566,8 +567,18 @@ void Engine::save_prefix(Sequence& sequence) {
   if (sequence.keep_hidden || sequence.state->length() != sequence.fed) return;  // mid-verify
   const std::span<const int32_t> tokens(sequence.tokens.data(), size_t(sequence.fed));
   if (prefix_->touch(tokens)) return;
-  std::unique_ptr<StateSnapshot> snapshot = model_.save_state(*sequence.state);
-  if (snapshot) prefix_->insert(tokens, std::move(snapshot));
+  try {
+    // A finished speculating sequence may end inside its verify window: its state is at `fed`
+    // tokens (checked above), so the window goes.
+    if (sequence.drafter) model_.commit(*sequence.state);
+    std::unique_ptr<StateSnapshot> snapshot = model_.save_state(*sequence.state);
+    // No room on the model's device: the least recently used states make room.
+    while (!snapshot && prefix_->evict_one()) snapshot = model_.save_state(*sequence.state);
+    if (snapshot) prefix_->insert(tokens, std::move(snapshot));
+  } catch (const std::exception& error) {
+    // Saving is an optimisation: the request goes on, and so does the server, without this state.
+    std::fprintf(stderr, "vt engine: prefix cache: a state of %zu tokens not saved: %s\n", tokens.size(), error.what());
+  }
 }
 
 void Engine::fail(Sequence& sequence, const std::string& error) {

@@ -152,7 +152,7 @@ class Model {
   }
 
   // Prefix caching: save_state copies a sequence's state at its length (outside a rollback
-  // window; null when the model has no room for another snapshot now), restore_state sets a new,
+  // window; null when the model's device has no room for it now), restore_state sets a new,
   // empty sequence to a snapshot: it continues from snapshot.length() tokens exactly as the saved
   // sequence would have.
   virtual bool supports_prefix_cache() const { return false; }

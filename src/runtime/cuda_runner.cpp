@@ -405,9 +405,17 @@ class DeviceSnapshot final : public StateSnapshot {
   DeviceSnapshot(int64_t length, int64_t floats, cudaStream_t stream) : stream_(stream) {
     length_ = length;
     bytes_ = floats * int64_t(sizeof(float));
-    VT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&data_), size_t(std::max<int64_t>(bytes_, 4)), stream));
+    const cudaError_t status = cudaMallocAsync(reinterpret_cast<void**>(&data_), size_t(std::max<int64_t>(bytes_, 4)), stream);
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // no room: the caller frees older snapshots or goes without
+      data_ = nullptr;
+      return;
+    }
+    VT_CUDA_CHECK(status);
   }
-  ~DeviceSnapshot() override { cudaFreeAsync(data_, stream_); }
+  ~DeviceSnapshot() override {
+    if (data_) cudaFreeAsync(data_, stream_);
+  }
   float* data() const { return data_; }
 
  private:
@@ -421,6 +429,7 @@ std::unique_ptr<StateSnapshot> CudaRunner::save_state(const SequenceState& base_
   const auto& state = dynamic_cast<const CudaSequence&>(base_state);
   if (state.window_open()) return nullptr;  // mid-verify: the length is not settled
   auto snapshot = std::make_unique<DeviceSnapshot>(state.length(), cache_.snapshot_floats(state.length()), stream_);
+  if (!snapshot->data()) return nullptr;
   cache_.copy_snapshot(state.slot(), state.length(), snapshot->data(), true, stream_);
   return snapshot;
 }
