@@ -205,6 +205,12 @@ void run_serve(ServeArgs args) {
     std::fprintf(stderr, "vt serve: prefix caching off: %s on this backend does not save sequence states\n",
                  model->info().architecture.c_str());
   args.engine.prefix_cache_bytes = int64_t(args.prefix_cache_gb * double(int64_t(1) << 30));
+  {
+    const auto start = std::chrono::steady_clock::now();
+    model->warm_up();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (seconds >= 0.01) std::fprintf(stderr, "vt serve: warmed up in %.1f s (decode graphs)\n", seconds);
+  }
   vt::Engine engine(*model, text.tokenizer.get(), args.engine);
 
   fit_connections_to_descriptors(args.server.http);

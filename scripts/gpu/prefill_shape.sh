@@ -22,5 +22,9 @@ common=(--synthetic "${MODEL:-qwen3.5-27b}" --weights fp8 --tokens "$TOKENS" --r
 # A mixed step as the server runs it: the prompt's chunks beside DECODING (default 22) decode tokens.
 "$VT" bench prefill "${common[@]}" --max-running 64 --max-context 2048 --step-tokens 512 --decoding "${DECODING:-22}" \
   --context 1024 >"$LOGS/mixed.txt" 2>&1 || echo "FAILED: mixed"
+# Several prompts at once, packed into 512-token steps as the engine packs them (PROMPTS, default 4,
+# each of every TOKENS length), beside DECODING decode tokens.
+"$VT" bench prefill "${common[@]}" --max-running 64 --max-context 2048 --step-tokens 512 --prompts "${PROMPTS:-4}" \
+  --decoding "${DECODING:-22}" --context 1024 >"$LOGS/prompts.txt" 2>&1 || echo "FAILED: prompts"
 tar -czf "$OUT/prefill_shape.tar.gz" -C "$LOGS" .
-for shape in ${SHAPES:-bench_shape server_shape mixed}; do echo "== $shape"; cat "$LOGS/$shape.txt"; done
+for shape in ${SHAPES:-bench_shape server_shape mixed prompts}; do echo "== $shape"; cat "$LOGS/$shape.txt"; done

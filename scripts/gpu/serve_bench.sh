@@ -105,20 +105,23 @@ for run in runs:
     print(json.dumps({k: v for k, v in run.items() if not isinstance(v, (list, dict))}))
 PY
   python3 - "$LOGS/steps.jsonl" <<'PY'
-import json, os, sys
+import json, os, statistics, sys
 steps = [json.loads(line) for line in open(sys.argv[1])] if os.path.exists(sys.argv[1]) else []
-kinds = {}
+kinds, seen = {}, set()
 for step in steps:
     kind = "verify" if step["verify_tokens"] else "mixed" if step["prefill_tokens"] and step["decode_tokens"] else \
         "prefill" if step["prefill_tokens"] else "decode"
+    if kind == "decode":  # the first decode step of a batch size captures its CUDA graph
+        kind = "decode (batch seen before)" if step["decode_tokens"] in seen else "decode (first of its batch)"
+        seen.add(step["decode_tokens"])
     kinds.setdefault(kind, []).append(step)
-print("| steps | count | wall ms mean | forward ms mean | host ms mean | decode tokens/step | prefill tokens/step |")
-print("|---|---|---|---|---|---|---|")
+print("| steps | count | wall ms mean | wall ms p50 | forward ms mean | host ms mean | decode tokens/step | prefill tokens/step |")
+print("|---|---|---|---|---|---|---|---|")
 for kind, rows in sorted(kinds.items()):
     n = len(rows)
     mean = lambda key: sum(row[key] for row in rows) / n
-    print(f"| {kind} | {n} | {mean('wall_ms'):.2f} | {mean('forward_ms'):.2f} | {mean('host_ms'):.2f} | "
-          f"{mean('decode_tokens'):.1f} | {mean('prefill_tokens'):.1f} |")
+    print(f"| {kind} | {n} | {mean('wall_ms'):.2f} | {statistics.median(r['wall_ms'] for r in rows):.2f} | "
+          f"{mean('forward_ms'):.2f} | {mean('host_ms'):.2f} | {mean('decode_tokens'):.1f} | {mean('prefill_tokens'):.1f} |")
 PY
 fi
 if [ "$multiturn" -gt 0 ]; then

@@ -131,6 +131,10 @@ class Model {
     VT_FAIL("forward_batch_sample: this backend does not sample on its device (", info().architecture, ")");
   }
 
+  // Prepares, before serving, what the first steps would otherwise pay for under load (the CUDA
+  // model captures its decode graphs).
+  virtual void warm_up() {}
+
   // A human-readable description (layers, tensors, bytes) for `vt inspect`.
   virtual std::string describe() const = 0;
 

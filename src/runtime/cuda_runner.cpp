@@ -286,6 +286,30 @@ void CudaRunner::launch_decode_graph(int64_t batch, const std::function<void()>&
   VT_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
 }
 
+int64_t CudaRunner::decode_graph_batch(int64_t count) const {
+  // Every size to 16, then steps of 4 to 64, 8 to 128 and 16 beyond: a padded batch costs at most
+  // a few rows' weight-sharing work, and a server captures a few dozen graphs, not one per size.
+  const int64_t step = count <= 16 ? 1 : count <= 64 ? 4 : count <= 128 ? 8 : 16;
+  return std::min((count + step - 1) / step * step, max_seqs_);
+}
+
+void CudaRunner::warm_up() {
+  // Each graph's capture runs its step twice and instantiates it: tens of milliseconds for a large
+  // model, paid here instead of by the first steps of each batch size under load.
+  std::vector<int32_t> tokens;
+  for (int64_t batch = 1; batch <= max_seqs_; batch = decode_graph_batch(batch) + 1) {
+    const int64_t size = decode_graph_batch(batch);
+    if (graphs_.count(size)) continue;
+    Layout& layout = scratch_layout_;
+    layout.clear();
+    tokens.assign(size_t(size), 0);
+    for (int64_t i = 0; i < size; ++i)
+      layout.add_sequence(std::span<const int32_t>(&tokens[size_t(i)], 1), cache_.scratch_slot(), 0, false, -1);
+    launch_decode_graph(size, [&] { upload(layout); });
+  }
+  VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
 void CudaRunner::forward_batch(std::span<const BatchItem> items, const TensorView& logits) {
   const int64_t rows = batch_logit_rows(items), vocab = info().vocab_size;
   VT_CHECK(logits.dtype == DType::kF32 && logits.device == Device::kCpu && logits.shape == Shape({rows, vocab}),
@@ -339,7 +363,13 @@ int64_t CudaRunner::run_batch(std::span<const BatchItem> items, bool all_rows) {
   // Decode graphs are captured without windows and with one logit row per sequence (an
   // all_logits item of one token has one row too).
   if (all_decode && !keeps_rollback && !all_rows) {
-    launch_decode_graph(count, upload_step);
+    // The graph of the next captured size: the rows past `count` decode in the scratch slot and
+    // their outputs are not read.
+    const int64_t padded = decode_graph_batch(count);
+    const int32_t pad_token = 0;
+    for (int64_t i = count; i < padded; ++i)
+      layout.add_sequence(std::span<const int32_t>(&pad_token, 1), cache_.scratch_slot(), 0, false, -1);
+    launch_decode_graph(padded, upload_step);
   } else {
     upload_step();
     run_step(total, count, rows);

@@ -59,6 +59,10 @@ class CudaRunner : public Model, public MtpHead {
   bool supports_prefix_cache() const override { return true; }
   std::unique_ptr<StateSnapshot> save_state(const SequenceState& state) override;
   void restore_state(const StateSnapshot& snapshot, SequenceState& state) override;
+  // Captures the CUDA graphs of every decode batch size forward_batch replays (all-decode steps
+  // of `count` sequences run the graph of decode_graph_batch(count) >= count).
+  void warm_up() override;
+  int64_t decode_graph_batch(int64_t count) const;
   // Greedy verification without host logits: the items run as one batched step (never a CUDA
   // graph) and `next_tokens` gets the device argmax after every token, item after item.
   void verify_greedy(std::span<const BatchItem> items, std::vector<int32_t>* next_tokens);

@@ -257,6 +257,48 @@ TEST_F(CudaModel, MixedBatchOfChunkedPrefillsAndDecodes) {
   }
 }
 
+// A decode step of 17 sequences replays the graph captured for 20 (warm_up), its last three rows
+// decoding in the scratch slot: each sequence's logits equal its own step run alone, unbatched.
+TEST_F(CudaModel, PaddedDecodeGraphMatchesUnbatchedSteps) {
+  CudaModelOptions options;
+  options.activations = DType::kF32;
+  options.max_sequences = 24;
+  options.max_context = 64;
+  options.max_step_tokens = 64;
+  auto model = load_qwen35_cuda(kGolden + "qwen3_5_dense", options);
+  ASSERT_EQ(model->decode_graph_batch(17), 20);
+  ASSERT_EQ(model->decode_graph_batch(16), 16);
+  ASSERT_EQ(model->decode_graph_batch(23), 24);
+  model->warm_up();
+  const int64_t vocab = model->info().vocab_size, count = 17;
+  nlohmann::json reference = read_json_file(kGolden + "qwen3_5_dense/reference.json");
+  const auto prompt = reference["prompts"][1]["ids"].get<std::vector<int32_t>>();
+  ForwardOptions token_by_token;
+  token_by_token.delta_rule = DeltaRuleChoice::kRecurrent;
+  Buffer one(DType::kF32, {1, vocab});
+  std::vector<std::unique_ptr<SequenceState>> states;
+  std::vector<int32_t> next(static_cast<size_t>(count));
+  std::vector<BatchItem> items;
+  for (int64_t s = 0; s < count; ++s) {
+    const auto begin = prompt.begin() + s % 5;
+    states.push_back(model->new_sequence(32));
+    model->forward({&*begin, size_t(3 + s % 4)}, *states.back(), one, token_by_token);
+    next[size_t(s)] = *(begin + 3 + s % 4);
+  }
+  for (int64_t s = 0; s < count; ++s) items.push_back({std::span<const int32_t>(&next[size_t(s)], 1), states[size_t(s)].get()});
+  Buffer batch(DType::kF32, {count, vocab});
+  model->forward_batch(items, batch);
+  states.clear();
+  for (int64_t s = 0; s < count; ++s) {
+    const auto begin = prompt.begin() + s % 5;
+    auto alone = model->new_sequence(32);
+    model->forward({&*begin, size_t(4 + s % 4)}, *alone, one, token_by_token);
+    const std::vector<float> want(one.f32(), one.f32() + vocab);
+    const std::vector<float> got(batch.f32() + s * vocab, batch.f32() + (s + 1) * vocab);
+    EXPECT_LE(relative_l2(got, want), numerics::kLogitsRelL2) << "sequence " << s;
+  }
+}
+
 // Synthetic 27B at real shapes: builds, runs a batched decode step, produces valid token ids.
 TEST_F(CudaModel, SyntheticRealShapesDecode) {
   Qwen35Config config = reduced_config("qwen3.5-27b", 4);

@@ -1,0 +1,227 @@
+// `vt bench prefill`: prompt tokens/s, the chunked GDN delta rule against the token-by-token one
+// in the same run, with the GDN kernels' share of the time (CUPTI); and the benchmark model that
+// the decode and prefill benches open.
+#include "apps/bench_model.h"
+
+#ifdef VT_WITH_CUDA
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "apps/cli_lists.h"
+#include "core/error.h"
+#include "cuda/device.h"
+#include "models/registry.h"
+#include "profile/kernel_recorder.h"
+
+namespace vt::apps {
+
+// The options a benchmark model is built with (BF16 activations, room for the batches and steps).
+vt::CudaModelOptions bench_model_options(const BenchArgs& args, const std::vector<int64_t>& batches) {
+  VT_CHECK(args.model.empty() != args.synthetic.empty(), "give exactly one of --model or --synthetic");
+  const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
+  vt::CudaModelOptions options;
+  options.activations = vt::DType::kBF16;
+  options.max_sequences = max_batch;
+  options.max_context = args.context + args.steps + 8;
+  options.max_step_tokens = max_batch;
+  if (!args.gemm_exclude.empty()) {
+    std::stringstream list(args.gemm_exclude);
+    for (std::string item; std::getline(list, item, ',');)
+      if (!item.empty()) options.gemm_exclude.push_back(item);
+  }
+  if (const auto quantization = vt::apps::lm_head_quantization(args.lm_head)) {
+    options.fp8_lm_head = true;
+    options.lm_head_exact_columns = quantization->exact_columns;
+  }
+  return options;
+}
+
+vt::Qwen35Config bench_config(const BenchArgs& args) {
+  return args.synthetic.empty() ? vt::parse_qwen35_config(args.model + "/config.json")
+                                : vt::synthetic_config(args.synthetic);
+}
+
+// A benchmark's model on one GPU, built with `options`: --synthetic (the real shapes, random
+// weights) or --model DIR; `name` is what the report calls it.
+std::unique_ptr<vt::Qwen35CudaModel> make_bench_model(const BenchArgs& args, const vt::CudaModelOptions& options,
+                                                      std::string* name) {
+  if (!args.synthetic.empty()) {
+    auto model = vt::make_synthetic_cuda_model(args.synthetic, args.weights, options, 1234);
+    *name = model->describe();
+    return model;
+  }
+  *name = args.model;
+  return vt::load_qwen35_cuda(args.model, options);
+}
+
+// `vt bench prefill`: one sequence's prompt of N tokens through Model::forward (steps of
+// --step-tokens), timed from a fresh sequence to its last-token logits on the host; per N the
+// chunked delta rule (gdn_chunked) and the token-by-token one (gdn_recurrent), so the speedup is
+// measured in one run. The GDN share: the
+// GPU time of the sm90_gdn_* kernels (conv, recurrent, chunked) in one more run under CUPTI, over
+// that run's wall time.
+void run_bench_prefill_cuda(const BenchArgs& args) {
+  VT_CHECK(vt::cuda::device_count() > 0, "vt bench prefill needs a CUDA GPU");
+  const std::vector<int64_t> lengths = vt::apps::parse_int_list(args.prompt_tokens, "--tokens", 1, int64_t(1) << 20);
+  VT_CHECK(args.step_tokens >= 1 && args.repeats >= 1, "--step-tokens and --repeats must be positive");
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  VT_CHECK(args.max_running >= 1 && args.prefill_chunk >= 1 && args.kernels >= 0,
+           "--max-running and --prefill-chunk must be positive, --kernels >= 0");
+  vt::CudaModelOptions options = bench_model_options(args, {args.max_running});
+  options.max_context = args.max_context > 0 ? args.max_context : longest + 8;
+  VT_CHECK(options.max_context > longest, "--max-context ", options.max_context, " must exceed the longest prompt");
+  VT_CHECK(args.prompts >= 1 && args.decoding >= 0 && args.prompts + args.decoding < args.max_running,
+           "--prompts + --decoding must be below --max-running");
+  // The engine path's prompt tokens per step: the step's budget (--step-tokens) less the decode
+  // tokens, at least one chunk.
+  const int64_t prompt_budget = std::max(std::min(args.prefill_chunk, longest),
+                                         (args.prompts > 1 ? args.step_tokens : 0) - args.decoding);
+  options.max_step_tokens = std::max({std::min(args.step_tokens, longest), args.max_running,
+                                      prompt_budget + args.decoding});
+  const vt::Qwen35Config config = bench_config(args);
+  std::string name;
+  std::unique_ptr<vt::Qwen35CudaModel> model = make_bench_model(args, options, &name);
+  const int64_t vocab = model->config().vocab_size;
+  // The engine path's mixed steps: --decoding other sequences, each prefilled to --context, add
+  // one decode token to every step (their tokens do not matter to the work).
+  std::vector<std::unique_ptr<vt::SequenceState>> decoders;
+  std::vector<int32_t> decoder_prompt(size_t(args.context));
+  for (int64_t i = 0; i < args.context; ++i) decoder_prompt[size_t(i)] = first_token(i + 3, vocab);
+  for (int64_t d = 0; d < args.decoding; ++d) {
+    decoders.push_back(model->new_sequence(options.max_context));
+    vt::Buffer decoder_logits(vt::DType::kF32, {1, vocab});
+    model->forward(decoder_prompt, *decoders.back(), decoder_logits, {});
+  }
+  std::vector<std::pair<std::string, vt::DeltaRuleChoice>> paths;
+  paths.emplace_back("chunked", vt::DeltaRuleChoice::kChunked);
+  paths.emplace_back("token-by-token", vt::DeltaRuleChoice::kRecurrent);
+  // As the serving engine feeds a prompt: forward_batch of --prefill-chunk tokens at a time, the
+  // delta rule chosen by the step (kAuto).
+  paths.emplace_back("engine", vt::DeltaRuleChoice::kAuto);
+  nlohmann::json report = {{"model", name},
+                           {"device", "cuda"},
+                           {"step_tokens", options.max_step_tokens},
+                           {"repeats", args.repeats},
+                           {"rows", nlohmann::json::array()}};
+  if (!args.json) {
+    std::printf("%s, prompt prefill in steps of %lld tokens, median of %lld runs\n\n", name.c_str(),
+                (long long)options.max_step_tokens, (long long)args.repeats);
+    std::printf("| tokens | GDN delta rule | ms | tok/s | GDN kernels ms | GDN share | speedup |\n"
+                "|---|---|---|---|---|---|---|\n");
+    std::fflush(stdout);
+  }
+  vt::Buffer logits(vt::DType::kF32, {1, vocab}), step_logits(vt::DType::kF32, {args.prompts + args.decoding, vocab});
+  nlohmann::json top_kernels = nlohmann::json::array();
+  for (int64_t length : lengths) {
+    std::vector<int32_t> prompt(static_cast<size_t>(length));
+    for (int64_t i = 0; i < length; ++i) prompt[size_t(i)] = first_token(i, vocab);
+    std::vector<double> path_ms;
+    for (const auto& [path, choice] : paths) {
+      vt::ForwardOptions forward_options;
+      forward_options.delta_rule = choice;
+      const bool engine_path = path == "engine";
+      // One prefill from a fresh (zeroed) sequence; the zeroing is not timed.
+      const auto run_once = [&] {
+        auto state = model->new_sequence(length + 1);
+        std::vector<std::unique_ptr<vt::SequenceState>> others;  // --prompts beyond the first
+        for (int64_t p = 1; engine_path && p < args.prompts; ++p) others.push_back(model->new_sequence(length + 1));
+        vt::cuda::synchronize();
+        const auto start = std::chrono::steady_clock::now();
+        if (engine_path) {
+          // As the engine packs a step: each prompt's next chunk, in order, while the step's
+          // prompt budget holds it; then one token of every decoding sequence.
+          std::vector<vt::SequenceState*> prompts{state.get()};
+          for (auto& other : others) prompts.push_back(other.get());
+          std::vector<vt::BatchItem> items;
+          for (size_t first = 0; first < prompts.size();) {
+            items.clear();
+            int64_t budget = prompt_budget;
+            for (size_t p = first; p < prompts.size() && budget > 0; ++p) {
+              const int64_t begin = prompts[p]->length(), count = std::min({args.prefill_chunk, length - begin, budget});
+              if (count < std::min(args.prefill_chunk, length - begin) && !items.empty()) break;
+              items.push_back({std::span<const int32_t>(prompt).subspan(size_t(begin), size_t(count)), prompts[p]});
+              budget -= count;
+            }
+            for (auto& decoder : decoders)
+              if (decoder->length() < decoder->capacity()) items.push_back({std::span<const int32_t>(prompt).first(1), decoder.get()});
+            model->forward_batch(items, step_logits.view().rows(0, int64_t(items.size())));
+            while (first < prompts.size() && prompts[first]->length() >= length) ++first;
+          }
+        } else {
+          model->forward(prompt, *state, logits, forward_options);
+        }
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      };
+      run_once();  // warm-up: lazy module loads, cuBLASLt plans
+      std::vector<double> times;
+      for (int64_t r = 0; r < args.repeats; ++r) times.push_back(run_once());
+      std::sort(times.begin(), times.end());
+      const double ms = times[times.size() / 2];
+      vt::profile::KernelRecorder recorder;
+      recorder.start();
+      const double profiled_ms = run_once();
+      double gdn_ns = 0;
+      std::map<std::string, std::pair<double, int64_t>> by_kernel;  // ns, launches
+      for (const auto& record : recorder.stop()) {
+        const double ns = double(record.end_ns - record.start_ns);
+        if (record.name.find("sm90_gdn_") != std::string::npos) gdn_ns += ns;
+        auto& [total, launches] = by_kernel[record.name.substr(0, 90)];
+        total += ns;
+        ++launches;
+      }
+      if (args.kernels > 0) {
+        std::vector<std::pair<double, std::string>> top;
+        for (const auto& [kernel, sum] : by_kernel) top.emplace_back(sum.first, kernel);
+        std::sort(top.rbegin(), top.rend());
+        nlohmann::json kernels = nlohmann::json::array();
+        for (size_t k = 0; k < top.size() && int64_t(k) < args.kernels; ++k)
+          kernels.push_back({{"kernel", top[k].second}, {"ms", top[k].first / 1e6},
+                             {"launches", by_kernel[top[k].second].second}});
+        top_kernels.push_back({{"tokens", length}, {"delta_rule", path}, {"profiled_ms", profiled_ms},
+                               {"kernels", kernels}});
+      }
+      const double gdn_ms = gdn_ns / 1e6, share = gdn_ms / profiled_ms;
+      path_ms.push_back(ms);
+      report["rows"].push_back({{"tokens", length},
+                                {"delta_rule", path},
+                                {"ms", ms},
+                                {"tokens_per_second", double(length * (engine_path ? args.prompts : 1)) * 1e3 / ms},
+                                {"gdn_kernel_ms", gdn_ms},
+                                {"gdn_share", share},
+                                {"profiled_ms", profiled_ms}});
+    }
+    // Speedup of each path over the token-by-token one, printed once all ran.
+    const double baseline = path_ms[1];
+    for (size_t p = 0; p < paths.size(); ++p) {
+      auto& row = report["rows"][report["rows"].size() - paths.size() + p];
+      row["speedup_vs_token_by_token"] = baseline / path_ms[p];
+      if (args.json) continue;
+      std::printf("| %lld | %s | %.1f | %.0f | %.1f | %.0f%% | %.2fx |\n", (long long)length, paths[p].first.c_str(),
+                  row["ms"].get<double>(), row["tokens_per_second"].get<double>(), row["gdn_kernel_ms"].get<double>(),
+                  100.0 * row["gdn_share"].get<double>(), baseline / path_ms[p]);
+      std::fflush(stdout);
+    }
+  }
+  if (args.kernels > 0) report["top_kernels"] = top_kernels;
+  if (args.json) {
+    std::cout << report.dump(2) << std::endl;
+    return;
+  }
+  for (const auto& run : top_kernels) {
+    std::printf("\n%lld tokens, %s: top kernels of one profiled run (%.1f ms)\n\n| kernel | ms | launches |\n"
+                "|---|---|---|\n",
+                (long long)run["tokens"].get<int64_t>(), run["delta_rule"].get<std::string>().c_str(),
+                run["profiled_ms"].get<double>());
+    for (const auto& k : run["kernels"])
+      std::printf("| %s | %.2f | %lld |\n", k["kernel"].get<std::string>().c_str(), k["ms"].get<double>(),
+                  (long long)k["launches"].get<int64_t>());
+  }
+}
+
+}  // namespace vt::apps
+#endif
