@@ -1,5 +1,7 @@
 // `vt bench serve`'s parts: its options, the streaming OpenAI client (serve_bench_client.cpp), one
-// request's measurements, and the multiturn workload (serve_bench_multiturn.cpp).
+// request's measurements, the report (serve_bench_report.cpp: outcomes, percentiles, goodput, the
+// rate sweep, the server's gauges after the load) and the multiturn workload
+// (serve_bench_multiturn.cpp).
 #pragma once
 
 #include <boost/beast/http/verb.hpp>
@@ -28,7 +30,18 @@ struct ServeBenchArgs {
   int64_t requests = 0;
   double duration = 0;         // seconds per run; > 0 replaces --requests
   double request_rate = 0;     // requests per second (Poisson arrivals); 0: back to back
-  double cancel_fraction = 0;  // requests the client hangs up on after a few tokens
+  // Requests the client hangs up on after 1-8 content chunks, chosen from the seed.
+  double cancel_fraction = 0;
+  // A rate sweep: a list of request rates ("0.5,1,2"), or "ladder" (from --request-rate, default
+  // 1, doubling, at most sweep_steps rates); it stops after the first rate whose TPOT p99 exceeds
+  // tpot_p99_ms. Goodput counts the requests whose own TPOT is within tpot_p99_ms and TTFT within
+  // ttft_ms (0: any).
+  std::string sweep;
+  int64_t sweep_steps = 8;
+  double tpot_p99_ms = 0, ttft_ms = 0;
+  // After the load the server's running and waiting requests and KV blocks must be back to 0
+  // within this many seconds, else the command fails.
+  double settle_timeout = 10;
   int64_t chat_tokens = 64, edit_tokens = 256, edit_paragraphs = 4, agent_turns = 4,
           agent_tokens = 48;
   // multiturn: sessions of `turns` requests sharing a system prompt of about `system_tokens`,
@@ -54,8 +67,9 @@ struct ServeBenchArgs {
 };
 
 struct Sample {
-  int status = 0;  // HTTP status; 0: no response
-  bool cancelled = false;
+  int status = 0;  // HTTP status; 0: no response, or a stream cut off before [DONE]
+  bool cancelled = false;  // the client hung up on purpose (--cancel-fraction)
+  std::string error;       // the message of an error event inside a 200 stream
   double ttft = 0, latency = 0;
   int64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t cached_tokens = 0;  // usage.prompt_tokens_details.cached_tokens; 0 when not reported
@@ -92,9 +106,52 @@ class ApiClient {
   Json sampling_;
 };
 
+// One run: a workload at a concurrency (and a request rate in a sweep) and what its requests got.
+struct RunResult {
+  std::string workload;
+  int64_t concurrency = 0;
+  double request_rate = 0;  // 0: back to back
+  double seconds = 0;
+  std::vector<Sample> samples;
+};
+
+// How a request ended. A 200 stream with an error event counts as a 5xx: the server failed it.
+enum class Outcome { kOk, kCancelled, kHttp4xx, kHttp5xx, kNoStatus, kOther };
+Outcome outcome_of(const Sample& sample);
+const char* outcome_name(Outcome outcome);  // "ok", "cancelled", "http_4xx", ...
+
+// Rank-based percentile (the smallest value with at least `fraction` of them at or below it).
 double percentile(std::vector<double> values, double fraction);
-// p50, p90 and p99 of `seconds`, in ms.
+// mean, p50, p90, p95, p99, p99.9 and max of `seconds`, in ms.
 Json percentiles_ms(const std::vector<double>& seconds);
+// A request's time per output token after the first (0 with one token).
+double time_per_output_token(const Sample& sample);
+
+// The run's requests by outcome and by status, tokens, throughput, TTFT/TPOT/ITL/latency
+// percentiles, and its goodput: requests per second that ended ok with TTFT <= ttft_ms (0: any)
+// and TPOT <= tpot_ms (0: any).
+Json summarize(const RunResult& run, double ttft_ms, double tpot_ms);
+void print_header(bool sweep);
+void print_run(const Json& summary);
+
+// The request rates of a sweep: a comma-separated list, or "ladder": `start` doubled, `steps`
+// rates in all.
+std::vector<double> sweep_rates(const std::string& spec, double start, int64_t steps);
+// Whether a sweep goes on past this run: its TPOT p99 is within the bound.
+bool within_tpot_bound(const Json& summary, double tpot_p99_ms);
+// One sweep's report from its rates (each {request_rate, within_bound, goodput_rps, ...}): the
+// bounds, the rates, and the highest rate within the bound with its goodput (null: none).
+Json sweep_result(const std::string& workload, int64_t concurrency, const Json& rates,
+                  const ServeBenchArgs& args);
+void print_sweep(const Json& sweep);
+
+// The sum of a /metrics family over its labels; 0 when the server does not report it.
+double metric_sum(const std::map<std::string, double>& values, const std::string& name);
+// What must be back to 0 once the load is gone, from one /metrics reading: requests running and
+// waiting, KV blocks in use (vt's gauges, else vLLM's: kv_cache_usage_perc), and vt's state slots
+// and completions in flight. Null where the server reports none of a kind.
+Json idle_gauges(const std::map<std::string, double>& metrics);
+bool gauges_at_zero(const Json& gauges);  // every gauge reported is 0
 
 // The multiturn workload (serve_bench_multiturn.cpp).
 std::string multiturn_system_prompt(const std::vector<std::string>& corpus, int64_t tokens);

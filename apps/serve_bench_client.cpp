@@ -88,14 +88,27 @@ Sample ApiClient::chat(const std::string& model, const Json& messages, int64_t m
   const auto start = Clock::now();
   auto last = start;
   int64_t chunks = 0;
+  bool done = false;  // [DONE] came
   auto receive = [&](std::string_view data) {
     buffer.append(data);
     for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
       const std::string event = buffer.substr(0, end);
       buffer.erase(0, end + 2);
-      if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") continue;
+      if (event.rfind("data: ", 0) != 0) continue;
+      if (event == "data: [DONE]") {
+        done = true;
+        continue;
+      }
       const Json chunk = Json::parse(event.substr(6), nullptr, false);
       if (chunk.is_discarded()) continue;
+      // A server that fails a stream it has started says so in an error event (OpenAI's form).
+      if (chunk.contains("error")) {
+        const Json& error = chunk["error"];
+        sample.error = error.is_object() && error.contains("message") && error["message"].is_string()
+                           ? error["message"].get<std::string>()
+                           : error.dump();
+        continue;
+      }
       if (chunk.contains("usage") && chunk["usage"].is_object()) {
         const Json& usage = chunk["usage"];
         sample.prompt_tokens = usage.value("prompt_tokens", int64_t(0));
@@ -137,7 +150,7 @@ Sample ApiClient::chat(const std::string& model, const Json& messages, int64_t m
   sample.status = status;
   sample.latency = std::chrono::duration<double>(Clock::now() - start).count();
   if (sample.cancelled) return sample;
-  if (!complete && sample.status == 200) sample.status = 0;  // cut off
+  if ((!complete || !done) && sample.status == 200) sample.status = 0;  // cut off before [DONE]
   if (sample.completion_tokens == 0) sample.completion_tokens = chunks;
   return sample;
 }

@@ -1,13 +1,16 @@
 // `vt bench serve`: an OpenAI-API load generator for `vt serve` (or any compatible server):
 // streaming requests from a fixed number of concurrent clients (optionally paced to a Poisson
-// request rate), from workloads made of real text in the repository; reports TTFT, TPOT, ITL and
-// throughput per concurrency and workload, plus the server's /metrics afterwards; speculative
+// request rate, or a sweep of rates up to a TPOT bound), from workloads made of real text in the
+// repository, some hung up on mid-stream; reports requests by outcome, TTFT, TPOT, ITL, throughput
+// and goodput per concurrency and workload, and checks that the server's running and waiting
+// requests and KV blocks return to 0 after the load (the command fails if not); speculative
 // decoding's accepted drafts per step (mean, histogram) and acceptance by draft position per run
 // when the server reports them; prefix-cache hits per run, and for the multiturn workload by turn,
 // with the cache on and off side by side when the in-process server runs both.
 //   vt bench serve (--url http://HOST:PORT | --model FILE.gguf|DIR) [--concurrency 1,16,64]
 //                  [--workload chat,edit,agent,multiturn] [--requests N | --duration S]
 //                  [--request-rate R] [--cancel-fraction F] [--speculative ngram [--num-draft K]]
+//                  [--sweep 1,2,4|ladder --tpot-p99-ms B [--ttft-ms T] [--sweep-steps N]]
 //                  [--turns T --system-tokens N --user-tokens N --think-time S]
 //                  [--prefix-cache on,off] [--temperature T] [--top-k K] [--top-p P] [--json]
 #include <CLI/CLI.hpp>
@@ -201,76 +204,12 @@ Json speculative_delta(const std::map<std::string, double>& before, const std::m
           {"acceptance_by_position", by_position}};
 }
 
-}  // namespace
-
-double percentile(std::vector<double> values, double fraction) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t rank = size_t(std::ceil(fraction * double(values.size())));
-  return values[std::min(values.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
-
-Json percentiles_ms(const std::vector<double>& seconds) {
-  auto ms = [&](double fraction) { return std::round(percentile(seconds, fraction) * 1e5) / 100; };
-  return {{"p50", ms(0.5)}, {"p90", ms(0.9)}, {"p99", ms(0.99)}};
-}
-
-namespace {
-
-struct RunResult {
-  std::string workload;
-  int64_t concurrency = 0;
-  double seconds = 0;
-  std::vector<Sample> samples;
-};
-
-Json summarize(const RunResult& run) {
-  std::vector<double> ttft, tpot, itl, latency;
-  int64_t ok = 0, cancelled = 0, output_tokens = 0, prompt_tokens = 0, cached_tokens = 0;
-  std::map<std::string, int64_t> statuses;
-  for (const Sample& sample : run.samples) {
-    ++statuses[std::to_string(sample.status)];
-    output_tokens += sample.completion_tokens;
-    prompt_tokens += sample.prompt_tokens;
-    cached_tokens += sample.cached_tokens;
-    if (sample.cancelled) {
-      ++cancelled;
-      continue;
-    }
-    if (sample.status != 200) continue;
-    ++ok;
-    ttft.push_back(sample.ttft);
-    latency.push_back(sample.latency);
-    if (sample.completion_tokens > 1)
-      tpot.push_back((sample.latency - sample.ttft) / double(sample.completion_tokens - 1));
-    itl.insert(itl.end(), sample.gaps.begin(), sample.gaps.end());
-  }
-  return {{"workload", run.workload},
-          {"concurrency", run.concurrency},
-          {"requests", run.samples.size()},
-          {"ok", ok},
-          {"cancelled", cancelled},
-          {"status_counts", statuses},
-          {"seconds", std::round(run.seconds * 100) / 100},
-          {"prompt_tokens", prompt_tokens},
-          {"cached_tokens", cached_tokens},
-          {"output_tokens", output_tokens},
-          {"output_tokens_per_second", std::round(double(output_tokens) / run.seconds * 100) / 100},
-          {"requests_per_second", std::round(double(ok) / run.seconds * 1000) / 1000},
-          {"ttft_ms", percentiles_ms(ttft)},
-          {"tpot_ms", percentiles_ms(tpot)},
-          {"itl_ms", percentiles_ms(itl)},
-          {"latency_ms", percentiles_ms(latency)}};
-}
-
-// The sum of a /metrics family over its labels (vLLM's counters carry model_name); 0 when the
-// server does not report it.
-double metric_sum(const std::map<std::string, double>& values, const std::string& name) {
-  double sum = 0;
-  for (auto it = values.lower_bound(name);
-       it != values.end() && it->first.compare(0, name.size(), name) == 0; ++it)
-    if (it->first.size() == name.size() || it->first[name.size()] == '{') sum += it->second;
-  return sum;
+// splitmix64's finaliser: a well-mixed 64-bit value from any input.
+uint64_t mix(uint64_t value) {
+  value += 0x9e3779b97f4a7c15ull;
+  value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ull;
+  value = (value ^ (value >> 27)) * 0x94d049bb133111ebull;
+  return value ^ (value >> 31);
 }
 
 // The server's prefix-cache counters over a run (tokens looked up and found, as vLLM counts them)
@@ -306,6 +245,7 @@ RunResult run_point(const ApiClient& client, const std::string& model, const std
   RunResult run;
   run.workload = workload;
   run.concurrency = concurrency;
+  run.request_rate = args.request_rate;
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(args.duration));
@@ -315,9 +255,15 @@ RunResult run_point(const ApiClient& client, const std::string& model, const std
       arrivals.push_back((arrivals.empty() ? 0 : arrivals.back()) + gap(rng));
     return arrivals[size_t(index)];
   };
-  auto cancels = [&](int64_t index) {  // a fixed, spread-out subset of the requests
-    return args.cancel_fraction > 0 &&
-           std::fmod(double(index) * 0.6180339887498949, 1.0) < args.cancel_fraction;
+  // Hung up: the requests whose golden-ratio point, from an offset the seed picks, falls below the
+  // fraction (evenly spread, so any stretch of requests holds about that fraction), each after
+  // 1-8 content chunks, also from the seed.
+  const double cancel_offset = double(mix(args.seed) >> 11) * 0x1p-53;
+  auto cancel_after_of = [&](int64_t index) -> int64_t {
+    if (args.cancel_fraction <= 0 ||
+        std::fmod(cancel_offset + double(index) * 0.6180339887498949, 1.0) >= args.cancel_fraction)
+      return 0;
+    return 1 + int64_t(mix(args.seed ^ mix(uint64_t(index))) % 8);
   };
   auto worker = [&](int64_t client_index) {
     for (bool first = true;; first = false) {
@@ -337,7 +283,7 @@ RunResult run_point(const ApiClient& client, const std::string& model, const std
         std::this_thread::sleep_for(std::chrono::duration<double>(
             std::uniform_real_distribution<double>(0, args.think_time)(start_rng)));
       }
-      const int64_t cancel_after = cancels(index) ? 1 + index % 8 : 0;
+      const int64_t cancel_after = cancel_after_of(index);
       const uint64_t key = args.seed * 7919 + uint64_t(index);
       std::vector<Sample> samples;
       if (multiturn) {
@@ -433,52 +379,22 @@ class LocalServer {
   std::string url_, setting_;
 };
 
-void print_header() {
-  std::printf("%-9s %5s %6s %5s %6s %9s %9s %9s %9s %9s %9s %10s\n", "load", "conc", "reqs", "ok",
-              "cancel", "ttft_p50", "ttft_p99", "tpot_p50", "itl_p50", "itl_p99", "tok/s", "5xx");
-}
-
-void print_run(const Json& summary, int64_t server_errors) {
-  std::printf("%-9s %5lld %6lld %5lld %6lld %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %10lld\n",
-              summary["workload"].get<std::string>().c_str(),
-              static_cast<long long>(summary["concurrency"].get<int64_t>()),
-              static_cast<long long>(summary["requests"].get<int64_t>()),
-              static_cast<long long>(summary["ok"].get<int64_t>()),
-              static_cast<long long>(summary["cancelled"].get<int64_t>()),
-              summary["ttft_ms"]["p50"].get<double>(), summary["ttft_ms"]["p99"].get<double>(),
-              summary["tpot_ms"]["p50"].get<double>(), summary["itl_ms"]["p50"].get<double>(),
-              summary["itl_ms"]["p99"].get<double>(),
-              summary["output_tokens_per_second"].get<double>(),
-              static_cast<long long>(server_errors));
-  if (summary.contains("engine_bound_s"))
-    std::printf("       engine-bound %.2f s of %.2f s measured: efficiency %.0f%%\n",
-                summary["engine_bound_s"].get<double>(), summary["seconds"].get<double>(),
-                100 * summary["efficiency"].get<double>());
-  if (summary["engine_steps"]["count"].get<double>() > 0)
-    std::printf("       server steps: %.0f, %.2f s (forwards %.2f s, host %.2f s)\n",
-                summary["engine_steps"]["count"].get<double>(),
-                summary["engine_steps"]["wall_s"].get<double>(),
-                summary["engine_steps"]["forward_s"].get<double>(),
-                summary["engine_steps"]["host_s"].get<double>());
-  if (summary.contains("speculative")) {
-    const Json& speculative = summary["speculative"];
-    std::printf(
-        "       speculative: %.2f drafts accepted/step (%.2f tokens/step over %lld steps), "
-        "acceptance %.1f%%, accepted per step %s, acceptance by position %s\n",
-        speculative["accepted_per_step"].get<double>(),
-        speculative["tokens_per_step"].get<double>(),
-        static_cast<long long>(speculative["steps"].get<int64_t>()),
-        100 * speculative["acceptance_rate"].get<double>(),
-        speculative["accepted_histogram"].dump().c_str(),
-        speculative["acceptance_by_position"].dump().c_str());
-  }
-  if (summary.contains("multiturn")) print_multiturn(summary);
-}
-
-// What the server holds once the load is gone: everything should be back.
-Json server_after_load(const ApiClient& client) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  const auto values = client.metrics();
+// What the server holds once the load is gone: its running and waiting requests, KV blocks, state
+// slots and completions in flight are read until all are 0 or `timeout` seconds pass (a hung-up
+// request leaves at the engine's next step), then its response counts.
+Json server_after_load(const ApiClient& client, double timeout) {
+  const auto start = Clock::now();
+  std::map<std::string, double> values;
+  Json gauges;
+  bool settled = false;
+  double waited = 0;
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(waited > 0 ? 250 : 100));
+    values = client.metrics();
+    gauges = idle_gauges(values);
+    settled = gauges_at_zero(gauges);
+    waited = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (!settled && waited < timeout);
   Json after = Json::object();
   for (const char* name :
        {"vt_requests_running", "vt_requests_waiting", "vt_kv_blocks_used", "vt_state_slots_used",
@@ -489,7 +405,26 @@ Json server_after_load(const ApiClient& client) {
     if (name.rfind("vt_http_responses_total{code=\"", 0) == 0)
       responses[name.substr(30, 3)] = value;
   after["http_responses"] = responses;
+  after["gauges"] = gauges;
+  after["back_to_zero"] = settled;
+  after["settle_seconds"] = std::round(waited * 100) / 100;
   return after;
+}
+
+void print_settled(const Json& after) {
+  const Json& gauges = after["gauges"];
+  std::string values;
+  for (const auto& [name, value] : gauges.items())
+    if (!value.is_null()) values += (values.empty() ? "" : ", ") + name + " " + value.dump();
+  if (values.empty()) {
+    std::printf("server after the load: no running/waiting/KV gauges in /metrics, not checked\n");
+  } else if (after["back_to_zero"].get<bool>()) {
+    std::printf("server idle after the load: %s (within %.2f s)\n", values.c_str(),
+                after["settle_seconds"].get<double>());
+  } else {
+    std::printf("server NOT idle %.2f s after the load: %s\n", after["settle_seconds"].get<double>(),
+                values.c_str());
+  }
 }
 
 void run_bench_serve(const ServeBenchArgs& args) {
@@ -501,6 +436,8 @@ void run_bench_serve(const ServeBenchArgs& args) {
   VT_CHECK(args.prefix_cache.empty() || !args.model.empty(),
            "bench serve: --prefix-cache configures the in-process server (--model); a server at "
            "--url caches as it was started (vt serve --prefix-cache on|off)");
+  VT_CHECK(args.sweep.empty() || args.tpot_p99_ms > 0,
+           "bench serve: --sweep needs --tpot-p99-ms, the bound that ends it");
   std::vector<int64_t> concurrency;
   for (const std::string& item : split(args.concurrency)) {
     int64_t value = 0;
@@ -540,7 +477,12 @@ void run_bench_serve(const ServeBenchArgs& args) {
   Json sampling = {{"temperature", args.temperature}, {"top_p", args.top_p}};
   if (args.top_k > 0) sampling["top_k"] = args.top_k;
   const std::map<int64_t, double> decode_steps = parse_decode_steps(args.decode_step_ms);
-  Json runs = Json::array(), servers = Json::array();
+  // One run per concurrency, or a sweep's rates at each.
+  const std::vector<double> rates =
+      args.sweep.empty() ? std::vector<double>{args.request_rate}
+                         : sweep_rates(args.sweep, args.request_rate > 0 ? args.request_rate : 1, args.sweep_steps);
+  Json runs = Json::array(), servers = Json::array(), sweeps = Json::array();
+  bool idle = true;  // every server back to 0 after its load
   std::string url, model_name;
   for (const std::string& setting : settings) {
     std::optional<LocalServer> local;
@@ -558,43 +500,65 @@ void run_bench_serve(const ServeBenchArgs& args) {
     if (!args.json) {
       if (settings.size() > 1)
         std::printf("%sprefix cache %s:\n", servers.empty() ? "" : "\n", label.c_str());
-      print_header();
+      print_header(!args.sweep.empty());
     }
     for (const std::string& workload : workloads) {
       for (int64_t clients : concurrency) {
-        const auto metrics_before = client.metrics();
-        const RunResult run = run_point(client, model_name, workload, clients, corpus, args);
-        Json summary = summarize(run);
-        const auto metrics_after = client.metrics();
-        const Json speculative = speculative_delta(metrics_before, metrics_after);
-        add_engine_bound(summary, args, decode_steps, metrics_before, metrics_after);
-        if (!speculative.is_null()) summary["speculative"] = speculative;
-        summary["prefix_cache"] = prefix_cache_delta(label, metrics_before, metrics_after);
-        if (workload == "multiturn") summary["multiturn"] = summarize_multiturn(run.samples, args);
-        int64_t server_errors = 0;
-        for (const auto& [status, count] : summary["status_counts"].items())
-          if (status[0] == '5' || status == "0") server_errors += count.get<int64_t>();
-        if (!args.json) print_run(summary, server_errors);
-        std::fflush(stdout);
-        runs.push_back(summary);
+        Json ladder = Json::array();  // a sweep's rates, each with its goodput and bound
+        for (double rate : rates) {
+          ServeBenchArgs point = args;
+          point.request_rate = rate;
+          const auto metrics_before = client.metrics();
+          const RunResult run = run_point(client, model_name, workload, clients, corpus, point);
+          Json summary = summarize(run, args.ttft_ms, args.tpot_p99_ms);
+          const auto metrics_after = client.metrics();
+          const Json speculative = speculative_delta(metrics_before, metrics_after);
+          add_engine_bound(summary, args, decode_steps, metrics_before, metrics_after);
+          if (!speculative.is_null()) summary["speculative"] = speculative;
+          summary["prefix_cache"] = prefix_cache_delta(label, metrics_before, metrics_after);
+          if (workload == "multiturn") summary["multiturn"] = summarize_multiturn(run.samples, args);
+          if (!args.json) print_run(summary);
+          std::fflush(stdout);
+          runs.push_back(summary);
+          if (args.sweep.empty()) continue;
+          const bool within = within_tpot_bound(summary, args.tpot_p99_ms);
+          ladder.push_back({{"request_rate", rate},
+                            {"within_bound", within},
+                            {"goodput_rps", summary["goodput"]["requests_per_second"]},
+                            {"requests_per_second", summary["requests_per_second"]},
+                            {"ttft_ms", summary["ttft_ms"]},
+                            {"tpot_ms", summary["tpot_ms"]},
+                            {"itl_ms", summary["itl_ms"]}});
+          if (!within) break;  // past the bound: higher rates only queue more
+        }
+        if (!args.sweep.empty()) sweeps.push_back(sweep_result(workload, clients, ladder, args));
       }
     }
-    const Json after = server_after_load(client);
+    const Json after = server_after_load(client, args.settle_timeout);
     servers.push_back({{"prefix_cache", label}, {"url", url}, {"server_after", after}});
-    if (!args.json) std::printf("server after the load: %s\n", after.dump().c_str());
+    if (!args.json) {
+      std::printf("server after the load: %s\n", after.dump().c_str());
+      print_settled(after);
+    }
+    idle &= after["back_to_zero"].get<bool>();
   }
   const Json comparison = compare_prefix_cache(runs, args.json);
+  if (!args.json)
+    for (const Json& sweep : sweeps) print_sweep(sweep);
   if (args.json) {
-    std::printf("%s\n", Json{{"url", url},
-                             {"model", model_name},
-                             {"sampling", sampling},
-                             {"runs", runs},
-                             {"server_after", servers.back()["server_after"]},
-                             {"servers", servers},
-                             {"prefix_cache_comparison", comparison}}
-                            .dump(2)
-                            .c_str());
+    Json report = {{"url", url},
+                   {"model", model_name},
+                   {"sampling", sampling},
+                   {"runs", runs},
+                   {"server_after", servers.back()["server_after"]},
+                   {"servers", servers},
+                   {"prefix_cache_comparison", comparison}};
+    if (!args.sweep.empty()) report["sweeps"] = sweeps;
+    std::printf("%s\n", report.dump(2).c_str());
   }
+  std::fflush(stdout);
+  VT_CHECK(idle, "bench serve: the server still held requests or KV blocks ", args.settle_timeout,
+           " s after the load (server_after)");
 }
 
 }  // namespace
@@ -639,8 +603,25 @@ void add_serve_bench_commands(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   serve
       ->add_option("--cancel-fraction", args->cancel_fraction,
-                   "fraction of requests hung up after 1-8 tokens")
+                   "fraction of requests the client hangs up on after 1-8 tokens (chosen from --seed), "
+                   "counted as cancelled")
       ->check(CLI::Range(0.0, 1.0));
+  serve->add_option("--sweep", args->sweep,
+                    "request rates to run in turn, e.g. 0.5,1,2,4, or 'ladder' (--request-rate doubled); "
+                    "stops after the first whose TPOT p99 exceeds --tpot-p99-ms");
+  serve->add_option("--sweep-steps", args->sweep_steps, "--sweep ladder: rates at most (default 8)")
+      ->check(CLI::Range(1, 64));
+  serve
+      ->add_option("--tpot-p99-ms", args->tpot_p99_ms,
+                   "--sweep's bound on TPOT p99; also each request's TPOT bound for goodput")
+      ->check(CLI::NonNegativeNumber);
+  serve->add_option("--ttft-ms", args->ttft_ms, "each request's TTFT bound for goodput (default 0: none)")
+      ->check(CLI::NonNegativeNumber);
+  serve
+      ->add_option("--settle-timeout", args->settle_timeout,
+                   "seconds for the server's running, waiting and KV blocks to return to 0 after the load "
+                   "(default 10), else the command fails")
+      ->check(CLI::NonNegativeNumber);
   serve->add_option("--chat-tokens", args->chat_tokens, "max_tokens of a chat request (default 64)")
       ->check(CLI::PositiveNumber);
   serve

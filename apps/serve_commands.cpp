@@ -11,7 +11,9 @@
 // Prints "vt serve: listening on http://HOST:PORT" on stderr once it accepts connections
 // (--port 0 picks a free port). SIGINT or SIGTERM drains: new requests get 503, those in flight
 // finish (up to --drain-timeout seconds, then they are cancelled), and it exits 0; a second
-// signal cuts the drain short.
+// signal cuts the drain short. A failed model forward (a CUDA error) fails the requests running,
+// /health and new requests get 503, and once the drain is over it exits 1, for a supervisor to
+// restart it (--inject-fault-at-forward N makes the Nth forward fail, to test that).
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -32,6 +34,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "io/weight_store.h"
+#include "model/faulty_model.h"
 #include "model/mtp_head.h"
 #include "server/server.h"
 #include "speculative/mtp_drafter.h"
@@ -62,6 +65,7 @@ struct ServeArgs {
   std::string prefix_cache = "on";
   double prefix_cache_gb = 4;
   std::string chat_template;  // a .jinja file replacing the model's templates
+  int64_t inject_fault_at_forward = 0;  // testing: batched forwards from this one on throw
   vt::apps::LmHeadArgs lm_head;
 };
 
@@ -193,6 +197,8 @@ void run_serve(ServeArgs args) {
       return std::make_unique<vt::MtpDrafter>(*head, draft_sampling, vt::MtpHiddenSource::kSequence);
     };
   }
+  std::unique_ptr<vt::Model> faulty;  // over `model`, when a fault is injected
+  if (args.inject_fault_at_forward > 0) faulty = std::make_unique<vt::FaultyModel>(*model, args.inject_fault_at_forward);
   VT_CHECK(args.cache_tokens >= args.engine.block_size, "serve: --cache-tokens must be at least one block (",
            args.engine.block_size, ")");
   args.engine.cache_blocks = args.cache_tokens / args.engine.block_size;
@@ -211,7 +217,7 @@ void run_serve(ServeArgs args) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (seconds >= 0.01) std::fprintf(stderr, "vt serve: warmed up in %.1f s (decode graphs)\n", seconds);
   }
-  vt::Engine engine(*model, text.tokenizer.get(), args.engine);
+  vt::Engine engine(faulty ? *faulty : *model, text.tokenizer.get(), args.engine);
 
   fit_connections_to_descriptors(args.server.http);
   args.server.http.header_timeout = std::chrono::milliseconds(int64_t(args.header_timeout_seconds * 1000));
@@ -231,8 +237,13 @@ void run_serve(ServeArgs args) {
   const int port = server.bind();
   std::atomic<bool> finished{false};
   std::thread watcher([&] {
-    while (!stop_signal && !finished) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (stop_signal) {
+    while (!stop_signal && !finished && !engine.failed()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (engine.failed() && !finished) {
+      // Answers go out (the engine has failed every request), then the process ends for a restart.
+      std::fprintf(stderr, "vt serve: %s; draining (up to %g s), then exiting\n", engine.failure().c_str(),
+                   args.drain_timeout_seconds);
+      server.drain(std::chrono::milliseconds(int64_t(args.drain_timeout_seconds * 1000)), [] { return stop_signal != 0; });
+    } else if (stop_signal) {
       std::fprintf(stderr, "vt serve: signal %d, draining (up to %g s)\n", int(stop_signal), args.drain_timeout_seconds);
       const bool drained = server.drain(std::chrono::milliseconds(int64_t(args.drain_timeout_seconds * 1000)),
                                         [] { return stop_signals > 1; });
@@ -248,6 +259,7 @@ void run_serve(ServeArgs args) {
   server.run();
   finished = true;  // stopped by a signal, or the listener failed
   watcher.join();
+  VT_CHECK(!engine.failed(), "serve: ", engine.failure());  // exit 1: restart me
 }
 
 }  // namespace
@@ -334,6 +346,11 @@ void add_serve_commands(CLI::App& app) {
   serve->add_option("--step-trace", args->engine.step_trace,
                     "write one JSON line per engine step to this file: wall, forward and host ms, sequences, "
                     "prefill / decode / verify tokens");
+  serve
+      ->add_option("--inject-fault-at-forward", args->inject_fault_at_forward,
+                   "testing: the engine's batched forwards from the Nth on throw, as after a device error")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Testing");
   serve->callback([args] { run_serve(*args); });
 }
 

@@ -12,6 +12,26 @@
 #include "trace/intent.h"
 
 namespace vt {
+namespace {
+
+// The bytes the constructor allocates (its buffers, in its order).
+size_t cache_bytes(const CacheSpec& spec, int64_t slots, int64_t sequences, int64_t tokens, int64_t entries) {
+  const size_t activation = dtype_size(spec.activations), f32 = sizeof(float);
+  size_t bytes = 0;
+  for (const CacheLayerSpec& layer : spec.layers) {
+    if (layer.attention) {
+      bytes += 2 * size_t(slots * tokens * layer.kv_heads * layer.head_dim) * activation;
+      continue;
+    }
+    const size_t conv = size_t(layer.conv_channels * layer.conv_history) * f32;
+    const size_t state = size_t(layer.state_heads * layer.state_k * layer.state_v) * f32;
+    bytes += size_t(slots) * (conv + state) + size_t(sequences * entries) * (conv + state);
+  }
+  if (spec.has_mtp) bytes += 2 * size_t(sequences * tokens * spec.mtp.kv_heads * spec.mtp.head_dim) * activation;
+  return bytes;
+}
+
+}  // namespace
 
 DeviceCache::DeviceCache(const CacheSpec& spec, const DeviceCacheOptions& options) : options_(options) {
   VT_CHECK(options.sequences >= 1 && options.max_blocks >= 1 && options.block_size >= 1 && options.window_entries >= 0,
@@ -19,6 +39,10 @@ DeviceCache::DeviceCache(const CacheSpec& spec, const DeviceCacheOptions& option
            options.block_size, " tokens, ", options.window_entries, " window entries");
   const int64_t slots = state_slots(), S = options.sequences, entries = options.window_entries;
   const int64_t kv_rows = slots * options.max_blocks * options.block_size;
+  cuda::check_fits(cache_bytes(spec, slots, S, options.max_blocks * options.block_size, entries),
+                   str("KV cache and recurrent states for ", S, " sequences of ", options.max_blocks * options.block_size,
+                       " tokens (", options.max_blocks, " blocks each", entries > 0 ? ", rollback windows" : "", ")"),
+                   "lower --max-running or --max-context");
   for (const CacheLayerSpec& layer : spec.layers) {
     Layer buffers;
     if (layer.attention) {

@@ -157,6 +157,7 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const RequestParams& params,
   {
     std::lock_guard<std::mutex> lock(mutex_);
     VT_CHECK(!stopping_, "the engine is shutting down");
+    VT_CHECK(failure_.empty(), "the engine failed and takes no new requests: ", failure_);
     id = sequence->id = next_id_++;
     waiting_.push_back(std::move(sequence));
   }
@@ -178,7 +179,18 @@ EngineStats Engine::stats() const {
   stats.running = int64_t(running_.size());
   stats.waiting = int64_t(waiting_.size());
   stats.cache = cache_.usage();
+  stats.failed = !failure_.empty();
   return stats;
+}
+
+bool Engine::failed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !failure_.empty();
+}
+
+std::string Engine::failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_;
 }
 
 // First come, first served: the head of the queue waits until it fits, and nothing passes it.
@@ -372,8 +384,12 @@ void Engine::loop() {
       wake_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !running_.empty() || !cancelled_.empty(); });
       if (stopping_) return;
       drop_cancelled(cancel_events, cancel_callbacks);
-      admit_waiting();
-      schedule(scheduled);
+      if (failure_.empty()) {
+        admit_waiting();
+        schedule(scheduled);
+      } else {
+        fail_remaining(cancel_events, cancel_callbacks);  // nothing runs on the model again
+      }
     }
     for (size_t i = 0; i < cancel_events.size(); ++i) cancel_callbacks[i](cancel_events[i]);
     if (!scheduled.empty()) run_step(scheduled);
@@ -485,14 +501,22 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
     try {
       if (device_sampling_) {
         model_.forward_batch_sample(items, row_outputs, sampled, logits);
+        // A token outside the vocabulary means the device computed garbage: none of its tokens count.
+        for (size_t r = 0; r < row_outputs.size(); ++r)
+          VT_CHECK(row_outputs[r].kind != RowOutput::Kind::kToken || (sampled[r] >= 0 && sampled[r] < vocab_size_),
+                   "device sampling gave token ", sampled[r], " outside the vocabulary");
       } else {
         model_.forward_batch(items, logits);
       }
       record.forward_seconds += seconds(Clock::now() - forward_start);
     } catch (const std::exception& error) {
+      // A failed forward (a CUDA error, an allocation) leaves the device's state unknown: the step
+      // ends here, its sequences fail with the error, and the engine takes no more work.
       record.forward_seconds += seconds(Clock::now() - forward_start);
-      for (Sequence* sequence : members) fail(*sequence, error.what());
-      continue;
+      for (Sequence* sequence : scheduled)
+        if (!sequence->finished) fail(*sequence, error.what());
+      fail_engine(error.what());
+      break;
     }
     int64_t row = 0;
     for (size_t j = 0; j < members.size(); ++j) {
@@ -591,6 +615,32 @@ void Engine::fail(Sequence& sequence, const std::string& error) {
   event.error = error;
   sequence.finished = true;
   sequence.final_event = std::move(event);
+}
+
+void Engine::fail_engine(const std::string& error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!failure_.empty()) return;
+  failure_ = "the model's forward failed: " + error;
+  std::fprintf(stderr, "vt engine: %s; failing every request, admitting none\n", failure_.c_str());
+}
+
+void Engine::fail_remaining(std::vector<TokenEvent>& events, std::vector<TokenCallback>& callbacks) {
+  for (auto& sequence : running_)
+    if (!sequence->finished) fail(*sequence, failure_);  // released with the finished ones, after the step
+  for (auto& sequence : waiting_) {
+    TokenEvent event;
+    event.finished = true;
+    event.finish_reason = FinishReason::kStop;
+    event.prompt_tokens = sequence->prompt_size;
+    event.cached_tokens = sequence->cached;
+    event.completion_tokens = sequence->completion_tokens();
+    event.error = failure_;
+    // A preempted request has streamed tokens already: it cannot simply be sent elsewhere.
+    event.retryable = sequence->completion_tokens() == 0;
+    events.push_back(std::move(event));
+    callbacks.push_back(std::move(sequence->callback));
+  }
+  waiting_.clear();
 }
 
 void Engine::bias(const Sequence& sequence, float* logits) const {

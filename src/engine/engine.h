@@ -129,6 +129,9 @@ struct TokenEvent {
   int64_t prompt_tokens = 0, completion_tokens = 0;  // counts so far
   int64_t cached_tokens = 0;  // prompt tokens taken from the prefix cache (not computed)
   std::string error;  // set when the engine failed the request (finished = true)
+  // With an error: the request never ran (the engine had failed, Engine::failed()); another
+  // server may take it as it is.
+  bool retryable = false;
   // With RequestParams::logprobs >= 0 and a token: its logprob and the top alternatives.
   float logprob = 0;
   std::vector<TokenLogprob> top_logprobs;
@@ -140,6 +143,7 @@ struct EngineStats {
   CacheUsage cache;
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0, requests_finished = 0, requests_cancelled = 0;
   int64_t steps = 0;
+  bool failed = false;            // Engine::failed()
   int64_t preemptions = 0;        // running requests sent back to the queue for want of KV blocks
   int64_t recomputed_tokens = 0;  // tokens fed again after a preemption
   // Decode steps of speculating requests, summed over the requests (num_draft: the engine's
@@ -170,6 +174,13 @@ class Engine {
   // are ignored. The callback gets a final kCancelled event.
   void cancel(int64_t request_id);
 
+  // A forward of the model threw (a device error): that step's requests and every running one
+  // ended with the error, queued ones end retryable, and submit() refuses from then on. The state
+  // of the model's device is unknown, so nothing runs on it again; the process should be
+  // restarted. failure() says what happened ("" while healthy).
+  bool failed() const;
+  std::string failure() const;
+
   // The largest prompt + max_tokens that can ever be admitted.
   int64_t max_request_tokens() const;
   int64_t max_num_draft() const { return options_.max_num_draft; }
@@ -199,6 +210,10 @@ class Engine {
   void bias(const Sequence& sequence, float* logits) const;
   // Ends a sequence with an error (its final event says why); it leaves at the end of the step.
   void fail(Sequence& sequence, const std::string& error);
+  void fail_engine(const std::string& error);  // sets failure_ (the first error stays)
+  // Once failed, with mutex_ held: every running sequence fails, and every queued one with a
+  // retryable final event (in `events`, delivered by the caller outside the lock).
+  void fail_remaining(std::vector<TokenEvent>& events, std::vector<TokenCallback>& callbacks);
   // Prefix caching: a newly admitted sequence starts from the longest saved state its tokens
   // extend; a sequence's state is saved at the end of its prompt, every prefix_snapshot_stride
   // prompt tokens and at the end of its completion (engine thread).
@@ -221,6 +236,7 @@ class Engine {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
+  std::string failure_;  // why the engine failed; empty while healthy
   int64_t next_id_ = 1;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order

@@ -192,6 +192,8 @@ std::string ServerMetrics::render(const EngineStats& stats, int64_t in_flight) c
   metric(out, "vt_requests_cancelled_total", "counter", "Requests cancelled (client gone).",
          double(stats.requests_cancelled));
   metric(out, "vt_engine_steps_total", "counter", "Engine steps run.", double(stats.steps));
+  metric(out, "vt_engine_failed", "gauge", "1 once a model forward failed: the server takes no new requests.",
+         stats.failed ? 1.0 : 0.0);
   metric(out, "vt_preemptions_total", "counter", "Running requests sent back to the queue for want of KV blocks.",
          double(stats.preemptions));
   metric(out, "vt_recomputed_tokens_total", "counter", "Tokens fed again after a preemption.",

@@ -64,6 +64,7 @@ struct Choice {
   bool finish_sent = false;  // streaming: its chunk with a finish_reason is written
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;
+  bool retryable = false;  // the error came before the engine ran it (TokenEvent::retryable)
   // Logprobs not yet sent: chat {"content": [...]}; completions {tokens, token_logprobs, top_logprobs, text_offset}.
   Json logprobs;
   std::shared_ptr<ChatChoiceOutput> output;  // chat: reasoning, content and tool calls parsed from `text`
@@ -245,6 +246,9 @@ struct Server::Impl {
   std::vector<HttpRoute> routes() {
     std::vector<HttpRoute> routes;
     routes.push_back({"GET", "/health", [this](const std::shared_ptr<HttpExchange>& exchange) {
+                        // A failed engine takes no work: a supervisor restarts the process.
+                        if (engine.failed())
+                          return exchange->respond(json_response(503, {{"status", "failed"}, {"error", engine.failure()}}));
                         if (draining) return exchange->respond(json_response(503, {{"status", "draining"}}));
                         exchange->respond(json_response(200, {{"status", "ok"}}));
                       }});
@@ -311,6 +315,19 @@ struct Server::Impl {
     });
   }
 
+  ApiError engine_failed_error() const {
+    return ApiError(503, "the server's engine failed and takes no new requests: " + engine.failure(), "",
+                    "engine_failed");
+  }
+
+  // A choice the engine failed: 503 when it never ran (the engine had failed; another server may
+  // take it), else 500.
+  static ApiError generation_error(const Choice& choice) {
+    if (choice.retryable) return ApiError(503, "the server's engine failed before this request ran: " + choice.error, "",
+                                          "engine_failed");
+    return ApiError(500, "generation failed: " + choice.error, "", "generation_failed");
+  }
+
   void cancel(const Job& job) {
     for (const Choice& choice : job.choices) engine.cancel(choice.engine_id);  // finished ids are ignored
   }
@@ -320,6 +337,7 @@ struct Server::Impl {
   void complete(const std::shared_ptr<HttpExchange>& exchange, bool chat) {
     const auto arrival = Clock::now();
     if (draining) return fail(*exchange, ApiError(503, "the server is shutting down", "", "server_shutting_down"));
+    if (engine.failed()) return fail(*exchange, engine_failed_error());
     auto job = std::make_shared<Job>();
     job->exchange = exchange;
     std::vector<int32_t> prompt;
@@ -390,6 +408,7 @@ struct Server::Impl {
       }
     } catch (const Error& error) {
       cancel(*job);
+      if (engine.failed()) return fail(*exchange, engine_failed_error());  // it failed meanwhile
       fail(*exchange, ApiError(draining ? 503 : 400, error.what()));
       return;
     }
@@ -484,6 +503,7 @@ struct Server::Impl {
       choice.finished = true;
       choice.finish_reason = event.finish_reason;
       choice.error = event.error;
+      choice.retryable = event.retryable;
     }
     return choice;
   }
@@ -500,7 +520,7 @@ struct Server::Impl {
     Json choices = Json::array();
     for (size_t index = 0; index < job.choices.size(); ++index) {
       Choice& choice = job.choices[index];
-      if (!choice.error.empty()) return fail(exchange, ApiError(500, "generation failed: " + choice.error));
+      if (!choice.error.empty()) return fail(exchange, generation_error(choice));
       if (choice.finish_reason == FinishReason::kCancelled)
         return fail(exchange, ApiError(503, "the server is shutting down", "", "server_shutting_down"));
       Json entry = {{"index", index}};
@@ -543,6 +563,15 @@ struct Server::Impl {
     for (const ChoiceEvent& tagged : events) {
       Choice& choice = absorb(*job, tagged);
       const TokenEvent& event = tagged.event;
+      if (event.finished && !event.error.empty()) {
+        // No finish_reason: the text is not a whole answer. The error event says why, as OpenAI's
+        // streams do, and [DONE] ends the stream.
+        cancel(*job);  // the other choices too
+        exchange.write(sse(error_body(generation_error(choice))));
+        exchange.write("data: [DONE]\n\n");
+        exchange.end();
+        return finish(*job);
+      }
       if (event.finished && event.finish_reason == FinishReason::kCancelled) {
         cancel(*job);  // the other choices too
         if (job->shutdown) end_cut_stream(*job);

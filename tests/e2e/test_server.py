@@ -5,8 +5,9 @@
 
 Completions and chat completions, streamed and not, with usage (prompt_tokens_details.cached_tokens
 among it); /metrics in the Prometheus text format with vLLM's names beside vt's; logprobs, n and
-logit_bias; 64
-concurrent greedy streams equal to each request alone, on a KV cache small enough to preempt, while
+logit_bias; 16
+greedy prompts alone equal to `vt generate`, and 64 concurrent streams of them equal to each alone,
+on a KV cache small enough to preempt, while
 a request larger than the cache gets a 400; a client that hangs up mid-stream frees its cache; 40+
 bad requests get 4xx with an error object and the server stays up; the API key guards all but
 /health. A second server: CORS allow-list, --max-concurrent-requests (429), and SIGTERM draining
@@ -181,10 +182,20 @@ def test_chat(client):
     check_usage(usage, "streamed chat")
 
 
-def test_concurrent_streams(client, port, count=64, distinct=16):
-    """64 streams at once (each of 16 prompts 4 times) equal each prompt run alone, on a cache that
-    holds only some of them (so requests are preempted and recomputed); meanwhile a request larger
-    than the cache is refused with a 400 naming the context, and the others proceed."""
+def generate_text(vt, model, prompt, max_tokens):
+    """`vt generate`'s greedy text for a completion prompt: the reference the server must match."""
+    result = subprocess.run([vt, "--threads", "2", "generate", "--model", model, "--prompt", prompt,
+                             "--max-new-tokens", str(max_tokens), "--temperature", "0", "--json"],
+                            capture_output=True, text=True, timeout=120)
+    check(result.returncode == 0, f"vt generate failed: {result.stderr[-500:]}")
+    return json.loads(result.stdout)["text"]
+
+
+def test_concurrent_streams(client, port, vt, model, count=64, distinct=16):
+    """Each of 16 prompts alone gives `vt generate`'s greedy text, and 64 streams at once (each
+    prompt 4 times) give the same, on a cache that holds only some of them (so requests are
+    preempted and recomputed); meanwhile a request larger than the cache is refused with a 400
+    naming the context, and the others proceed."""
     prompts = [f"Here is one short sentence about the number {i}, and here is" for i in range(distinct)]
 
     def chat(prompt, stream):  # completions: a short prompt keeps the CPU time in CI small
@@ -198,6 +209,9 @@ def test_concurrent_streams(client, port, count=64, distinct=16):
         return text
 
     alone = [chat(prompt, False) for prompt in prompts]
+    for prompt, text in zip(prompts, alone):
+        expected = generate_text(vt, model, prompt, 6)
+        check(text == expected, f"{prompt!r}: the server alone {text!r} != vt generate {expected!r}")
     before = metrics(port)
     start = time.time()
     with concurrent.futures.ThreadPoolExecutor(count) as pool:
@@ -584,7 +598,7 @@ def main():
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=API_KEY, max_retries=0, timeout=120)
         for test in (lambda: test_basics(client, port), lambda: test_metrics_format(port),
                      lambda: test_completions(client), lambda: test_chat(client),
-                     lambda: test_sampling_features(client), lambda: test_concurrent_streams(client, port),
+                     lambda: test_sampling_features(client), lambda: test_concurrent_streams(client, port, vt, model),
                      lambda: test_disconnect(port), lambda: test_bad_requests(port), lambda: test_completions(client)):
             t0 = time.time()
             test()

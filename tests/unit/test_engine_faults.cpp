@@ -1,0 +1,155 @@
+// A model forward that throws inside the engine loop (FaultyModel, a stand-in for a CUDA error),
+// on the tiny golden Qwen3.5 model: the step's requests and every running one end with the error,
+// queued ones end retryable, the engine takes no new requests and reports itself failed, and its
+// cache is empty afterwards; a FaultyModel that never fails changes nothing.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "model/faulty_model.h"
+#include "model/generate.h"
+#include "models/registry.h"
+#include "server/metrics.h"
+
+namespace vt {
+namespace {
+
+const std::string kModelDir = std::string(VT_SOURCE_DIR) + "/tests/golden/qwen3_5_dense";
+
+struct Outcome {
+  std::mutex mutex;
+  std::condition_variable done_signal;
+  std::vector<int32_t> ids;
+  TokenEvent last;
+  bool done = false;
+
+  TokenCallback callback() {
+    return [this](const TokenEvent& event) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (event.token_id >= 0) ids.push_back(event.token_id);
+      if (event.finished) {
+        last = event;
+        done = true;
+        done_signal.notify_all();
+      }
+    };
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    ASSERT_TRUE(done_signal.wait_for(lock, std::chrono::seconds(120), [&] { return done; }));
+  }
+};
+
+std::vector<int32_t> prompt_of(uint32_t seed, int64_t length, int64_t vocab) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(length));
+  for (auto& id : ids) id = int32_t(rng() % vocab);
+  return ids;
+}
+
+class EngineFaultTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { model_ = load_model(kModelDir, {}).release(); }
+  static void TearDownTestSuite() { delete model_; }
+  static Model* model_;
+};
+Model* EngineFaultTest::model_ = nullptr;
+
+TEST_F(EngineFaultTest, NoFaultChangesNothing) {
+  const auto prompt = prompt_of(1, 9, model_->info().vocab_size);
+  GenerateOptions generate_options;
+  generate_options.max_new_tokens = 10;
+  const auto expected = generate(*model_, prompt, generate_options).output_ids;
+  FaultyModel faulty(*model_, 0);
+  Engine engine(faulty, nullptr, {});
+  Outcome outcome;
+  RequestParams params;
+  params.max_tokens = 10;
+  engine.submit(prompt, params, outcome.callback());
+  outcome.wait();
+  EXPECT_EQ(outcome.ids, expected);
+  EXPECT_EQ(outcome.last.error, "");
+  EXPECT_FALSE(engine.failed());
+  EXPECT_GE(faulty.forwards(), 10);
+}
+
+// Two run (max_running 2) while two wait; the 6th batched forward throws. The running ones end with
+// the error and are not retryable; the waiting ones never ran and are; nothing is admitted again.
+TEST_F(EngineFaultTest, AFailedForwardFailsTheEngine) {
+  FaultyModel faulty(*model_, 6);
+  EngineOptions options;
+  options.max_running = 2;
+  options.prefill_chunk = 8;
+  options.step_token_budget = 16;
+  Engine engine(faulty, nullptr, options);
+  const int64_t vocab = model_->info().vocab_size;
+  Outcome outcomes[4];
+  RequestParams params;
+  params.max_tokens = 40;
+  for (int i = 0; i < 4; ++i) engine.submit(prompt_of(10 + uint32_t(i), 12, vocab), params, outcomes[i].callback());
+  for (Outcome& outcome : outcomes) outcome.wait();
+
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_NE(outcomes[i].last.error.find("injected fault"), std::string::npos) << outcomes[i].last.error;
+    EXPECT_FALSE(outcomes[i].last.retryable) << "request " << i;
+    EXPECT_LT(int64_t(outcomes[i].ids.size()), params.max_tokens) << "request " << i;
+  }
+  for (int i = 2; i < 4; ++i) {
+    EXPECT_NE(outcomes[i].last.error.find("injected fault"), std::string::npos) << outcomes[i].last.error;
+    EXPECT_TRUE(outcomes[i].last.retryable) << "request " << i;
+    EXPECT_TRUE(outcomes[i].ids.empty()) << "request " << i;
+  }
+  EXPECT_TRUE(engine.failed());
+  EXPECT_NE(engine.failure().find("the model's forward failed: injected fault: batched forward 6"), std::string::npos)
+      << engine.failure();
+  // Nothing runs on the model again, and the cache is empty.
+  const int64_t forwards = faulty.forwards();
+  EXPECT_EQ(forwards, 6);
+  const EngineStats stats = engine.stats();
+  EXPECT_TRUE(stats.failed);
+  EXPECT_EQ(stats.running, 0);
+  EXPECT_EQ(stats.waiting, 0);
+  EXPECT_EQ(stats.cache.blocks_used, 0);
+  EXPECT_EQ(stats.cache.slots_used, 0);
+  Outcome refused;
+  try {
+    engine.submit(prompt_of(20, 5, vocab), params, refused.callback());
+    ADD_FAILURE() << "a failed engine took a request";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("the engine failed"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(faulty.forwards(), forwards);
+  // /metrics says so.
+  const std::string metrics = server::ServerMetrics("m").render(stats, 0);
+  EXPECT_NE(metrics.find("\nvt_engine_failed 1\n"), std::string::npos);
+}
+
+// The fault in a step that also feeds a prompt chunk: every sequence in the step fails with it,
+// whichever round of the step it was in.
+TEST_F(EngineFaultTest, FaultAmidPrefill) {
+  FaultyModel faulty(*model_, 2);
+  EngineOptions options;
+  options.prefill_chunk = 4;
+  options.step_token_budget = 8;
+  Engine engine(faulty, nullptr, options);
+  const int64_t vocab = model_->info().vocab_size;
+  Outcome first, second;
+  RequestParams params;
+  params.max_tokens = 4;
+  engine.submit(prompt_of(30, 3, vocab), params, first.callback());
+  engine.submit(prompt_of(31, 30, vocab), params, second.callback());
+  first.wait();
+  second.wait();
+  EXPECT_FALSE(first.last.error.empty());
+  EXPECT_FALSE(second.last.error.empty());
+  EXPECT_TRUE(engine.failed());
+  EXPECT_EQ(engine.stats().cache.blocks_used, 0);
+}
+
+}  // namespace
+}  // namespace vt
