@@ -9,6 +9,7 @@
 // (profile::kernel_gate_failure). `vt bench op gemm` is `vt bench gemm` (apps/gemm_bench.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <initializer_list>
@@ -416,8 +417,9 @@ void bench_gdn(OpBench& bench, int64_t m) {
   }
 }
 
-// The MoE FFN's own kernels on FP8 block-scaled experts: route, the gate_up expert GEMV, SwiGLU
-// with its FP8 codes, the down expert GEMV, the weighted combine with the shared expert's row,
+// The MoE FFN's own kernels on FP8 block-scaled experts: route (with the expert-grouped layout),
+// the grouped gate_up GEMV, SwiGLU with its FP8 codes, the grouped down GEMV, the weighted combine
+// with the shared expert's row,
 // each alone and all five in a row. Router logits differ per copy, so the experts (and their
 // weights) differ from call to call.
 void bench_moe(OpBench& bench, int64_t m) {
@@ -435,11 +437,18 @@ void bench_moe(OpBench& bench, int64_t m) {
       random_buffer(DType::kF32, experts * (h / 128) * (inter / 128), 33, 1e-3f, 2e-3f, stream);
   const int64_t copies = 16;  // 16 x m x top_k routes: most experts of a layer touched per graph
   auto logits = random_buffer(DType::kF32, copies * m * experts, 34, 2.0f, 0.0f, stream);
-  cuda::DeviceBuffer ids(DType::kI32, {copies * pairs}), weights(DType::kF32, {copies * pairs});
+  const int64_t words = moe_routing_words(m, experts, top_k);
+  cuda::DeviceBuffer route_words(DType::kI32, {copies * words}), weights(DType::kF32, {copies * pairs});
+  std::vector<MoeRouting> routings;
   for (int64_t copy = 0; copy < copies; ++copy)
-    cuda::moe_route(ids.as<int32_t>() + copy * pairs, weights.as<float>() + copy * pairs,
-                    logits.as<float>() + copy * m * experts, m, experts, top_k, c.norm_topk_prob,
-                    DType::kF32, stream);
+    routings.push_back(moe_routing_in(route_words.as<int32_t>() + copy * words,
+                                      weights.as<float>() + copy * pairs, m, experts, top_k));
+  for (int64_t copy = 0; copy < copies; ++copy)
+    cuda::moe_route(routings[copy], logits.as<float>() + copy * m * experts, m, experts, top_k,
+                    c.norm_topk_prob, DType::kF32, stream);
+  // Distinct experts a copy's routing touches (expected, as the model states it): the bytes.
+  const double experts_read =
+      double(experts) * (1.0 - std::pow(1.0 - double(top_k) / double(experts), double(m)));
   auto normed = random_buffer(kAct, m * h, 35, 1.0f, 0.0f, stream);
   cuda::DeviceBuffer x_codes(DType::kU8, {m * h}), x_scales(DType::kF32, {m * h / 128});
   cuda::fp8_quantize_rows(x_codes.as<uint8_t>(), x_scales.as<float>(), normed.data(), m, h, kAct,
@@ -451,23 +460,22 @@ void bench_moe(OpBench& bench, int64_t m) {
        shared_gate = random_buffer(kAct, m, 37, 1.0f, 0.0f, stream);
   cuda::DeviceBuffer branch(kAct, {m * h});
   const auto route = [&](int64_t copy) {
-    cuda::moe_route(ids.as<int32_t>() + copy * pairs, weights.as<float>() + copy * pairs,
-                    logits.as<float>() + copy * m * experts, m, experts, top_k, c.norm_topk_prob,
-                    DType::kF32, stream);
+    cuda::moe_route(routings[copy], logits.as<float>() + copy * m * experts, m, experts, top_k,
+                    c.norm_topk_prob, DType::kF32, stream);
   };
   const auto expert_gate_up = [&](int64_t copy) {
-    cuda::moe_expert_gemv(
-        hidden.data(), x_codes.data(), x_scales.as<float>(), ids.as<int32_t>() + copy * pairs,
-        gate_up.data(), gate_up_scales.as<float>(), pairs, 2 * inter, h, top_k, true, kAct, stream);
+    cuda::moe_expert_gemv(hidden.data(), x_codes.data(), x_scales.as<float>(), routings[copy],
+                          gate_up.data(), gate_up_scales.as<float>(), m, experts, top_k, 2 * inter,
+                          h, top_k, true, kAct, stream, experts_read);
   };
   const auto silu = [&](int64_t) {
     cuda::silu_mul(activated.data(), hidden.data(), pairs, inter, kAct, stream, codes.as<uint8_t>(),
                    scales.as<float>());
   };
   const auto expert_down = [&](int64_t copy) {
-    cuda::moe_expert_gemv(expert_out.data(), codes.data(), scales.as<float>(),
-                          ids.as<int32_t>() + copy * pairs, down.data(), down_scales.as<float>(),
-                          pairs, h, inter, 1, true, kAct, stream);
+    cuda::moe_expert_gemv(expert_out.data(), codes.data(), scales.as<float>(), routings[copy],
+                          down.data(), down_scales.as<float>(), m, experts, top_k, h, inter, 1,
+                          true, kAct, stream, experts_read);
   };
   const auto combine = [&](int64_t copy) {
     cuda::moe_combine(branch.data(), expert_out.data(), weights.as<float>() + copy * pairs,
@@ -478,10 +486,10 @@ void bench_moe(OpBench& bench, int64_t m) {
   const std::string of = " of " + std::to_string(experts);
   bench.measure("moe", "route", m, dims({m, experts}) + ", top " + std::to_string(top_k), copies,
                 route);
-  bench.measure("moe", "expert_gemv gate_up", m, dims({pairs, 2 * inter, h}) + of, copies,
+  bench.measure("moe", "grouped_gemv gate_up", m, dims({pairs, 2 * inter, h}) + of, copies,
                 expert_gate_up);
   bench.measure("moe", "silu_mul+fp8", m, dims({pairs, 2 * inter}), copies, silu);
-  bench.measure("moe", "expert_gemv down", m, dims({pairs, h, inter}) + of, copies, expert_down);
+  bench.measure("moe", "grouped_gemv down", m, dims({pairs, h, inter}) + of, copies, expert_down);
   bench.measure("moe", "combine", m, dims({m, h}) + ", top " + std::to_string(top_k), copies,
                 combine);
   bench.measure("moe", "route+experts+combine", m, dims({m, h}), copies, [&](int64_t copy) {

@@ -1,10 +1,15 @@
-// The MoE router kernel (ops/moe/moe.cu) against the CPU reference (the expert GEMV and combine
-// are checked through the MoE model tests, tests/cuda/test_cuda_model.cpp).
+// The MoE kernels (ops/moe/moe_route.cu, moe.cu) against their CPU references (moe_cpu.cpp): the
+// router and its expert-grouped layout (bit-exact), the grouped expert GEMV (FP8 and dense) and the
+// combine, at awkward sizes (1, 7, 64, 129 tokens: the fused and the two-kernel router; experts
+// chosen by every token, by one, by none), and bit-identical reruns.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <random>
 #include <tuple>
 #include <vector>
 
+#include "../numerics.h"
 #include "cuda/device.h"
 #include "cuda/device_buffer.h"
 #include "op_cuda_test_support.h"
@@ -13,27 +18,292 @@
 namespace vt {
 namespace {
 
-using testing::relative_l2;
-using testing::random_vector;
-using testing::upload;
 using testing::download;
+using testing::download_as_f32;
+using testing::download_bytes;
+using testing::random_vector;
+using testing::relative_l2;
+using testing::upload;
+using testing::upload_as;
 
 class MoeCuda : public testing::GpuTest {};
 
-TEST_F(MoeCuda, MoeRouteMatchesCpu) {
-  for (auto [tokens, experts, top_k] : {std::tuple<int64_t, int64_t, int64_t>{5, 8, 2}, {3, 256, 8}, {2, 512, 10}}) {
-    auto logits = random_vector(tokens * experts, 50 + experts);
-    std::vector<int32_t> expected_ids(tokens * top_k);
-    std::vector<float> expected_weights(tokens * top_k);
-    cpu::moe_route(expected_ids.data(), expected_weights.data(), logits.data(), tokens, experts, top_k, true);
-    auto d_logits = upload(logits, DType::kF32);
-    cuda::DeviceBuffer ids(DType::kI32, {tokens * top_k}), weights(DType::kF32, {tokens * top_k});
-    cuda::moe_route(ids.as<int32_t>(), weights.as<float>(), d_logits.data(), tokens, experts, top_k, true, DType::kF32, nullptr);
-    std::vector<int32_t> got_ids(tokens * top_k);
-    cuda::copy_to_host(got_ids.data(), ids.data(), got_ids.size() * sizeof(int32_t));
-    EXPECT_EQ(got_ids, expected_ids) << experts << " experts";
-    EXPECT_LE(relative_l2(download(weights), expected_weights), 1e-6);
+constexpr int64_t kTokenCounts[] = {1, 7, 64, 129};
+
+// A routing on the device (its words and weights) and its host copy.
+struct DeviceRouting {
+  DeviceRouting(int64_t tokens, int64_t experts, int64_t top_k)
+      : tokens(tokens),
+        experts(experts),
+        top_k(top_k),
+        words(DType::kI32, {moe_routing_words(tokens, experts, top_k)}),
+        weights(DType::kF32, {tokens * top_k}),
+        routing(moe_routing_in(words.as<int32_t>(), weights.as<float>(), tokens, experts, top_k)) {}
+  // The device's words, and a host routing pointing into `host` (which it resizes).
+  MoeRouting download_into(std::vector<int32_t>& host) const {
+    host.resize(size_t(words.shape().numel()));
+    cuda::copy_to_host(host.data(), words.data(), host.size() * sizeof(int32_t));
+    return moe_routing_in(host.data(), nullptr, tokens, experts, top_k);
   }
+  int64_t tokens, experts, top_k;
+  cuda::DeviceBuffer words, weights;
+  MoeRouting routing;
+};
+
+// Expects the device's grouped layout to be the CPU's for the device's own ids.
+void expect_layout_matches_cpu(const DeviceRouting& device, const std::string& what) {
+  std::vector<int32_t> got_words, expected_words;
+  const MoeRouting got = device.download_into(got_words);
+  expected_words = got_words;
+  const MoeRouting expected =
+      moe_routing_in(expected_words.data(), nullptr, device.tokens, device.experts, device.top_k);
+  cpu::moe_group(expected, device.tokens, device.experts, device.top_k);
+  const int64_t pairs = device.tokens * device.top_k;
+  ASSERT_EQ(*got.active_count, *expected.active_count) << what;
+  EXPECT_EQ(
+      std::vector<int32_t>(got.expert_offsets, got.expert_offsets + device.experts + 1),
+      std::vector<int32_t>(expected.expert_offsets, expected.expert_offsets + device.experts + 1))
+      << what;
+  EXPECT_EQ(std::vector<int32_t>(got.sorted_pairs, got.sorted_pairs + pairs),
+            std::vector<int32_t>(expected.sorted_pairs, expected.sorted_pairs + pairs))
+      << what;
+  EXPECT_EQ(std::vector<int32_t>(got.active_experts, got.active_experts + *got.active_count),
+            std::vector<int32_t>(expected.active_experts,
+                                 expected.active_experts + *expected.active_count))
+      << what;
+}
+
+// Logits [T, E] that pin the routing: expert 0 is chosen by every token, expert 1 + t % (E/2 - 1)
+// by token t (by it alone while T < E/2), the rest among experts 1 .. E/2 - 1 at random; experts
+// E/2 .. E-1 by none.
+std::vector<float> pinned_logits(int64_t tokens, int64_t experts, uint64_t seed) {
+  std::vector<float> logits = random_vector(tokens * experts, seed, 0.1f);
+  for (int64_t t = 0; t < tokens; ++t) {
+    float* row = logits.data() + t * experts;
+    row[0] += 20.0f;
+    row[1 + t % (experts / 2 - 1)] += 10.0f;
+    for (int64_t e = experts / 2; e < experts; ++e) row[e] = -30.0f;
+  }
+  return logits;
+}
+
+TEST_F(MoeCuda, MoeRouteMatchesCpu) {
+  // (experts, top_k): the model's 256 / 8, Qwen3-Next's 512 / 10, small, and experts not a
+  // multiple of 32 with the widest top-k.
+  for (auto [experts, top_k] :
+       {std::tuple<int64_t, int64_t>{8, 2}, {256, 8}, {512, 10}, {1000, 16}})
+    for (int64_t tokens : kTokenCounts)
+      for (bool renormalize : {true, false}) {
+        const std::string what = std::to_string(tokens) + " tokens, " + std::to_string(experts) +
+                                 " experts, top " + std::to_string(top_k) +
+                                 (renormalize ? ", renormalised" : "");
+        auto logits = random_vector(tokens * experts, 50 + experts + tokens);
+        std::vector<int32_t> expected_ids(tokens * top_k);
+        std::vector<float> expected_weights(tokens * top_k);
+        cpu::moe_route(expected_ids.data(), expected_weights.data(), logits.data(), tokens, experts,
+                       top_k, renormalize);
+        auto d_logits = upload(logits, DType::kF32);
+        DeviceRouting device(tokens, experts, top_k);
+        cuda::moe_route(device.routing, d_logits.data(), tokens, experts, top_k, renormalize,
+                        DType::kF32, nullptr);
+        std::vector<int32_t> words;
+        const MoeRouting got = device.download_into(words);
+        EXPECT_EQ(std::vector<int32_t>(got.ids, got.ids + tokens * top_k), expected_ids) << what;
+        EXPECT_LE(relative_l2(download(device.weights), expected_weights), 1e-6) << what;
+        expect_layout_matches_cpu(device, what);
+        // Rerun: the same bytes.
+        const auto first_words = download_bytes(device.words),
+                   first_weights = download_bytes(device.weights);
+        cuda::moe_route(device.routing, d_logits.data(), tokens, experts, top_k, renormalize,
+                        DType::kF32, nullptr);
+        EXPECT_EQ(download_bytes(device.words), first_words) << what;
+        EXPECT_EQ(download_bytes(device.weights), first_weights) << what;
+      }
+}
+
+TEST_F(MoeCuda, MoeRouteTiesGoToLowerId) {
+  const int64_t experts = 256, top_k = 8;
+  for (int64_t tokens : kTokenCounts) {
+    std::vector<float> logits(tokens * experts, 0.5f);
+    for (int64_t t = 0; t < tokens; ++t)
+      logits[t * experts + 200] = 0.75f;  // then 0 .. 6 (all tied)
+    auto d_logits = upload(logits, DType::kF32);
+    DeviceRouting device(tokens, experts, top_k);
+    cuda::moe_route(device.routing, d_logits.data(), tokens, experts, top_k, true, DType::kF32,
+                    nullptr);
+    std::vector<int32_t> words;
+    const MoeRouting got = device.download_into(words);
+    for (int64_t t = 0; t < tokens; ++t) {
+      EXPECT_EQ(got.ids[t * top_k], 200) << t;
+      for (int64_t j = 1; j < top_k; ++j) EXPECT_EQ(got.ids[t * top_k + j], j - 1) << t;
+    }
+    expect_layout_matches_cpu(device, std::to_string(tokens) + " tokens, ties");
+    EXPECT_EQ(*got.active_count, top_k);
+  }
+}
+
+TEST_F(MoeCuda, MoeRoutePinnedGroups) {
+  const int64_t experts = 64, top_k = 4;
+  for (int64_t tokens : kTokenCounts) {
+    auto d_logits = upload(pinned_logits(tokens, experts, 90 + tokens), DType::kF32);
+    DeviceRouting device(tokens, experts, top_k);
+    cuda::moe_route(device.routing, d_logits.data(), tokens, experts, top_k, true, DType::kF32,
+                    nullptr);
+    std::vector<int32_t> words;
+    const MoeRouting got = device.download_into(words);
+    const std::string what = std::to_string(tokens) + " tokens, pinned";
+    EXPECT_EQ(got.expert_offsets[1] - got.expert_offsets[0], tokens)
+        << what;  // expert 0: every token
+    for (int64_t e = experts / 2; e < experts; ++e)
+      EXPECT_EQ(got.expert_offsets[e + 1], got.expert_offsets[e])
+          << what << ", expert " << e;  // unused
+    EXPECT_EQ(got.expert_offsets[experts], tokens * top_k) << what;
+    EXPECT_LE(*got.active_count, experts / 2) << what;
+    expect_layout_matches_cpu(device, what);
+  }
+}
+
+// One grouped GEMV case: weights [E, n, k] (FP8 codes and block scales, or act), inputs for
+// rows = pairs / input_divisor, routing from `logits`; the output vs the CPU reference on the
+// device's own ids, and a rerun's bytes vs the first.
+void check_grouped_gemv(const std::vector<float>& logits, int64_t tokens, int64_t experts,
+                        int64_t top_k, int64_t n, int64_t k, int64_t input_divisor, bool fp8,
+                        DType act, uint64_t seed) {
+  const int64_t pairs = tokens * top_k, rows = (pairs + input_divisor - 1) / input_divisor;
+  const int64_t n_blocks = (n + 127) / 128, k_blocks = (k + 127) / 128;
+  const std::string what = std::to_string(tokens) + " tokens, n " + std::to_string(n) + ", k " +
+                           std::to_string(k) + (fp8 ? ", fp8" : ", dense") + ", " +
+                           std::string(dtype_name(act)) +
+                           (input_divisor > 1 ? ", gate_up" : ", down");
+  auto d_logits = upload(logits, DType::kF32);
+  DeviceRouting device(tokens, experts, top_k);
+  cuda::moe_route(device.routing, d_logits.data(), tokens, experts, top_k, true, DType::kF32,
+                  nullptr);
+  std::vector<int32_t> words;
+  const MoeRouting host_routing = device.download_into(words);
+  std::vector<float> expected(pairs * n);
+  cuda::DeviceBuffer y(act, {pairs * n});
+  upload_as(y, std::vector<float>(pairs * n, NAN), act);  // poisoned: an unwritten output fails
+  std::mt19937_64 rng(seed);
+  if (fp8) {
+    std::normal_distribution<float> normal(0.0f, 60.0f);
+    std::uniform_real_distribution<float> uniform(1e-3f, 2e-3f);
+    std::vector<uint8_t> w(experts * n * k), x(rows * k);
+    for (auto& c : w) c = f32_to_f8e4m3(normal(rng));
+    for (auto& c : x) c = f32_to_f8e4m3(normal(rng));
+    std::vector<float> w_scales(experts * n_blocks * k_blocks), x_scales(rows * k_blocks);
+    for (auto& s : w_scales) s = uniform(rng);
+    for (auto& s : x_scales) s = uniform(rng);
+    cpu::moe_expert_gemv_fp8(expected.data(), x.data(), x_scales.data(), host_routing.ids, w.data(),
+                             w_scales.data(), pairs, n, k, input_divisor);
+    auto d_w = upload(w, DType::kU8), d_x = upload(x, DType::kU8);
+    auto d_w_scales = upload(w_scales, DType::kF32), d_x_scales = upload(x_scales, DType::kF32);
+    const auto run = [&] {
+      cuda::moe_expert_gemv(y.data(), d_x.data(), d_x_scales.as<float>(), device.routing,
+                            d_w.data(), d_w_scales.as<float>(), tokens, experts, top_k, n, k,
+                            input_divisor, true, act, nullptr);
+    };
+    run();
+    const auto first = download_bytes(y);
+    run();
+    EXPECT_EQ(download_bytes(y), first) << what << ": rerun";
+  } else {
+    std::vector<float> w = random_vector(experts * n * k, seed, 0.05f),
+                       x = random_vector(rows * k, seed + 1);
+    if (act == DType::kBF16) {  // the CPU computes from the values the device holds
+      for (auto& v : w) v = bf16_to_f32(f32_to_bf16(v));
+      for (auto& v : x) v = bf16_to_f32(f32_to_bf16(v));
+    }
+    cpu::moe_expert_gemv(expected.data(), x.data(), host_routing.ids, w.data(), pairs, n, k,
+                         input_divisor);
+    cuda::DeviceBuffer d_w(act, {experts * n * k}), d_x(act, {rows * k});
+    upload_as(d_w, w, act);
+    upload_as(d_x, x, act);
+    const auto run = [&] {
+      cuda::moe_expert_gemv(y.data(), d_x.data(), nullptr, device.routing, d_w.data(), nullptr,
+                            tokens, experts, top_k, n, k, input_divisor, false, act, nullptr);
+    };
+    run();
+    const auto first = download_bytes(y);
+    run();
+    EXPECT_EQ(download_bytes(y), first) << what << ": rerun";
+  }
+  const double bound = act == DType::kBF16 ? numerics::kCudaMoeBf16OutputRelL2
+                       : fp8               ? numerics::kFp8GemmFp32RelL2
+                                           : numerics::kSamePathRelL2;
+  const double error = relative_l2(download_as_f32(y, act, size_t(pairs * n)), expected);
+  EXPECT_LE(error, bound) << what;
+}
+
+// gate_up-like (inputs per token, n not a multiple of 16, three K blocks) and down-like (inputs
+// per pair, K with a partial last block for FP8 and not a multiple of 32 for dense) shapes, with
+// random routing and pinned routing (expert 0 takes every token: 129 pairs, several passes).
+TEST_F(MoeCuda, MoeGroupedGemvMatchesCpu) {
+  const int64_t experts = 16, top_k = 4;
+  for (bool fp8 : {true, false})
+    for (DType act : {DType::kF32, DType::kBF16})
+      for (int64_t tokens : kTokenCounts)
+        for (bool pinned : {false, true}) {
+          const uint64_t seed = 300 + tokens + (pinned ? 1000 : 0);
+          const auto logits =
+              pinned ? pinned_logits(tokens, experts, seed) : random_vector(tokens * experts, seed);
+          check_grouped_gemv(logits, tokens, experts, top_k, 264, 384, top_k, fp8, act, seed);
+          check_grouped_gemv(logits, tokens, experts, top_k, 200, fp8 ? 272 : 200, 1, fp8, act,
+                             seed + 7);
+        }
+}
+
+// The FP8 splits of K over warps: K of 1, 8, 16 and 40 128-blocks (1, 2, 4 and 8 splits).
+TEST_F(MoeCuda, MoeGroupedGemvFp8KSplits) {
+  const int64_t experts = 8, top_k = 2, tokens = 7;
+  for (int64_t k : {128, 1024, 2048, 5120})
+    check_grouped_gemv(random_vector(tokens * experts, 77 + k), tokens, experts, top_k, 128, k,
+                       top_k, true, DType::kF32, 78 + k);
+}
+
+TEST_F(MoeCuda, MoeCombineMatchesCpu) {
+  const int64_t top_k = 8;
+  for (DType act : {DType::kF32, DType::kBF16})
+    for (int64_t hidden : {2048, 100})
+      for (int64_t tokens : kTokenCounts)
+        for (bool with_shared : {true, false}) {
+          const std::string what = std::to_string(tokens) + " tokens, hidden " +
+                                   std::to_string(hidden) + ", " + std::string(dtype_name(act)) +
+                                   (with_shared ? ", shared" : "");
+          auto expert_out = random_vector(tokens * top_k * hidden, 400 + tokens);
+          auto shared = random_vector(tokens * hidden, 401 + tokens),
+               gate = random_vector(tokens, 402 + tokens);
+          auto weights = random_vector(tokens * top_k, 403 + tokens, 0.3f);
+          if (act == DType::kBF16)
+            for (auto* values : {&expert_out, &shared, &gate})
+              for (auto& v : *values) v = bf16_to_f32(f32_to_bf16(v));
+          std::vector<float> expected(tokens * hidden);
+          cpu::moe_combine(expected.data(), expert_out.data(), weights.data(),
+                           with_shared ? shared.data() : nullptr,
+                           with_shared ? gate.data() : nullptr, tokens, hidden, top_k);
+          cuda::DeviceBuffer d_expert_out(act, {tokens * top_k * hidden}),
+              d_shared(act, {tokens * hidden}), d_gate(act, {tokens}), out(act, {tokens * hidden});
+          upload_as(d_expert_out, expert_out, act);
+          upload_as(d_shared, shared, act);
+          upload_as(d_gate, gate, act);
+          upload_as(out, std::vector<float>(tokens * hidden, NAN), act);
+          auto d_weights = upload(weights, DType::kF32);
+          const auto run = [&] {
+            cuda::moe_combine(out.data(), d_expert_out.data(), d_weights.as<float>(),
+                              with_shared ? d_shared.data() : nullptr,
+                              with_shared ? d_gate.data() : nullptr, tokens, hidden, top_k, act,
+                              nullptr);
+          };
+          run();
+          const auto first = download_bytes(out);
+          run();
+          EXPECT_EQ(download_bytes(out), first) << what << ": rerun";
+          const double bound =
+              act == DType::kBF16 ? numerics::kCudaMoeBf16OutputRelL2 : numerics::kSamePathRelL2;
+          EXPECT_LE(relative_l2(download_as_f32(out, act, size_t(tokens * hidden)), expected),
+                    bound)
+              << what;
+        }
 }
 
 }  // namespace

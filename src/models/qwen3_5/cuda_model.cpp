@@ -99,8 +99,9 @@ Qwen35CudaForward::Qwen35CudaForward(Qwen35Config config, CudaWeights weights, c
   if (config_.num_experts > 0) {
     const int64_t inter = config_.moe_intermediate_size, pairs = T * top_k;
     w.router_logits = cuda::DeviceBuffer(DType::kF32, {T, config_.num_experts});  // f32: top-k must not see bf16 ties
-    w.route_ids = cuda::DeviceBuffer(DType::kI32, {pairs});
+    w.route_words = cuda::DeviceBuffer(DType::kI32, {moe_routing_words(T, config_.num_experts, top_k)});
     w.route_weights = cuda::DeviceBuffer(DType::kF32, {pairs});
+    w.routing = moe_routing_in(w.route_words.as<int32_t>(), w.route_weights.as<float>(), T, config_.num_experts, top_k);
     w.expert_hidden = cuda::DeviceBuffer(act, {pairs, 2 * inter});
     w.expert_act = cuda::DeviceBuffer(act, {pairs, inter});
     w.expert_out = cuda::DeviceBuffer(act, {pairs, H});
@@ -304,8 +305,9 @@ void Qwen35CudaForward::ffn(const CudaLayer& layer, int64_t T) {
   reduce_branch(T);  // the MoE combine's partial
 }
 
-// MoE FFN on normed [T, H] -> branch [T, H]: route, expert GEMVs per (token, expert) pair
-// straight from the stacked expert weights, the gated shared expert, weighted combine.
+// MoE FFN on normed [T, H] -> branch [T, H]: route and group the pairs by expert (on the device),
+// expert GEMVs that read each routed expert's stacked weights once for all its pairs, the gated
+// shared expert, weighted combine.
 void Qwen35CudaForward::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed_codes) {
   auto& w = *workspace_;
   const auto& c = config_;
@@ -323,8 +325,7 @@ void Qwen35CudaForward::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed
     gemm_->matmul(w.router_logits.data(), w.normed.data(), moe.router.parts[0].weight.data(), T, c.num_experts, H,
                   act, stream_, DType::kF32, true);
   trace::OpScope experts_op("moe.experts", OpGroup::kMoe);
-  cuda::moe_route(w.route_ids.as<int32_t>(), w.route_weights.as<float>(), w.router_logits.data(), T, c.num_experts, k,
-                  c.norm_topk_prob, DType::kF32, stream_);
+  cuda::moe_route(w.routing, w.router_logits.data(), T, c.num_experts, k, c.norm_topk_prob, DType::kF32, stream_);
   // The experts read the normed rows as FP8 codes: fused into the norm, or quantised here.
   Fp8Rows x_codes = normed_codes;
   if (fp8 && !x_codes.codes) {
@@ -332,8 +333,8 @@ void Qwen35CudaForward::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed
     cuda::fp8_quantize_rows(w.scratch.as<uint8_t>(), w.scratch_scales.as<float>(), w.normed.data(), T, H, act, stream_);
   }
   cuda::moe_expert_gemv(w.expert_hidden.data(), fp8 ? static_cast<const void*>(x_codes.codes) : w.normed.data(),
-                        x_codes.scales, w.route_ids.as<int32_t>(), moe.gate_up.data(), moe.gate_up_scales.as<float>(),
-                        pairs, 2 * inter, H, k, fp8, act, stream_, expected_experts(T));
+                        x_codes.scales, w.routing, moe.gate_up.data(), moe.gate_up_scales.as<float>(), T,
+                        c.num_experts, k, 2 * inter, H, k, fp8, act, stream_, expected_experts(T));
   const bool fuse_act = fp8 && options_.fuse_fp8_quantization && inter % 128 == 0;
   Fp8Rows act_codes = fuse_act ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()} : Fp8Rows{};
   cuda::silu_mul(w.expert_act.data(), w.expert_hidden.data(), pairs, inter, act, stream_,
@@ -344,8 +345,8 @@ void Qwen35CudaForward::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed
                             act, stream_);
   }
   cuda::moe_expert_gemv(w.expert_out.data(), fp8 ? static_cast<const void*>(act_codes.codes) : w.expert_act.data(),
-                        act_codes.scales, w.route_ids.as<int32_t>(), moe.down.data(), moe.down_scales.as<float>(),
-                        pairs, H, inter, 1, fp8, act, stream_, expected_experts(T));
+                        act_codes.scales, w.routing, moe.down.data(), moe.down_scales.as<float>(), T, c.num_experts,
+                        k, H, inter, 1, fp8, act, stream_, expected_experts(T));
   if (moe.has_shared) {
     const int64_t shared = moe.shared.down.k;
     const bool shared_fp8 = options_.fuse_fp8_quantization && moe.shared.gate_up.format == WeightFormat::kFp8Block;
@@ -359,7 +360,7 @@ void Qwen35CudaForward::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed
     linear(moe.shared_gate, w.shared_gate.data(), w.normed.data(), T,
            options_.fuse_fp8_quantization && moe.shared_gate.format == WeightFormat::kFp8Block ? normed_codes : Fp8Rows{});
   }
-  cuda::moe_combine(w.branch.data(), w.expert_out.data(), w.route_weights.as<float>(),
+  cuda::moe_combine(w.branch.data(), w.expert_out.data(), w.routing.weights,
                     moe.has_shared ? w.shared_out.data() : nullptr, moe.has_shared ? w.shared_gate.data() : nullptr, T,
                     H, k, act, stream_);
 }

@@ -6,6 +6,7 @@
 
 #include "cuda/device_buffer.h"
 #include "models/qwen3_5/cuda_model.h"
+#include "ops/moe/moe.h"
 #include "ops/gemm/partials.h"
 
 namespace vt {
@@ -21,9 +22,11 @@ struct Qwen35CudaForward::Workspace {
   cuda::DeviceBuffer mixer_out;           // [T, widest mixer/MLP inner width] act
   cuda::DeviceBuffer q, gate;             // [T, Hq*D] f32 / act
   cuda::DeviceBuffer attention_partials;  // split-key attention partials, f32
-  // MoE: router logits [T, E], routes [T*k] (ids i32, weights f32), per-pair expert activations
+  // MoE: router logits [T, E], the routing (route_words: ids and the expert-grouped layout, i32;
+  // route_weights [T*k] f32; `routing` points into them), per-pair expert activations
   // [T*k, 2I] / [T*k, I] / [T*k, H], shared expert output [T, H] and gate [T, 1].
-  cuda::DeviceBuffer router_logits, route_ids, route_weights, expert_hidden, expert_act, expert_out;
+  cuda::DeviceBuffer router_logits, route_words, route_weights, expert_hidden, expert_act, expert_out;
+  MoeRouting routing;
   cuda::DeviceBuffer shared_out, shared_gate;
   // FP8 activations [rows, widest K] e4m3 and [rows, K/128] scales: `quantized` holds a norm's
   // output (fused into the norm; read by every linear of the block), `inner` a mixer's or

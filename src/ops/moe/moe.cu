@@ -1,7 +1,10 @@
-// MoE kernels: softmax router with top-k, expert GEMVs that read each (token, expert) pair's
-// expert weights straight from the stacked expert tensors (no host sync, graph-capturable), and
-// the weighted combine with the sigmoid-gated shared expert. Sums run in a fixed order.
+// MoE expert GEMVs grouped by expert (moe_route's layout): a block takes one active expert's
+// slice of output rows and applies each loaded weight chunk to every pair routed to that expert,
+// so a step reads each routed expert once, not once per (token, expert) pair. Then the weighted
+// combine with the sigmoid-gated shared expert. Sums run in a fixed order (bit-identical reruns).
 #include <cuda_fp8.h>
+
+#include <algorithm>
 
 #include "ops/moe/moe.h"
 
@@ -12,178 +15,365 @@
 namespace vt::cuda {
 namespace {
 
-constexpr int kRouteThreads = 256;
-constexpr int kMaxTopK = 16;
-constexpr int kMaxExperts = 1024;
-constexpr int kGemvWarps = 8;
 constexpr int kGroup = 128;
+// FP8: 8 warps; a warp computes 8 output rows (an m16n8k32 MMA's N) of up to 16 pairs (its M) per
+// tile, kTiles tiles per pass: one weight load serves 32 pairs, more take another pass (from L2).
+constexpr int kFp8Warps = 8;
+constexpr int kFp8Tiles = 2;
+constexpr int kFp8BlocksPerStep =
+    2;  // 128-blocks of K a warp loads at once: 64 bytes per lane in flight
+// Dense (act-dtype weights): a warp per output row, kDensePairs pairs per pass.
+constexpr int kDenseWarps = 8;
+constexpr int kDensePairs = 8;
+constexpr int kCombineThreads = 64;  // x 8 columns each: 512 columns a block
 
-// Block per token: softmax over the experts in fp32, then top-k by rank: expert i is the j-th
-// choice when j experts come before it in (probability descending, id ascending) order, which is
-// what k rounds of argmax with ties to the lower id (the CPU reference) pick, without k rounds of
-// block reductions. Then optional renormalisation of the k weights, summed in choice order.
-template <typename T>
-__global__ void sm90_moe_route(int32_t* __restrict__ g_ids, float* __restrict__ g_weights, const T* __restrict__ g_logits,
-                               int64_t experts, int64_t top_k, bool renormalize) {
-  __shared__ float s_prob[kMaxExperts];
-  __shared__ float s_scratch[kRouteThreads / 32];
-  __shared__ int32_t s_id[kMaxTopK];
-  __shared__ float s_weight[kMaxTopK];
-  device::pdl_enter();
-  const T* logits = g_logits + blockIdx.x * experts;
-  float local_max = -INFINITY;
-  for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) local_max = fmaxf(local_max, device::to_float(logits[e]));
-  const float max_logit = device::block_max(local_max, s_scratch);
-  float local_sum = 0.0f;
-  for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
-    s_prob[e] = expf(device::to_float(logits[e]) - max_logit);
-    local_sum += s_prob[e];
-  }
-  const float total = device::block_sum(local_sum, s_scratch);
-  for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) s_prob[e] /= total;
-  __syncthreads();
-  for (int64_t i = threadIdx.x; i < experts; i += blockDim.x) {
-    const float p = s_prob[i];
-    int64_t rank = 0;
-    for (int64_t e = 0; e < experts && rank < top_k; ++e) {
-      const float other = s_prob[e];
-      rank += other > p || (other == p && e < i);
-    }
-    if (rank < top_k) {
-      s_id[rank] = int32_t(i);
-      s_weight[rank] = p;
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float selected_sum = 0.0f;
-    for (int64_t j = 0; j < top_k; ++j) selected_sum += s_weight[j];
-    for (int64_t j = 0; j < top_k; ++j) {
-      g_ids[blockIdx.x * top_k + j] = s_id[j];
-      g_weights[blockIdx.x * top_k + j] = renormalize ? s_weight[j] / selected_sum : s_weight[j];
-    }
-  }
-}
-
-struct ExpertGemvArgs {
-  void* y;                 // [pairs, n] act
-  const void* x;           // dense: [rows, k] act; fp8: codes [rows, k]
-  const float* x_scales;   // fp8: [rows, ceil(k/128)]
-  const int32_t* expert_ids;  // [pairs]
-  const void* weights;     // [E, n, k]: act dtype (dense) or e4m3 codes (fp8)
-  const float* w_scales;   // fp8: [E, ceil(n/128), ceil(k/128)]
-  int64_t pairs, n, k, input_divisor;  // input row of pair p is p / input_divisor
+struct GroupedGemvArgs {
+  void* y;                        // [pairs, n] act
+  const void* x;                  // dense: [rows, k] act; fp8: codes [rows, k]
+  const float* x_scales;          // fp8: [rows, ceil(k/128)]
+  const int32_t* expert_offsets;  // [E + 1]
+  const int32_t* sorted_pairs;    // [pairs]
+  const int32_t* active_experts;  // [slots]
+  const int32_t* active_count;    // [1]
+  const void* weights;            // [E, n, k]: act dtype (dense) or e4m3 codes (fp8)
+  const float* w_scales;          // fp8: [E, ceil(n/128), ceil(k/128)]
+  int64_t n, k, input_divisor;    // input row of pair p is p / input_divisor
 };
 
-// Grid (output-row blocks, pair): one warp per output row of the pair's expert.
-template <typename T, bool kFp8>
-__global__ void __launch_bounds__(kGemvWarps * 32) sm90_moe_expert_gemv(ExpertGemvArgs args) {
-  device::pdl_enter();
-  const int64_t row = int64_t(blockIdx.x) * kGemvWarps + threadIdx.x / 32, pair = blockIdx.y;
-  if (row >= args.n) return;
-  const int lane = threadIdx.x % 32;
-  const int64_t expert = args.expert_ids[pair], input = pair / args.input_divisor, k = args.k;
-  float sum = 0.0f;
-  if constexpr (kFp8) {
-    const int64_t k_blocks = (k + kGroup - 1) / kGroup, n_blocks = (args.n + kGroup - 1) / kGroup;
-    const uint8_t* w = static_cast<const uint8_t*>(args.weights) + (expert * args.n + row) * k;
-    const uint8_t* x = static_cast<const uint8_t*>(args.x) + input * k;
-    const float* w_scales = args.w_scales + (expert * n_blocks + row / kGroup) * k_blocks;
-    for (int64_t k0 = int64_t(lane) * 16; k0 < k; k0 += 32 * 16) {
-      float r_w[16], r_x[16];
-      device::fp8x16_to_float(__ldcs(reinterpret_cast<const uint4*>(w + k0)), r_w);
-      device::fp8x16_to_float(*reinterpret_cast<const uint4*>(x + k0), r_x);
-      float dot = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 16; ++e) dot += r_w[e] * r_x[e];
-      sum += dot * (w_scales[k0 / kGroup] * args.x_scales[input * k_blocks + k0 / kGroup]);
-    }
-  } else {
-    const T* w = static_cast<const T*>(args.weights) + (expert * args.n + row) * k;
-    const T* x = static_cast<const T*>(args.x) + input * k;
-    for (int64_t i = lane; i < k; i += 32) sum += device::to_float(w[i]) * device::to_float(x[i]);
-  }
-  sum = device::warp_sum(sum);
-  if (lane == 0) static_cast<T*>(args.y)[pair * args.n + row] = device::from_float<T>(sum);
+__device__ __forceinline__ void mma_e4m3(float* d, const uint32_t* a, const uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// out [t, :] = sum_j weight[t, j] * expert_out[t*k + j, :] + sigmoid(shared_gate[t]) * shared[t, :]
-template <typename T>
-__global__ void sm90_moe_combine(T* __restrict__ g_out, const T* __restrict__ g_expert_out, const float* __restrict__ g_weights,
-                                 const T* __restrict__ g_shared, const T* __restrict__ g_shared_gate, int64_t hidden,
-                                 int64_t top_k) {
+__device__ __forceinline__ uint4 load16(const uint8_t* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
+
+// Grid (row blocks, active-expert slot); blocks past the routed experts exit at once. Warp w takes
+// output rows c0 .. c0 + 7 (column tile w / kSplits) and every kSplits-th pair of 128-blocks of K
+// (split w % kSplits); the splits meet in a fixed-order shared-memory sum. MMA operands as in
+// sm90_fp8_gemm_mma_splitk (ops/gemm/fp8_gemm.cu): lane (group g, quad q) loads 16 contiguous bytes
+// of weight row c0 + g (B, column g) and of the inputs of pair slots g and g + 8 (A, rows g and
+// g + 8) per 64-byte chunk, the same byte-to-k mapping for both, so each dot product is an exact
+// permutation of the true one; block scales applied per 128-block in fp32.
+template <typename T, int kSplits>
+__global__ void __launch_bounds__(kFp8Warps * 32, 2)
+    sm90_moe_grouped_gemv_fp8(GroupedGemvArgs args) {
+  static_assert(kFp8Warps % kSplits == 0, "a block is whole column tiles");
+  constexpr int kColumnTiles = kFp8Warps / kSplits, kChunks = 2 * kFp8BlocksPerStep;
+  __shared__ float s_partial[kSplits > 1 ? kFp8Warps : 1][32][4 * kFp8Tiles];
   device::pdl_enter();
-  const int64_t token = blockIdx.x;
-  const float gate = g_shared ? device::sigmoid(device::to_float(g_shared_gate[token])) : 0.0f;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
-    float value = 0.0f;
-    for (int64_t j = 0; j < top_k; ++j)
-      value += g_weights[token * top_k + j] * device::to_float(g_expert_out[(token * top_k + j) * hidden + i]);
-    if (g_shared) value += gate * device::to_float(g_shared[token * hidden + i]);
-    g_out[token * hidden + i] = device::from_float<T>(value);
+  const int slot = blockIdx.y;
+  if (slot >= *args.active_count) return;  // uniform over the block
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = lane / 4, quad = lane % 4;
+  const int split = warp % kSplits;
+  const int64_t n = args.n, k = args.k, k_blocks = (k + kGroup - 1) / kGroup,
+                n_blocks = (n + kGroup - 1) / kGroup;
+  const int64_t c0 = (int64_t(blockIdx.x) * kColumnTiles + warp / kSplits) * 8, column = c0 + group;
+  const bool column_ok = column < n;
+  const int64_t expert = args.active_experts[slot];
+  const int begin = args.expert_offsets[expert], end = args.expert_offsets[expert + 1];
+  const uint8_t* weight_row = static_cast<const uint8_t*>(args.weights) + (expert * n + column) * k;
+  // c0 is a multiple of 8, so the tile's rows share one 128-row scale block.
+  const float* w_scales = args.w_scales + (expert * n_blocks + c0 / kGroup) * k_blocks;
+  const uint8_t* x = static_cast<const uint8_t*>(args.x);
+  for (int pass = begin; pass < end; pass += 16 * kFp8Tiles) {
+    const int count = min(end - pass, 16 * kFp8Tiles);
+    // This lane's A rows: the inputs of pair slots group and group + 8 of each tile (-1 past the
+    // pass).
+    int r_pair[kFp8Tiles][2], r_input[kFp8Tiles][2];
+#pragma unroll
+    for (int t = 0; t < kFp8Tiles; ++t)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int index = 16 * t + 8 * h + group;
+        r_pair[t][h] = index < count ? args.sorted_pairs[pass + index] : 0;
+        r_input[t][h] = index < count ? int(r_pair[t][h] / args.input_divisor) : -1;
+      }
+    float r_acc[kFp8Tiles][4];
+#pragma unroll
+    for (int t = 0; t < kFp8Tiles; ++t)
+      r_acc[t][0] = r_acc[t][1] = r_acc[t][2] = r_acc[t][3] = 0.0f;
+    for (int64_t first = int64_t(split) * kFp8BlocksPerStep; first < k_blocks;
+         first += kSplits * kFp8BlocksPerStep) {
+      // The step's weights and tile 0's inputs in flight together.
+      uint4 r_w[kChunks], r_a0[kChunks], r_a1[kChunks];
+#pragma unroll
+      for (int chunk = 0; chunk < kChunks; ++chunk) {
+        const int64_t k0 = first * kGroup + chunk * 64 + quad * 16;
+        const bool in_k = k0 < k;
+        r_w[chunk] = column_ok && in_k ? __ldcs(reinterpret_cast<const uint4*>(weight_row + k0))
+                                       : make_uint4(0, 0, 0, 0);
+        r_a0[chunk] = r_input[0][0] >= 0 && in_k ? load16(x + r_input[0][0] * k + k0)
+                                                 : make_uint4(0, 0, 0, 0);
+        r_a1[chunk] = r_input[0][1] >= 0 && in_k ? load16(x + r_input[0][1] * k + k0)
+                                                 : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int step = 0; step < kFp8BlocksPerStep; ++step) {
+        const int64_t block = first + step;
+        if (block >= k_blocks) break;
+        const float w_scale = c0 < n ? w_scales[block] : 0.0f;
+#pragma unroll
+        for (int t = 0; t < kFp8Tiles; ++t) {
+          if (16 * t >= count) break;  // uniform over the block
+          float r_block[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int chunk = 2 * step + half;
+            uint4 a0 = r_a0[chunk], a1 = r_a1[chunk];
+            if (t > 0) {
+              const int64_t k0 = block * kGroup + half * 64 + quad * 16;
+              a0 = r_input[t][0] >= 0 && k0 < k ? load16(x + r_input[t][0] * k + k0)
+                                                : make_uint4(0, 0, 0, 0);
+              a1 = r_input[t][1] >= 0 && k0 < k ? load16(x + r_input[t][1] * k + k0)
+                                                : make_uint4(0, 0, 0, 0);
+            }
+            const uint32_t a_first[4] = {a0.x, a1.x, a0.y, a1.y};
+            const uint32_t b_first[2] = {r_w[chunk].x, r_w[chunk].y};
+            mma_e4m3(r_block, a_first, b_first);
+            const uint32_t a_second[4] = {a0.z, a1.z, a0.w, a1.w};
+            const uint32_t b_second[2] = {r_w[chunk].z, r_w[chunk].w};
+            mma_e4m3(r_block, a_second, b_second);
+          }
+          const float scale0 =
+              r_input[t][0] >= 0 ? args.x_scales[r_input[t][0] * k_blocks + block] * w_scale : 0.0f;
+          const float scale1 =
+              r_input[t][1] >= 0 ? args.x_scales[r_input[t][1] * k_blocks + block] * w_scale : 0.0f;
+          r_acc[t][0] += r_block[0] * scale0;
+          r_acc[t][1] += r_block[1] * scale0;
+          r_acc[t][2] += r_block[2] * scale1;
+          r_acc[t][3] += r_block[3] * scale1;
+        }
+      }
+    }
+    if constexpr (kSplits > 1) {
+#pragma unroll
+      for (int t = 0; t < kFp8Tiles; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s_partial[warp][lane][4 * t + i] = r_acc[t][i];
+      __syncthreads();
+      if (split == 0)
+#pragma unroll
+        for (int t = 0; t < kFp8Tiles; ++t)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            for (int other = 1; other < kSplits; ++other)
+              r_acc[t][i] += s_partial[warp + other][lane][4 * t + i];
+      __syncthreads();  // the next pass overwrites s_partial
+    }
+    if (split != 0) continue;
+    // C fragment: c0, c1 at pair slot `group`, rows c0 + 2*quad + {0, 1}; c2, c3 at slot group + 8.
+    T* y = static_cast<T*>(args.y);
+#pragma unroll
+    for (int t = 0; t < kFp8Tiles; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int index = 16 * t + group + (i >= 2 ? 8 : 0);
+        const int64_t out_column = c0 + 2 * quad + (i % 2);
+        if (index < count && out_column < n)
+          y[int64_t(r_pair[t][i / 2]) * n + out_column] = device::from_float<T>(r_acc[t][i]);
+      }
   }
+}
+
+// Dense weights (act dtype): grid (ceil(n / 8), active-expert slot), a warp per output row; each
+// weight element loaded is used for up to kDensePairs pairs.
+template <typename T>
+__global__ void __launch_bounds__(kDenseWarps * 32) sm90_moe_grouped_gemv(GroupedGemvArgs args) {
+  device::pdl_enter();
+  const int slot = blockIdx.y;
+  if (slot >= *args.active_count) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t n = args.n, k = args.k, row = int64_t(blockIdx.x) * kDenseWarps + threadIdx.x / 32;
+  if (row >= n) return;  // whole warps; no block barrier below
+  const int64_t expert = args.active_experts[slot];
+  const int begin = args.expert_offsets[expert], end = args.expert_offsets[expert + 1];
+  const T* w = static_cast<const T*>(args.weights) + (expert * n + row) * k;
+  for (int pass = begin; pass < end; pass += kDensePairs) {
+    const int count = min(end - pass, kDensePairs);
+    int r_pair[kDensePairs];
+    int64_t r_input[kDensePairs];  // element offsets of the pairs' input rows
+#pragma unroll
+    for (int p = 0; p < kDensePairs; ++p) {
+      r_pair[p] = p < count ? args.sorted_pairs[pass + p] : 0;
+      r_input[p] = (r_pair[p] / args.input_divisor) * k;
+    }
+    const T* x = static_cast<const T*>(args.x);
+    float r_acc[kDensePairs];
+#pragma unroll
+    for (int p = 0; p < kDensePairs; ++p) r_acc[p] = 0.0f;
+    for (int64_t i = lane; i < k; i += 32) {
+      const float weight = device::to_float(w[i]);
+#pragma unroll
+      for (int p = 0; p < kDensePairs; ++p)
+        if (p < count) r_acc[p] += weight * device::to_float(x[r_input[p] + i]);
+    }
+#pragma unroll
+    for (int p = 0; p < kDensePairs; ++p) {
+      const float sum = device::warp_sum(r_acc[p]);  // every lane: count is uniform over the warp
+      if (lane == 0 && p < count)
+        static_cast<T*>(args.y)[int64_t(r_pair[p]) * n + row] = device::from_float<T>(sum);
+    }
+  }
+}
+
+// Grid (ceil(hidden / 512), tokens): each thread 8 consecutive columns of one token (kVector:
+// 16-byte loads, hidden a multiple of 8), all k pairs' values loaded before the fixed-order sum
+// out = sum_j weight[t, j] * expert_out[t*k + j] (+ sigmoid(shared_gate[t]) * shared[t]).
+template <typename T, bool kVector>
+__global__ void __launch_bounds__(kCombineThreads)
+    sm90_moe_combine(T* __restrict__ g_out, const T* __restrict__ g_expert_out,
+                     const float* __restrict__ g_weights, const T* __restrict__ g_shared,
+                     const T* __restrict__ g_shared_gate, int64_t hidden, int64_t top_k) {
+  device::pdl_enter();
+  const int64_t token = blockIdx.y,
+                column0 = (int64_t(blockIdx.x) * kCombineThreads + threadIdx.x) * 8;
+  if (column0 >= hidden) return;
+  const float gate = g_shared ? device::sigmoid(device::to_float(g_shared_gate[token])) : 0.0f;
+  float r_value[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  const int count = kVector || hidden - column0 >= 8 ? 8 : int(hidden - column0);
+  for (int64_t j = 0; j < top_k; ++j) {
+    const float weight = g_weights[token * top_k + j];
+    const T* row = g_expert_out + (token * top_k + j) * hidden + column0;
+    float r_in[8];
+    if constexpr (kVector) {
+      device::load8(row, r_in);
+    } else {
+      for (int i = 0; i < 8; ++i) r_in[i] = i < count ? device::to_float(row[i]) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) r_value[i] += weight * r_in[i];
+  }
+  if (g_shared) {
+    const T* row = g_shared + token * hidden + column0;
+    float r_in[8];
+    if constexpr (kVector) {
+      device::load8(row, r_in);
+    } else {
+      for (int i = 0; i < 8; ++i) r_in[i] = i < count ? device::to_float(row[i]) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) r_value[i] += gate * r_in[i];
+  }
+  T* out = g_out + token * hidden + column0;
+  if constexpr (kVector) {
+    device::store8(out, r_value);
+  } else {
+    for (int i = 0; i < count; ++i) out[i] = device::from_float<T>(r_value[i]);
+  }
+}
+
+// K split over the warps of an FP8 block: the fewest (a power of two, at most 8) that leave each
+// warp at most 4 128-blocks (two steps), so short K (the down projection) fills whole blocks with
+// column tiles and long K (gate_up) still has every warp busy.
+int fp8_splits(int64_t k) {
+  const int64_t k_blocks = (k + kGroup - 1) / kGroup;
+  int splits = 1;
+  while (splits < kFp8Warps && k_blocks > 2 * kFp8BlocksPerStep * splits) splits *= 2;
+  return splits;
+}
+
+template <typename T, int kSplits>
+void launch_fp8(const char* name, const ::vt::trace::LaunchCost& cost, const GroupedGemvArgs& args,
+                unsigned slots, cudaStream_t stream) {
+  constexpr int64_t kColumns = 8 * (kFp8Warps / kSplits);
+  launch(name, cost, sm90_moe_grouped_gemv_fp8<T, kSplits>,
+         dim3(unsigned((args.n + kColumns - 1) / kColumns), slots), dim3(kFp8Warps * 32), 0, stream,
+         args);
 }
 
 }  // namespace
 
-void moe_route(int32_t* ids, float* weights, const void* logits, int64_t tokens, int64_t experts, int64_t top_k,
-               bool renormalize, DType act, cudaStream_t stream) {
-  VT_CHECK(experts > 0 && experts <= kMaxExperts && top_k > 0 && top_k <= kMaxTopK && top_k <= experts,
-           "moe_route: ", experts, " experts, top ", top_k, " (at most ", kMaxExperts, " / ", kMaxTopK, ")");
-  if (tokens == 0) return;
-  // The logits read, each token's top-k ids and weights written.
-  const ::vt::trace::LaunchCost cost{"cuda",
-                                     {tokens, experts, top_k, 0},
-                                     double(tokens) * (double(experts) * double(dtype_size(act)) + double(top_k) * 8),
-                                     0,
-                                     ::vt::trace::OpGroup::kMoe};
-  VT_DISPATCH_ACT(act, T,
-                  launch("sm90_moe_route", cost, sm90_moe_route<T>, dim3(unsigned(tokens)), dim3(kRouteThreads), 0,
-                         stream, ids, weights, static_cast<const T*>(logits), experts, top_k, renormalize));
-}
-
-void moe_expert_gemv(void* y, const void* x, const float* x_scales, const int32_t* expert_ids, const void* weights,
-                     const float* w_scales, int64_t pairs, int64_t n, int64_t k, int64_t input_divisor, bool fp8,
+void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRouting& routing,
+                     const void* weights, const float* w_scales, int64_t tokens, int64_t experts,
+                     int64_t top_k, int64_t n, int64_t k, int64_t input_divisor, bool fp8,
                      DType act, cudaStream_t stream, double experts_read) {
   VT_CHECK(!fp8 || k % 16 == 0, "moe_expert_gemv: FP8 K = ", k, " must be a multiple of 16");
   VT_CHECK(input_divisor >= 1, "moe_expert_gemv: input_divisor");
+  const int64_t pairs = tokens * top_k;
   if (pairs == 0) return;
-  ExpertGemvArgs args{y, x, x_scales, expert_ids, weights, w_scales, pairs, n, k, input_divisor};
-  dim3 grid(unsigned((n + kGemvWarps - 1) / kGemvWarps), unsigned(pairs));
-  // Each expert's weights (and block scales) once per expert read, each pair's input row and output.
+  const int64_t slots = std::min(pairs, experts);
+  VT_CHECK(slots <= 65535, "moe_expert_gemv: ", slots, " expert slots");
+  const GroupedGemvArgs args{y,
+                             x,
+                             x_scales,
+                             routing.expert_offsets,
+                             routing.sorted_pairs,
+                             routing.active_experts,
+                             routing.active_count,
+                             weights,
+                             w_scales,
+                             n,
+                             k,
+                             input_divisor};
+  // Each routed expert's weights (and block scales) once, each pair's input row, each output.
   const double element = double(dtype_size(act));
   const double expert_bytes =
-      fp8 ? double(n) * double(k) + double((n + 127) / 128) * double((k + 127) / 128) * 4 : double(n) * double(k) * element;
+      fp8 ? double(n) * double(k) + double((n + 127) / 128) * double((k + 127) / 128) * 4
+          : double(n) * double(k) * element;
   const double input_row = fp8 ? double(k) + double((k + 127) / 128) * 4 : double(k) * element;
   const double rows_in = double((pairs + input_divisor - 1) / input_divisor);
-  const ::vt::trace::LaunchCost cost{fp8 ? "fp8_expert_gemv" : "expert_gemv",
-                                     {pairs, n, k, 0},
-                                     (experts_read > 0 ? experts_read : double(pairs)) * expert_bytes +
-                                         rows_in * input_row + double(pairs) * double(n) * element,
-                                     2.0 * double(pairs) * double(n) * double(k),
-                                     ::vt::trace::OpGroup::kMoe};
-  VT_DISPATCH_ACT(act, T,
-                  launch("sm90_moe_expert_gemv", cost,
-                         fp8 ? sm90_moe_expert_gemv<T, true> : sm90_moe_expert_gemv<T, false>, grid,
-                         dim3(kGemvWarps * 32), 0, stream, args));
+  const ::vt::trace::LaunchCost cost{
+      fp8 ? "fp8_expert_gemv" : "expert_gemv",
+      {pairs, n, k, 0},
+      (experts_read > 0 ? experts_read : double(slots)) * expert_bytes + rows_in * input_row +
+          double(pairs) * double(n) * element + double(pairs) * 8,
+      2.0 * double(pairs) * double(n) * double(k),
+      ::vt::trace::OpGroup::kMoe};
+  if (!fp8) {
+    VT_DISPATCH_ACT(act, T,
+                    launch("sm90_moe_grouped_gemv", cost, sm90_moe_grouped_gemv<T>,
+                           dim3(unsigned((n + kDenseWarps - 1) / kDenseWarps), unsigned(slots)),
+                           dim3(kDenseWarps * 32), 0, stream, args));
+    return;
+  }
+  const char* name = "sm90_moe_grouped_gemv_fp8";
+  VT_DISPATCH_ACT(act, T, {
+    switch (fp8_splits(k)) {
+      case 1:
+        launch_fp8<T, 1>(name, cost, args, unsigned(slots), stream);
+        break;
+      case 2:
+        launch_fp8<T, 2>(name, cost, args, unsigned(slots), stream);
+        break;
+      case 4:
+        launch_fp8<T, 4>(name, cost, args, unsigned(slots), stream);
+        break;
+      default:
+        launch_fp8<T, 8>(name, cost, args, unsigned(slots), stream);
+        break;
+    }
+  });
 }
 
-void moe_combine(void* out, const void* expert_out, const float* weights, const void* shared, const void* shared_gate,
-                 int64_t tokens, int64_t hidden, int64_t top_k, DType act, cudaStream_t stream) {
+void moe_combine(void* out, const void* expert_out, const float* weights, const void* shared,
+                 const void* shared_gate, int64_t tokens, int64_t hidden, int64_t top_k, DType act,
+                 cudaStream_t stream) {
   if (tokens == 0) return;
+  VT_CHECK(tokens <= 65535, "moe_combine: ", tokens, " tokens");
   // Every pair's expert output and weight, the shared expert's output and gate, the output.
   const double element = double(dtype_size(act));
   const ::vt::trace::LaunchCost cost{
       "cuda",
       {tokens, hidden, top_k, 0},
-      double(tokens) * (double(top_k) * (double(hidden) * element + 4) +
-                        (shared ? double(hidden) * element + element : 0) + double(hidden) * element),
+      double(tokens) *
+          (double(top_k) * (double(hidden) * element + 4) +
+           (shared ? double(hidden) * element + element : 0) + double(hidden) * element),
       0,
       ::vt::trace::OpGroup::kMoe};
+  const dim3 grid(unsigned((hidden + 8 * kCombineThreads - 1) / (8 * kCombineThreads)),
+                  unsigned(tokens));
+  const bool vector = hidden % 8 == 0;
   VT_DISPATCH_ACT(act, T,
-                  launch("sm90_moe_combine", cost, sm90_moe_combine<T>, dim3(unsigned(tokens)), dim3(256), 0, stream,
-                         static_cast<T*>(out), static_cast<const T*>(expert_out), weights,
-                         static_cast<const T*>(shared), static_cast<const T*>(shared_gate), hidden, top_k));
+                  launch("sm90_moe_combine", cost,
+                         vector ? sm90_moe_combine<T, true> : sm90_moe_combine<T, false>, grid,
+                         dim3(kCombineThreads), 0, stream, static_cast<T*>(out),
+                         static_cast<const T*>(expert_out), weights, static_cast<const T*>(shared),
+                         static_cast<const T*>(shared_gate), hidden, top_k));
 }
 
 }  // namespace vt::cuda

@@ -1,5 +1,5 @@
-// Mixture of experts: the router on the CPU (the reference), and the router, expert GEMV and
-// combine kernels on CUDA.
+// Mixture of experts: the router, the expert-grouped layout, the expert GEMV and the combine, on
+// the CPU (the references) and on CUDA.
 #pragma once
 
 #include <cstddef>
@@ -8,11 +8,50 @@
 #include "core/dtype.h"
 #include "cuda/stream.h"
 
+namespace vt {
+
+// A step's routing. Pair p = t * top_k + j is token t's j-th choice. The grouped layout lists each
+// expert's pairs together so that the expert GEMV reads an expert's weights once for all of them.
+struct MoeRouting {
+  int32_t* ids = nullptr;    // [T, k] expert of each pair
+  float* weights = nullptr;  // [T, k] its routing weight
+  int32_t* expert_offsets =
+      nullptr;  // [E + 1] expert e's pairs: sorted_pairs[offsets[e] .. offsets[e + 1])
+  int32_t* sorted_pairs =
+      nullptr;  // [T * k] pair indices grouped by expert, ascending within an expert
+  int32_t* active_experts = nullptr;  // [min(T * k, E)] the experts with a pair, ascending
+  int32_t* active_count = nullptr;    // [1] how many there are
+};
+
+// The int32 words a routing of up to `tokens` tokens takes (ids, offsets, sorted pairs, active
+// experts and their count), and the routing laid out in them (weights: [tokens * top_k] f32).
+int64_t moe_routing_words(int64_t tokens, int64_t experts, int64_t top_k);
+MoeRouting moe_routing_in(int32_t* words, float* weights, int64_t tokens, int64_t experts,
+                          int64_t top_k);
+
+}  // namespace vt
+
 namespace vt::cpu {
 
 // Softmax router: logits [T, E] -> top-k expert ids and weights per token (renormalised if asked).
 void moe_route(int32_t* expert_ids, float* weights, const float* logits, int64_t num_tokens,
                int64_t num_experts, int64_t top_k, bool renormalize);
+// The grouped layout of routing.ids (MoeRouting's fields other than ids and weights).
+void moe_group(const MoeRouting& routing, int64_t num_tokens, int64_t num_experts, int64_t top_k);
+// y [pairs, n] = W[ids[p]] [n, k] . x[p / input_divisor]: f32 weights [E, n, k] and inputs.
+void moe_expert_gemv(float* y, const float* x, const int32_t* expert_ids, const float* weights,
+                     int64_t pairs, int64_t n, int64_t k, int64_t input_divisor);
+// The same with e4m3 weight codes [E, n, k] (scales [E, ceil(n/128), ceil(k/128)]) and input codes
+// [rows, k] (scales [rows, ceil(k/128)]): per 128-block of K the dot of the codes (products exact
+// in f32, summed in f32) times weight scale x input scale, the blocks summed in order, as the
+// kernel's fp32-accumulating MMAs do.
+void moe_expert_gemv_fp8(float* y, const uint8_t* x, const float* x_scales,
+                         const int32_t* expert_ids, const uint8_t* weights, const float* w_scales,
+                         int64_t pairs, int64_t n, int64_t k, int64_t input_divisor);
+// out [T, H] = sum_j weights[t, j] expert_out[t*k + j] (j in order) (+ sigmoid(shared_gate[t])
+// shared[t] when shared is not null).
+void moe_combine(float* out, const float* expert_out, const float* weights, const float* shared,
+                 const float* shared_gate, int64_t tokens, int64_t hidden, int64_t top_k);
 
 }  // namespace vt::cpu
 
@@ -20,21 +59,24 @@ namespace vt::cuda {
 
 // ---- MoE ----
 // Softmax over logits [T, E] act, top-k per token (ties to the lower id), optionally
-// renormalised: ids [T, k] i32, weights [T, k] f32.
-void moe_route(int32_t* ids, float* weights, const void* logits, int64_t tokens, int64_t experts, int64_t top_k,
-               bool renormalize, DType act, cudaStream_t stream);
-// y [pairs, n] act = W[expert_ids[p]] [n, k] . x[p / input_divisor] for every (token, expert)
-// pair p; weights stacked [E, n, k] in act dtype or e4m3 (with [E, n/128, k/128] scales and x as
-// e4m3 codes with [rows, k/128] scales). experts_read: how many distinct experts' weights the
-// caller expects the launch to read (the routing is on the device), for the profile's bytes; 0:
-// every pair's.
-void moe_expert_gemv(void* y, const void* x, const float* x_scales, const int32_t* expert_ids, const void* weights,
-                     const float* w_scales, int64_t pairs, int64_t n, int64_t k, int64_t input_divisor, bool fp8,
+// renormalised, into routing.ids / weights, then the grouped layout (all on the device: no host
+// sync, graph-capturable). Bit-exact ids with cpu::moe_route up to expf's rounding.
+void moe_route(const MoeRouting& routing, const void* logits, int64_t tokens, int64_t experts,
+               int64_t top_k, bool renormalize, DType act, cudaStream_t stream);
+// y [pairs, n] act (pairs = tokens * top_k, in pair order) = W[e] [n, k] . x[p / input_divisor]
+// for every pair p routed to expert e. Grouped by expert: each active expert's weights are read
+// once, for all its pairs. Weights stacked [E, n, k] in act dtype, or e4m3 codes (with
+// [E, ceil(n/128), ceil(k/128)] scales; x then e4m3 codes [rows, k] with [rows, ceil(k/128)]
+// scales, k a multiple of 16). experts_read: how many distinct experts the caller expects the
+// launch to read (the routing is on the device), for the profile's bytes; 0: min(pairs, E).
+void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRouting& routing,
+                     const void* weights, const float* w_scales, int64_t tokens, int64_t experts,
+                     int64_t top_k, int64_t n, int64_t k, int64_t input_divisor, bool fp8,
                      DType act, cudaStream_t stream, double experts_read = 0);
 // out [T, H] = sum_j weights[t, j] expert_out[t*k + j] (+ sigmoid(shared_gate[t]) shared[t] when
 // shared is not null).
-void moe_combine(void* out, const void* expert_out, const float* weights, const void* shared, const void* shared_gate,
-                 int64_t tokens, int64_t hidden, int64_t top_k, DType act, cudaStream_t stream);
-
+void moe_combine(void* out, const void* expert_out, const float* weights, const void* shared,
+                 const void* shared_gate, int64_t tokens, int64_t hidden, int64_t top_k, DType act,
+                 cudaStream_t stream);
 
 }  // namespace vt::cuda
