@@ -154,6 +154,10 @@ void run_serve(ServeArgs args) {
     // MTP: the head's weights, its KV cache for every slot; the target sequences keep their hidden
     // states for it (per slot at most one step's: the engine's drafters read them every step).
     options.load_mtp = args.speculative == "mtp";
+    // One device pool of --cache-tokens, which the engine admits into (Model::kv_cache()). A
+    // tensor-parallel model's ranks keep a pool each with room for every sequence at its longest:
+    // their sequences admit themselves there, and the engine's own cache admits the requests.
+    if (args.tensor_parallel == 1) options.cache_blocks = std::max<int64_t>(1, args.cache_tokens / options.block_size);
     if (lm_head) {
       options.fp8_lm_head = true;
       options.lm_head_exact_columns = lm_head->exact_columns;
@@ -286,7 +290,8 @@ void add_serve_commands(CLI::App& app) {
   serve->add_option("--served-model-name", args->served_model_name, "the model's name in the API (default: file stem)");
   serve->add_option("--max-running", args->engine.max_running, "requests processed at once; more wait (default 64)")
       ->check(CLI::Range(1, 4096));
-  serve->add_option("--cache-tokens", args->cache_tokens, "KV cache size in tokens (default 65536)")
+  serve->add_option("--cache-tokens", args->cache_tokens,
+                    "KV cache size in tokens (default 65536; CUDA: the device's pool all requests share)")
       ->check(CLI::PositiveNumber);
   serve->add_option("--prefill-chunk", args->prefill_chunk,
                     "prompt tokens fed per request per step, at fixed offsets (default 256 on CUDA, 64 on the CPU)")

@@ -2,8 +2,11 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <numeric>
 #include <utility>
 
+#include "cache/hybrid_cache.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "cuda/check.h"
@@ -15,12 +18,13 @@ namespace vt {
 namespace {
 
 // The bytes the constructor allocates (its buffers, in its order).
-size_t cache_bytes(const CacheSpec& spec, int64_t slots, int64_t sequences, int64_t tokens, int64_t entries) {
+size_t cache_bytes(const CacheSpec& spec, int64_t slots, int64_t sequences, int64_t kv_rows, int64_t tokens,
+                   int64_t entries) {
   const size_t activation = dtype_size(spec.activations), f32 = sizeof(float);
   size_t bytes = 0;
   for (const CacheLayerSpec& layer : spec.layers) {
     if (layer.attention) {
-      bytes += 2 * size_t(slots * tokens * layer.kv_heads * layer.head_dim) * activation;
+      bytes += 2 * size_t(kv_rows * layer.kv_heads * layer.head_dim) * activation;
       continue;
     }
     const size_t conv = size_t(layer.conv_channels * layer.conv_history) * f32;
@@ -34,15 +38,19 @@ size_t cache_bytes(const CacheSpec& spec, int64_t slots, int64_t sequences, int6
 }  // namespace
 
 DeviceCache::DeviceCache(const CacheSpec& spec, const DeviceCacheOptions& options) : options_(options) {
-  VT_CHECK(options.sequences >= 1 && options.max_blocks >= 1 && options.block_size >= 1 && options.window_entries >= 0,
-           "device cache: ", options.sequences, " sequences of ", options.max_blocks, " blocks of ",
-           options.block_size, " tokens, ", options.window_entries, " window entries");
+  VT_CHECK(options.sequences >= 1 && options.num_blocks >= 1 && options.num_blocks < INT32_MAX &&
+               options.max_blocks >= 1 && options.block_size >= 1 && options.window_entries >= 0,
+           "device cache: ", options.sequences, " sequences, a pool of ", options.num_blocks, " blocks of ",
+           options.block_size, " tokens (", options.max_blocks, " per sequence), ", options.window_entries,
+           " window entries");
   const int64_t slots = state_slots(), S = options.sequences, entries = options.window_entries;
-  const int64_t kv_rows = slots * options.max_blocks * options.block_size;
-  cuda::check_fits(cache_bytes(spec, slots, S, options.max_blocks * options.block_size, entries),
-                   str("KV cache and recurrent states for ", S, " sequences of ", options.max_blocks * options.block_size,
-                       " tokens (", options.max_blocks, " blocks each", entries > 0 ? ", rollback windows" : "", ")"),
-                   "lower --max-running or --max-context");
+  // Block num_blocks is the scratch block: the scratch slot's row points there (graph warm-ups
+  // write it; its contents are garbage by design).
+  const int64_t kv_rows = (options.num_blocks + 1) * options.block_size;
+  cuda::check_fits(cache_bytes(spec, slots, S, kv_rows, options.max_blocks * options.block_size, entries),
+                   str("KV cache (", options.num_blocks, " blocks of ", options.block_size,
+                       " tokens) and recurrent states for ", S, " sequences", entries > 0 ? " with rollback windows" : ""),
+                   "lower --max-running, --max-context or --cache-tokens");
   for (const CacheLayerSpec& layer : spec.layers) {
     Layer buffers;
     if (layer.attention) {
@@ -63,16 +71,44 @@ DeviceCache::DeviceCache(const CacheSpec& spec, const DeviceCacheOptions& option
     layers_.push_back({buffers.k.data(), buffers.v.data(), buffers.conv.as<float>(), buffers.recurrent.as<float>(),
                        buffers.conv_window.as<float>(), buffers.recurrent_window.as<float>()});
   if (spec.has_mtp) {
-    // The head's sequence s uses the blocks of block-table row s, as a target sequence does.
+    // The head's sequences keep whole rows of blocks of their own (a head sequence lives beside
+    // its drafter, outside the target's admission).
     const int64_t rows = S * options.max_blocks * options.block_size;
     mtp_k_ = cuda::DeviceBuffer(spec.activations, {rows, spec.mtp.kv_heads, spec.mtp.head_dim});
     mtp_v_ = cuda::DeviceBuffer(spec.activations, {rows, spec.mtp.kv_heads, spec.mtp.head_dim});
     mtp_ = {mtp_k_.data(), mtp_v_.data()};
+    Buffer identity(DType::kI32, {S, options.max_blocks});
+    std::iota(identity.view().as<int32_t>(), identity.view().as<int32_t>() + identity.numel(), 0);
+    mtp_block_tables_ = cuda::to_device(identity);
   }
-  // Slot s owns blocks [s * max_blocks, (s + 1) * max_blocks).
+  // Every entry starts at the scratch block: a row is in bounds before a sequence fills it.
   Buffer tables(DType::kI32, {slots, options.max_blocks});
-  for (int64_t i = 0; i < tables.numel(); ++i) tables.view().as<int32_t>()[i] = int32_t(i);
+  std::fill_n(tables.view().as<int32_t>(), tables.numel(), int32_t(options.num_blocks));
   block_tables_ = cuda::to_device(tables);
+  VT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_tables_), tables.view().bytes()));
+  std::copy_n(tables.view().as<int32_t>(), tables.numel(), host_tables_);
+}
+
+DeviceCache::~DeviceCache() {
+  if (host_tables_) cudaFreeHost(host_tables_);
+}
+
+void DeviceCache::set_block_row(int64_t slot, std::span<const int32_t> blocks, cudaStream_t stream) {
+  VT_CHECK(slot >= 0 && slot < state_slots() && int64_t(blocks.size()) <= options_.max_blocks, "block table: ",
+           blocks.size(), " blocks for slot ", slot, " (", state_slots(), " slots of ", options_.max_blocks,
+           " blocks)");
+  int32_t* row = host_tables_ + slot * options_.max_blocks;
+  size_t first = 0, end = blocks.size();
+  while (first < end && row[first] == blocks[first]) ++first;
+  if (first == end) return;
+  while (row[end - 1] == blocks[end - 1]) --end;
+  for (size_t i = first; i < end; ++i) {
+    VT_CHECK(blocks[i] >= 0 && blocks[i] < options_.num_blocks, "block table: block ", blocks[i],
+             " outside the pool of ", options_.num_blocks);
+    row[i] = blocks[i];
+  }
+  VT_CUDA_CHECK(cudaMemcpyAsync(block_tables_.as<int32_t>() + slot * options_.max_blocks + first, row + first,
+                                (end - first) * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
 }
 
 void DeviceCache::reset_slot(int64_t slot, cudaStream_t stream) const {
@@ -106,11 +142,23 @@ void DeviceCache::copy_window_entry(int64_t slot, int64_t entry, bool into_windo
   cuda::copy_spans(spans.data(), int64_t(spans.size()), stream);
 }
 
-// Slot s's KV rows are those of its blocks [s * max_blocks, ...): one span per layer and tensor.
-std::vector<cuda::CopySpan> DeviceCache::snapshot_spans(int64_t slot, int64_t length, float* snapshot, bool save,
+namespace {
+
+// Floats of one KV row (a token's [kv_heads, head_dim] act), copied as whole floats.
+int64_t row_floats(const cuda::DeviceBuffer& kv) {
+  return int64_t(kv.bytes()) / kv.shape()[0] / int64_t(sizeof(float));
+}
+
+}  // namespace
+
+// A snapshot holds, layer after layer, the KV rows of tokens [0, length) (K, then V) or the conv
+// and recurrent states; the live rows are the sequence's blocks: a span per run of adjacent blocks.
+std::vector<cuda::CopySpan> DeviceCache::snapshot_spans(int64_t slot, std::span<const int32_t> blocks,
+                                                        int64_t length, float* snapshot, bool save,
                                                         int64_t* floats) const {
-  VT_CHECK(slot >= 0 && slot < state_slots() && length >= 0 && length <= options_.max_blocks * options_.block_size,
-           "prefix snapshot: slot ", slot, " at ", length, " tokens");
+  VT_CHECK(slot >= 0 && slot < state_slots() && length >= 0 && length <= int64_t(blocks.size()) * options_.block_size,
+           "prefix snapshot: slot ", slot, " at ", length, " tokens over ", blocks.size(), " blocks");
+  const std::vector<RowRun> runs = row_runs(blocks, options_.block_size, length);
   std::vector<cuda::CopySpan> spans;
   int64_t offset = 0;
   const auto part = [&](float* live, int64_t count) {
@@ -118,12 +166,12 @@ std::vector<cuda::CopySpan> DeviceCache::snapshot_spans(int64_t slot, int64_t le
     offset += count;
     spans.push_back(save ? cuda::CopySpan{saved, live, count} : cuda::CopySpan{live, saved, count});
   };
-  const int64_t first_row = slot * options_.max_blocks * options_.block_size;
   for (const Layer& layer : buffers_) {
     if (layer.k.data()) {
-      const int64_t row_floats = int64_t(layer.k.bytes()) / layer.k.shape()[0] / int64_t(sizeof(float));
+      const int64_t per_row = row_floats(layer.k);
       for (const cuda::DeviceBuffer* kv : {&layer.k, &layer.v})
-        part(static_cast<float*>(kv->data()) + first_row * row_floats, length * row_floats);
+        for (const RowRun& run : runs)
+          part(static_cast<float*>(kv->data()) + run.first_row * per_row, run.count * per_row);
     } else if (layer.recurrent.data()) {
       for (const cuda::DeviceBuffer* state : {&layer.conv, &layer.recurrent}) {
         const int64_t count = state->shape().numel() / state_slots();
@@ -137,13 +185,18 @@ std::vector<cuda::CopySpan> DeviceCache::snapshot_spans(int64_t slot, int64_t le
 
 int64_t DeviceCache::snapshot_floats(int64_t length) const {
   int64_t floats = 0;
-  snapshot_spans(0, length, nullptr, true, &floats);
+  for (const Layer& layer : buffers_) {
+    if (layer.k.data()) floats += 2 * length * row_floats(layer.k);
+    if (layer.recurrent.data())
+      floats += (layer.conv.shape().numel() + layer.recurrent.shape().numel()) / state_slots();
+  }
   return floats;
 }
 
-void DeviceCache::copy_snapshot(int64_t slot, int64_t length, float* snapshot, bool save, cudaStream_t stream) const {
+void DeviceCache::copy_snapshot(int64_t slot, std::span<const int32_t> blocks, int64_t length, float* snapshot,
+                                bool save, cudaStream_t stream) const {
   int64_t floats = 0;
-  const std::vector<cuda::CopySpan> spans = snapshot_spans(slot, length, snapshot, save, &floats);
+  const std::vector<cuda::CopySpan> spans = snapshot_spans(slot, blocks, length, snapshot, save, &floats);
   trace::OpScope op(save ? "prefix.save" : "prefix.restore", trace::OpGroup::kOther);
   cuda::copy_spans(spans.data(), int64_t(spans.size()), stream);
 }

@@ -1,5 +1,6 @@
 #include "cache/hybrid_cache.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/error.h"
@@ -17,7 +18,7 @@ BlockPool::BlockPool(int64_t num_blocks) {
 std::optional<std::vector<int32_t>> BlockPool::allocate(int64_t count) {
   VT_CHECK(count >= 0, "allocate ", count, " blocks");
   if (count > free_count()) return std::nullopt;
-  std::vector<int32_t> blocks(free_.end() - count, free_.end());
+  std::vector<int32_t> blocks(free_.rbegin(), free_.rbegin() + count);  // the back first
   free_.resize(free_.size() - size_t(count));
   for (int32_t block : blocks) ref_counts_[block] = 1;
   return blocks;
@@ -84,6 +85,22 @@ int32_t HybridCache::slot(int64_t sequence_id) const {
   auto it = sequences_.find(sequence_id);
   VT_CHECK(it != sequences_.end(), "unknown sequence ", sequence_id);
   return it->second.slot;
+}
+
+std::vector<RowRun> row_runs(std::span<const int32_t> blocks, int64_t block_size, int64_t tokens) {
+  VT_CHECK(block_size > 0 && tokens >= 0 && tokens <= int64_t(blocks.size()) * block_size, "row runs: ", tokens,
+           " tokens over ", blocks.size(), " blocks of ", block_size);
+  std::vector<RowRun> runs;
+  for (int64_t token = 0; token < tokens; token += block_size) {
+    const int64_t row = int64_t(blocks[size_t(token / block_size)]) * block_size;
+    const int64_t count = std::min(block_size, tokens - token);
+    if (!runs.empty() && runs.back().first_row + runs.back().count == row) {
+      runs.back().count += count;
+    } else {
+      runs.push_back({token, row, count});
+    }
+  }
+  return runs;
 }
 
 CacheUsage HybridCache::usage() const {

@@ -1,11 +1,14 @@
 // The hybrid cache's bookkeeping: a pool of fixed-size KV blocks (attention layers) and a pool of
 // recurrent-state slots (Gated DeltaNet layers). A sequence is admitted only when both fit for
 // its prompt plus its max_tokens reservation, so a step never runs out of either mid-flight.
-// Memory itself is allocated once by the model; this class hands out indices into it.
+// Memory itself is allocated once by the model; this class hands out indices into it. A model
+// whose sequences live in such a pool (the CUDA runner's device cache) owns the one instance and
+// hands it out (Model::kv_cache()), so the engine's admission and growth are the device's blocks.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -16,7 +19,8 @@ class BlockPool {
   explicit BlockPool(int64_t num_blocks);
   int64_t size() const { return int64_t(ref_counts_.size()); }
   int64_t free_count() const { return int64_t(free_.size()); }
-  // Takes `count` blocks, or none (std::nullopt) when fewer are free.
+  // Takes `count` blocks, or none (std::nullopt) when fewer are free; a fresh pool hands out
+  // 0, 1, 2, ... (runs of adjacent blocks copy as one span).
   std::optional<std::vector<int32_t>> allocate(int64_t count);
   void retain(int32_t block);   // another owner (a shared prefix)
   void release(int32_t block);  // back to the pool when the last owner lets go
@@ -29,6 +33,14 @@ class BlockPool {
 struct CacheUsage {
   int64_t blocks_used = 0, blocks_total = 0, slots_used = 0, slots_total = 0, sequences = 0;
 };
+
+// Tokens [first_token, first_token + count) of a sequence whose KV rows are the pool's rows
+// [first_row, first_row + count): its tokens over its blocks, adjacent blocks merged.
+struct RowRun {
+  int64_t first_token = 0, first_row = 0, count = 0;
+};
+// The runs of a sequence's first `tokens` tokens (blocks must hold them).
+std::vector<RowRun> row_runs(std::span<const int32_t> blocks, int64_t block_size, int64_t tokens);
 
 class HybridCache {
  public:
@@ -47,6 +59,8 @@ class HybridCache {
   const std::vector<int32_t>& block_table(int64_t sequence_id) const;
   int32_t slot(int64_t sequence_id) const;
   int64_t block_size() const { return block_size_; }
+  int64_t num_blocks() const { return blocks_.size(); }
+  int64_t num_slots() const { return num_slots_; }
   // Blocks needed for `tokens` tokens.
   int64_t blocks_for(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
   int64_t free_blocks() const { return blocks_.free_count(); }

@@ -67,7 +67,10 @@ struct Engine::Sequence {
 
 Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& options)
     : model_(model), tokenizer_(tokenizer), options_(options), vocab_size_(model.info().vocab_size),
-      cache_(options.cache_blocks, options.block_size, options.max_running),
+      own_cache_(model.kv_cache() ? nullptr
+                                  : std::make_unique<HybridCache>(options.cache_blocks, options.block_size,
+                                                                  options.max_running)),
+      cache_(own_cache_ ? *own_cache_ : *model.kv_cache()),
       logits_(DType::kF32, {std::max<int64_t>(1, options.max_running), model.info().vocab_size}) {
   VT_CHECK(options.max_running >= 1, "engine: max_running must be >= 1");
   VT_CHECK(options.prefill_chunk >= 1, "engine: prefill_chunk must be >= 1");
@@ -89,7 +92,7 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& op
     prefix_ = std::make_unique<PrefixCache>(options.prefix_cache_bytes);
   }
   watermark_blocks_ = options.admission_watermark_blocks >= 0 ? options.admission_watermark_blocks
-                                                              : options.cache_blocks / 100;
+                                                              : cache_.num_blocks() / 100;
   if (!options.step_trace.empty()) step_trace_ = std::make_unique<StepTrace>(options.step_trace);
   thread_ = std::thread([this] { loop(); });
 }
@@ -101,6 +104,8 @@ Engine::~Engine() {
   }
   wake_.notify_all();
   thread_.join();
+  // The model's cache outlives the engine: its entries go back for the next user.
+  for (auto& sequence : running_) cache_.release(sequence->id);
   TokenEvent event;
   event.finished = true;
   event.finish_reason = FinishReason::kCancelled;
@@ -119,7 +124,7 @@ Engine::~Engine() {
 }
 
 int64_t Engine::max_request_tokens() const {
-  return std::min(model_.info().max_positions, options_.cache_blocks * options_.block_size);
+  return std::min(model_.info().max_positions, cache_.num_blocks() * cache_.block_size());
 }
 
 int64_t Engine::submit(std::vector<int32_t> prompt, const RequestParams& params, TokenCallback callback) {
@@ -206,7 +211,7 @@ void Engine::admit_waiting() {
       if (cache_.free_blocks() < cache_.blocks_for(context) + watermark) break;
       if (!cache_.admit(head.id, context, 0)) break;
     }
-    head.state = model_.new_sequence(head.prompt_size + head.params.max_tokens);
+    head.state = model_.new_sequence_in_cache(head.id, head.prompt_size + head.params.max_tokens);
     head.fed = 0;
     restore_prefix(head);
     running_.push_back(std::move(waiting_.front()));

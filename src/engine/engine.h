@@ -41,6 +41,8 @@ struct RequestParams;
 
 struct EngineOptions {
   int64_t max_running = 64;       // sequences decoding at once (also the cache's state slots)
+  // The engine's own pool of KV blocks, for a model without a cache of its own; a model with one
+  // (Model::kv_cache(): the CUDA runner's device pool) brings its blocks and block size.
   int64_t cache_blocks = 2048;    // KV blocks in the pool
   int64_t block_size = 16;        // tokens per KV block
   int64_t step_token_budget = 512;  // prompt + decode tokens per step
@@ -227,7 +229,8 @@ class Engine {
   const Tokenizer* tokenizer_;
   EngineOptions options_;
   int64_t vocab_size_;
-  HybridCache cache_;
+  std::unique_ptr<HybridCache> own_cache_;  // null when the model has a cache of its own
+  HybridCache& cache_;  // the model's (Model::kv_cache()) or own_cache_: admission, growth, release
   std::unique_ptr<PrefixCache> prefix_;  // null: prefix caching off
   Buffer logits_;  // F32 [rows, vocab]: a batched forward's rows (grows for verify steps)
   bool device_sampling_ = false;  // options_.device_sampling and the model supports it

@@ -30,6 +30,10 @@ struct CudaModelOptions {
   int64_t max_context = 4096;     // tokens per sequence
   int64_t max_step_tokens = 2048; // tokens per step (prefill chunk + decodes)
   int64_t block_size = 32;        // KV block (tokens)
+  // KV blocks in the device pool all sequences share (the runner's HybridCache hands them out,
+  // Model::kv_cache()), so many short sequences and few long ones fit the same memory; 0:
+  // max_sequences x the blocks of max_context (every sequence at its longest).
+  int64_t cache_blocks = 0;
   int64_t max_logit_rows = 1;     // rows of logits one step can produce (all-position logits: more)
   // Output layer: as stored (BF16 in published checkpoints) or quantised at load to FP8 128x128
   // blocks (`--lm-head fp8`; its drift is measured by `vt eval drift`), with its

@@ -13,6 +13,8 @@
 
 namespace vt {
 
+class HybridCache;  // cache/hybrid_cache.h: the Model interface hands a model's cache out, never uses it
+
 // Per-sequence state a model keeps between steps (KV cache, recurrent state, ...).
 class SequenceState {
  public:
@@ -91,7 +93,21 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelInfo& info() const = 0;
+  // A sequence of up to `capacity` tokens. A model with a cache of its own (kv_cache()) admits it
+  // there for its whole capacity and releases it with the sequence.
   virtual std::unique_ptr<SequenceState> new_sequence(int64_t capacity) const = 0;
+  // The cache of KV blocks and state slots the model's sequences live in (the CUDA runner's device
+  // pool: one block size, its blocks the device's), or null when each sequence keeps its own
+  // memory (the CPU models). A caller that schedules many sequences (the engine) admits each
+  // there under its own id, grows it (HybridCache::reserve) before running tokens past its blocks,
+  // makes its state with new_sequence_in_cache and releases the entry when the state is done.
+  virtual HybridCache* kv_cache() { return nullptr; }
+  // A sequence over the entry `cache_id` the caller admitted into kv_cache(); a model without a
+  // cache ignores the id (the caller's own cache only admits).
+  virtual std::unique_ptr<SequenceState> new_sequence_in_cache(int64_t cache_id, int64_t capacity) const {
+    (void)cache_id;
+    return new_sequence(capacity);
+  }
   // Runs `tokens` after what `state` holds; logits [T or 1, vocab] (f32).
   virtual void forward(std::span<const int32_t> tokens, SequenceState& state, const TensorView& logits,
                        const ForwardOptions& options) = 0;

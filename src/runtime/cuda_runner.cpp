@@ -17,10 +17,13 @@ namespace {
 
 DeviceCacheOptions cache_options(const CudaModelOptions& options) {
   VT_CHECK(options.max_rollback_tokens >= 0, "max_rollback_tokens must be >= 0, got ", options.max_rollback_tokens);
+  VT_CHECK(options.block_size >= 1 && options.cache_blocks >= 0, "CUDA cache: ", options.cache_blocks, " blocks of ",
+           options.block_size, " tokens");
   DeviceCacheOptions cache;
   cache.sequences = options.max_sequences;
   cache.block_size = options.block_size;
   cache.max_blocks = (options.max_context + options.block_size - 1) / options.block_size;
+  cache.num_blocks = options.cache_blocks > 0 ? options.cache_blocks : options.max_sequences * cache.max_blocks;
   cache.window_entries = options.max_rollback_tokens > 0 ? options.max_rollback_tokens + 1 : 0;
   return cache;
 }
@@ -29,13 +32,15 @@ DeviceCacheOptions cache_options(const CudaModelOptions& options) {
 
 void CudaRunner::Layout::clear() {
   for (auto* list : {&tokens, &token_seq, &positions, &seq_start, &slots, &last_index, &window_entry}) list->clear();
+  blocks.clear();
   seq_start.push_back(0);
 }
 
 // A sequence's tokens after its first `length`: a row of logits for each token (all_rows) or the
-// last; entry: its first token's rollback window entry (-1: none).
+// last; entry: its first token's rollback window entry (-1: none); sequence_blocks: its KV blocks
+// (empty: the MTP head's, whose table is fixed).
 void CudaRunner::Layout::add_sequence(std::span<const int32_t> ids, int64_t slot, int64_t length, bool all_rows,
-                                      int32_t entry) {
+                                      int32_t entry, std::span<const int32_t> sequence_blocks) {
   const int32_t sequence = int32_t(slots.size());
   for (size_t t = 0; t < ids.size(); ++t) {
     tokens.push_back(ids[t]);
@@ -47,16 +52,18 @@ void CudaRunner::Layout::add_sequence(std::span<const int32_t> ids, int64_t slot
   seq_start.push_back(int32_t(tokens.size()));
   slots.push_back(int32_t(slot));
   window_entry.push_back(entry);
+  blocks.push_back(sequence_blocks);
 }
 
 CudaRunner::CudaRunner(std::unique_ptr<CudaForward> model, const CudaModelOptions& options)
     : model_(std::move(model)), options_(options), stream_(model_->stream()),
-      cache_(model_->cache_spec(), cache_options(options)) {
+      cache_(model_->cache_spec(), cache_options(options)),
+      kv_cache_(cache_.num_blocks(), cache_.block_size(), cache_.sequences()) {
   max_seqs_ = options_.max_sequences;
   max_tokens_ = std::max(options_.max_step_tokens, options_.max_sequences);
   logit_rows_ = std::max(max_seqs_, options_.max_logit_rows);
   const int64_t T = max_tokens_, S = max_seqs_;
-  slot_used_.assign(size_t(S), false);
+  slot_sequences_.assign(size_t(S), nullptr);
   if (model_->has_mtp()) {
     mtp_slot_used_.assign(size_t(S), false);
     mtp_output_ = cuda::DeviceBuffer(model_->activations(), {S, model_->hidden_size()});
@@ -107,12 +114,36 @@ void CudaRunner::set_all_reduce(DeviceAllReduce all_reduce) {
 std::unique_ptr<SequenceState> CudaRunner::new_sequence(int64_t capacity) const {
   VT_CHECK(capacity > 0 && capacity <= info().max_positions, "sequence capacity ", capacity, " must be in [1, ",
            info().max_positions, "]");
-  auto free_slot = std::find(slot_used_.begin(), slot_used_.end(), false);
-  VT_CHECK(free_slot != slot_used_.end(), "all ", slot_used_.size(), " CUDA sequence slots are in use");
-  const int64_t slot = free_slot - slot_used_.begin();
-  *free_slot = true;
-  cache_.reset_slot(slot, stream_);
-  return std::make_unique<CudaSequence>(slot, capacity, &slot_used_);
+  const int64_t entry = next_own_entry_--;
+  VT_CHECK(kv_cache_.admit(entry, capacity, 0), "CUDA cache: no room for a sequence of ", capacity, " tokens (",
+           kv_cache_.free_slots(), " of ", kv_cache_.num_slots(), " slots and ", kv_cache_.free_blocks(), " of ",
+           kv_cache_.num_blocks(), " blocks of ", kv_cache_.block_size(), " tokens free)");
+  return make_sequence(entry, capacity, true, true);
+}
+
+std::unique_ptr<SequenceState> CudaRunner::new_sequence_in_cache(int64_t cache_id, int64_t capacity) const {
+  VT_CHECK(capacity > 0 && capacity <= info().max_positions, "sequence capacity ", capacity, " must be in [1, ",
+           info().max_positions, "]");
+  VT_CHECK(kv_cache_.contains(cache_id), "new_sequence_in_cache: entry ", cache_id,
+           " is not in the model's cache (admit it there first)");
+  return make_sequence(cache_id, capacity, false, true);
+}
+
+std::unique_ptr<SequenceState> CudaRunner::make_sequence(int64_t entry, int64_t capacity, bool owned,
+                                                         bool reset) const {
+  const int64_t slot = kv_cache_.slot(entry);
+  if (reset) cache_.reset_slot(slot, stream_);
+  return std::make_unique<CudaSequence>(entry, slot, capacity, owned ? &kv_cache_ : nullptr, &slot_sequences_);
+}
+
+std::span<const int32_t> CudaRunner::blocks_holding(const CudaSequence& state, int64_t tokens) const {
+  const std::vector<int32_t>& blocks = kv_cache_.block_table(state.entry());
+  const int64_t held = int64_t(blocks.size()) * cache_.block_size();
+  VT_CHECK(tokens <= held, "CUDA cache: the sequence in slot ", state.slot(), " (", state.length(),
+           " tokens) needs blocks for ", tokens, " tokens, its entry holds ", held,
+           " (reserve them in the model's cache first)");
+  // A row holds what the longest sequence reads (capacity <= max_context); blocks past it go unread.
+  return std::span<const int32_t>(blocks).first(size_t(std::min<int64_t>(int64_t(blocks.size()), cache_.max_blocks())));
 }
 
 void CudaRunner::upload(const Layout& layout) {
@@ -144,6 +175,10 @@ void CudaRunner::upload(const Layout& layout) {
   std::copy(layout.seq_start.begin(), layout.seq_start.end(), host + 3 * T);
   std::copy(layout.slots.begin(), layout.slots.end(), host + 3 * T + S + 1);
   std::copy(layout.last_index.begin(), layout.last_index.end(), host + 3 * T + 2 * S + 1);
+  // The rows of blocks that changed since the step that last read them, queued before the step
+  // (the wait above covers the previous rows' copies too).
+  for (size_t s = 0; s < layout.slots.size(); ++s)
+    if (!layout.blocks[s].empty()) cache_.set_block_row(layout.slots[s], layout.blocks[s], stream_);
   kv_tokens_ = 0;
   for (int32_t position : layout.positions) kv_tokens_ += int64_t(position) + 1;
   VT_CUDA_CHECK(cudaMemcpyAsync(metadata_.data(), host, metadata_ints_ * sizeof(int32_t), cudaMemcpyHostToDevice,
@@ -194,6 +229,7 @@ void CudaRunner::forward(std::span<const int32_t> tokens, SequenceState& base_st
            "forward: logits must be host f32 [", logit_rows, ", ", vocab, "]");
   check_window(state, total, options.keep_rollback);
   if (options.keep_hidden) check_sequence_hidden(state, total);
+  const std::span<const int32_t> blocks = blocks_holding(state, state.length() + total);
   prepare_window(state, options.keep_rollback);
   // The delta rule asked for holds for this forward's steps only.
   struct DeltaRuleScope {
@@ -215,7 +251,7 @@ void CudaRunner::forward(std::span<const int32_t> tokens, SequenceState& base_st
     layout.clear();
     const int32_t entry = options.keep_rollback ? int32_t(state.length() - state.rollback_floor() + 1) : -1;
     layout.add_sequence(tokens.subspan(size_t(begin), size_t(count)), state.slot(), state.length(), options.all_logits,
-                        entry);
+                        entry, blocks);
     upload(layout);
     const int64_t rows = int64_t(layout.last_index.size());
     run_step(count, 1, rows);
@@ -304,7 +340,7 @@ void CudaRunner::warm_up() {
     layout.clear();
     tokens.assign(size_t(size), 0);
     for (int64_t i = 0; i < size; ++i)
-      layout.add_sequence(std::span<const int32_t>(&tokens[size_t(i)], 1), cache_.scratch_slot(), 0, false, -1);
+      layout.add_sequence(std::span<const int32_t>(&tokens[size_t(i)], 1), cache_.scratch_slot(), 0, false, -1, {});
     launch_decode_graph(size, [&] { upload(layout); });
   }
   VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -341,6 +377,7 @@ int64_t CudaRunner::run_batch(std::span<const BatchItem> items, bool all_rows) {
              tokens, " tokens exceed its capacity ", state.capacity());
     check_window(state, tokens, item.keep_rollback);
     if (item.keep_hidden) check_sequence_hidden(state, tokens);
+    blocks_holding(state, state.length() + tokens);
     keeps_hidden = keeps_hidden || item.keep_hidden;
     all_decode = all_decode && tokens == 1;
     keeps_rollback = keeps_rollback || item.keep_rollback;
@@ -357,7 +394,8 @@ int64_t CudaRunner::run_batch(std::span<const BatchItem> items, bool all_rows) {
     auto& state = dynamic_cast<CudaSequence&>(*item.state);
     prepare_window(state, item.keep_rollback);
     const int32_t entry = item.keep_rollback ? int32_t(state.length() - state.rollback_floor() + 1) : -1;
-    layout.add_sequence(item.tokens, state.slot(), state.length(), all_rows || item.all_logits, entry);
+    layout.add_sequence(item.tokens, state.slot(), state.length(), all_rows || item.all_logits, entry,
+                        blocks_holding(state, state.length() + int64_t(item.tokens.size())));
   }
   const auto upload_step = [&] { upload(layout); };
   // Decode graphs are captured without windows and with one logit row per sequence (an
@@ -368,7 +406,7 @@ int64_t CudaRunner::run_batch(std::span<const BatchItem> items, bool all_rows) {
     const int64_t padded = decode_graph_batch(count);
     const int32_t pad_token = 0;
     for (int64_t i = count; i < padded; ++i)
-      layout.add_sequence(std::span<const int32_t>(&pad_token, 1), cache_.scratch_slot(), 0, false, -1);
+      layout.add_sequence(std::span<const int32_t>(&pad_token, 1), cache_.scratch_slot(), 0, false, -1, {});
     launch_decode_graph(padded, upload_step);
   } else {
     upload_step();
@@ -460,7 +498,8 @@ std::unique_ptr<StateSnapshot> CudaRunner::save_state(const SequenceState& base_
   if (state.window_open()) return nullptr;  // mid-verify: the length is not settled
   auto snapshot = std::make_unique<DeviceSnapshot>(state.length(), cache_.snapshot_floats(state.length()), stream_);
   if (!snapshot->data()) return nullptr;
-  cache_.copy_snapshot(state.slot(), state.length(), snapshot->data(), true, stream_);
+  cache_.copy_snapshot(state.slot(), kv_cache_.block_table(state.entry()), state.length(), snapshot->data(), true,
+                       stream_);
   return snapshot;
 }
 
@@ -469,7 +508,8 @@ void CudaRunner::restore_state(const StateSnapshot& base_snapshot, SequenceState
   auto& state = dynamic_cast<CudaSequence&>(base_state);
   VT_CHECK(state.length() == 0 && snapshot.length() <= state.capacity(), "restore_state: a new sequence of capacity >= ",
            snapshot.length(), " (has ", state.length(), " tokens, capacity ", state.capacity(), ")");
-  cache_.copy_snapshot(state.slot(), snapshot.length(), snapshot.data(), false, stream_);
+  cache_.copy_snapshot(state.slot(), kv_cache_.block_table(state.entry()), snapshot.length(), snapshot.data(), false,
+                       stream_);
   state.set_length(snapshot.length());
   state.close_window();
   state.kept_start = snapshot.length();
@@ -485,10 +525,14 @@ void CudaRunner::decode_step(const std::vector<int32_t>& tokens, const std::vect
     VT_CHECK(position >= 0 && position < options_.max_context, "decode_step: position ", position, " beyond ",
              options_.max_context);
   kept_positions_ = {};
+  const std::vector<const CudaSequence*>& sequences = bench_sequences(batch);
   Layout& layout = scratch_layout_;
   layout.clear();
-  for (int64_t i = 0; i < batch; ++i)
-    layout.add_sequence(std::span<const int32_t>(&tokens[size_t(i)], 1), i, positions[size_t(i)], false, -1);
+  for (int64_t i = 0; i < batch; ++i) {
+    const CudaSequence& sequence = *sequences[size_t(i)];
+    layout.add_sequence(std::span<const int32_t>(&tokens[size_t(i)], 1), sequence.slot(), positions[size_t(i)], false,
+                        -1, blocks_holding(sequence, positions[size_t(i)] + 1));
+  }
   const auto upload_step = [&] { upload(layout); };
   if (!use_graph) {
     upload_step();
@@ -502,6 +546,24 @@ void CudaRunner::decode_step(const std::vector<int32_t>& tokens, const std::vect
                                   cudaMemcpyDeviceToHost, stream_));
   }
   VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+const std::vector<const CudaSequence*>& CudaRunner::bench_sequences(int64_t batch) {
+  const auto live = [&] {
+    step_sequences_.clear();
+    for (const CudaSequence* sequence : slot_sequences_)
+      if (sequence && int64_t(step_sequences_.size()) < batch) step_sequences_.push_back(sequence);
+    return int64_t(step_sequences_.size());
+  };
+  for (int64_t have = live(); have < batch; ++have) {
+    const int64_t entry = next_own_entry_--;
+    VT_CHECK(kv_cache_.admit(entry, options_.max_context, 0), "decode_step: no room for bench sequence ", have,
+             " of ", options_.max_context, " tokens (", kv_cache_.free_slots(), " slots and ",
+             kv_cache_.free_blocks(), " blocks free)");
+    own_bench_sequences_.push_back(make_sequence(entry, options_.max_context, true, false));
+  }
+  live();
+  return step_sequences_;
 }
 
 std::vector<float> CudaRunner::last_logits(int64_t rows) {

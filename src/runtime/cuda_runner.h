@@ -1,6 +1,7 @@
 // The runner any CUDA model (model/cuda_forward.h) is served through: it turns the Model and
 // MtpHead interfaces' calls into steps of the model. It owns the step's layout (uploaded from
-// pinned staging), the cache's memory (cache/device_cache.h) and its sequence slots, the CUDA
+// pinned staging), the cache's memory (cache/device_cache.h) and the one HybridCache that hands
+// out its KV blocks and sequence slots (Model::kv_cache(): the engine admits there), the CUDA
 // graphs of decode steps, the logits' way to the host, sampling on the device, the hidden states
 // the MTP drafters read, and the benchmarks' decode steps.
 #pragma once
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "cache/device_cache.h"
+#include "cache/hybrid_cache.h"
 #include "cuda/device_buffer.h"
 #include "model/cuda_forward.h"
 #include "model/model.h"
@@ -26,6 +28,7 @@ typedef struct CUgraphExec_st* cudaGraphExec_t;
 namespace vt {
 
 struct SampleRowParams;
+class CudaSequence;
 
 class CudaRunner : public Model, public MtpHead {
  public:
@@ -34,7 +37,12 @@ class CudaRunner : public Model, public MtpHead {
 
   // Model interface (logits copied to the host as f32).
   const ModelInfo& info() const override { return model_->info(); }
+  // The device cache's pool of KV blocks (CudaModelOptions::cache_blocks) and its sequence slots:
+  // a sequence's blocks are those of its entry, its block-table row rewritten (the entries that
+  // changed) with the step that first reads them.
+  HybridCache* kv_cache() override { return &kv_cache_; }
   std::unique_ptr<SequenceState> new_sequence(int64_t capacity) const override;
+  std::unique_ptr<SequenceState> new_sequence_in_cache(int64_t cache_id, int64_t capacity) const override;
   void forward(std::span<const int32_t> tokens, SequenceState& state, const TensorView& logits,
                const ForwardOptions& options) override;
   std::string describe() const override { return model_->describe(); }
@@ -53,9 +61,9 @@ class CudaRunner : public Model, public MtpHead {
   bool supports_rollback() const override { return options_.max_rollback_tokens > 0; }
   void rollback(SequenceState& state, int64_t length) override;
   void commit(SequenceState& state) override;
-  // Prefix caching: a snapshot is a stream-ordered device allocation holding the slot's KV rows
-  // [0, length) and its linear-attention states (DeviceCache::copy_snapshot), saved and restored
-  // by one copy launch queued on the runner's stream.
+  // Prefix caching: a snapshot is a stream-ordered device allocation holding the KV rows of the
+  // sequence's tokens [0, length) (gathered from its blocks) and its linear-attention states
+  // (DeviceCache::copy_snapshot), saved and restored by copy launches queued on the runner's stream.
   bool supports_prefix_cache() const override { return true; }
   std::unique_ptr<StateSnapshot> save_state(const SequenceState& state) override;
   void restore_state(const StateSnapshot& snapshot, SequenceState& state) override;
@@ -67,9 +75,10 @@ class CudaRunner : public Model, public MtpHead {
   // graph) and `next_tokens` gets the device argmax after every token, item after item.
   void verify_greedy(std::span<const BatchItem> items, std::vector<int32_t>* next_tokens);
 
-  // Batched decode for benchmarks: one token for each of `batch` sequences (slots 0..batch-1) at
-  // context length `positions[i]`; greedy next ids on the device. A CUDA graph per batch size
-  // when `use_graph`.
+  // Batched decode for benchmarks: one token for each of the first `batch` live sequences by slot
+  // (the runner admits bench sequences of max_context tokens, states as they are, kept while it
+  // lives, where fewer live) at context length `positions[i]`; their lengths do not change.
+  // Greedy next ids on the device. A CUDA graph per batch size when `use_graph`.
   void decode_step(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
                    std::vector<int32_t>* next_tokens, bool use_graph);
   // The logits [rows, vocab] of the last step, as f32 on the host (tests).
@@ -112,9 +121,17 @@ class CudaRunner : public Model, public MtpHead {
   // The step's layout as it goes to the device: host vectors, then one copy from pinned staging.
   struct Layout {
     std::vector<int32_t> tokens, token_seq, positions, seq_start, slots, last_index, window_entry;
+    std::vector<std::span<const int32_t>> blocks;  // each sequence's KV blocks: its block-table row
     void clear();
-    void add_sequence(std::span<const int32_t> ids, int64_t slot, int64_t length, bool all_rows, int32_t entry);
+    void add_sequence(std::span<const int32_t> ids, int64_t slot, int64_t length, bool all_rows, int32_t entry,
+                      std::span<const int32_t> sequence_blocks);
   };
+  // A sequence over the cache entry `entry` (its slot zeroed when `reset`); `owned`: it releases
+  // the entry when it ends.
+  std::unique_ptr<SequenceState> make_sequence(int64_t entry, int64_t capacity, bool owned, bool reset) const;
+  // The blocks of `state`'s entry (its block-table row), checked to hold `tokens` tokens.
+  std::span<const int32_t> blocks_holding(const CudaSequence& state, int64_t tokens) const;
+  const std::vector<const CudaSequence*>& bench_sequences(int64_t batch);
   void upload(const Layout& layout);
   CudaStep step(int64_t num_tokens, int64_t num_seqs, int64_t logit_rows) const;
   void run_step(int64_t num_tokens, int64_t num_seqs, int64_t logit_rows);
@@ -144,8 +161,14 @@ class CudaRunner : public Model, public MtpHead {
   CudaModelOptions options_;
   cudaStream_t stream_ = nullptr;
   DeviceCache cache_;
+  // Sequences are made through a const Model: admitting one changes the cache's bookkeeping.
+  mutable HybridCache kv_cache_;
+  mutable int64_t next_own_entry_ = -1;  // entries sequences admit themselves under (the engine's ids are > 0)
+  mutable std::vector<const CudaSequence*> slot_sequences_;  // the live sequence in each slot, or null
+  std::vector<std::unique_ptr<SequenceState>> own_bench_sequences_;  // decode_step's, where too few live
+  std::vector<const CudaSequence*> step_sequences_;  // decode_step's batch (reused)
   int64_t max_tokens_ = 0, max_seqs_ = 0, logit_rows_ = 0;
-  mutable std::vector<bool> slot_used_, mtp_slot_used_;
+  mutable std::vector<bool> mtp_slot_used_;
   bool emit_logits_ = true;
 
   // The uploaded step: metadata i32 [tokens T | token_seq T | positions T | seq_start S+1 |

@@ -200,10 +200,12 @@ void CudaRunner::mtp_forward_device(std::span<const int32_t> tokens, std::span<c
       const int64_t count = std::min(max_tokens_, piece.rows - begin);
       Layout& layout = scratch_layout_;
       layout.clear();
-      layout.add_sequence(tokens.subspan(size_t(done), size_t(count)), state.slot(), state.length(), false, -1);
+      layout.add_sequence(tokens.subspan(size_t(done), size_t(count)), state.slot(), state.length(), false, -1, {});
       upload(layout);
-      model_->run_mtp_step(step(count, 1, 1), static_cast<const char*>(piece.data) + size_t(begin) * row_bytes(),
-                           cache_.mtp(), output_row);
+      CudaStep head_step = step(count, 1, 1);
+      head_step.layout.block_tables = cache_.mtp_block_tables();  // the head's own rows of blocks
+      model_->run_mtp_step(head_step, static_cast<const char*>(piece.data) + size_t(begin) * row_bytes(), cache_.mtp(),
+                           output_row);
       state.set_length(state.length() + count);
       done += count;
     }

@@ -1,10 +1,12 @@
-// The runner's sequences (cuda_runner*.cpp): a target sequence's slot, rollback window bounds and
-// kept hidden states, and an MTP head sequence's slot.
+// The runner's sequences (cuda_runner*.cpp): a target sequence's entry in the runner's cache (its
+// slot and KV blocks), rollback window bounds and kept hidden states, and an MTP head sequence's
+// slot.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "cache/hybrid_cache.h"
 #include "model/model.h"
 
 namespace vt {
@@ -23,11 +25,27 @@ class SlotSequence : public SequenceState {
   std::vector<bool>* used_;
 };
 
-// A target sequence: its slot's KV blocks and linear-attention states, its rollback window's
-// bounds, and the positions whose hidden states it keeps (keep_hidden).
-class CudaSequence final : public SlotSequence {
+// A target sequence: the entry `entry` of the runner's HybridCache (its state slot's
+// linear-attention states and its blocks' KV rows), its rollback window's bounds, and the
+// positions whose hidden states it keeps (keep_hidden). It is the slot's live sequence in `live`
+// while it lives; `owner` is the cache it releases its entry from when it ends (a sequence that
+// admitted itself), null when the caller that admitted it releases it.
+class CudaSequence final : public SequenceState {
  public:
-  using SlotSequence::SlotSequence;
+  CudaSequence(int64_t entry, int64_t slot, int64_t capacity, HybridCache* owner,
+               std::vector<const CudaSequence*>* live)
+      : entry_(entry), slot_(slot), owner_(owner), live_(live) {
+    capacity_ = capacity;
+    (*live_)[size_t(slot_)] = this;
+  }
+  ~CudaSequence() override {
+    if ((*live_)[size_t(slot_)] == this) (*live_)[size_t(slot_)] = nullptr;
+    if (owner_) owner_->release(entry_);
+  }
+  CudaSequence(const CudaSequence&) = delete;
+  CudaSequence& operator=(const CudaSequence&) = delete;
+  int64_t entry() const { return entry_; }
+  int64_t slot() const { return slot_; }
   // As the CPU reference's state: outside a window the floor follows the length.
   void advance(int64_t tokens) {
     length_ += tokens;
@@ -49,6 +67,9 @@ class CudaSequence final : public SlotSequence {
   int64_t kept_start = 0, kept_count = 0;
 
  private:
+  int64_t entry_, slot_;
+  HybridCache* owner_;
+  std::vector<const CudaSequence*>* live_;
   bool window_open_ = false;
 };
 

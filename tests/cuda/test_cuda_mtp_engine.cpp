@@ -92,10 +92,14 @@ class CudaEngineMtp : public testing::GpuTest {
     delete checkpoint_;
     delete fitted_prompts_;
   }
-  // f32, one slot per running request, steps of `step_tokens`, verifies of up to kMaxDrafts drafts.
-  static std::unique_ptr<Qwen35CudaModel> load_cuda(int64_t sequences, int64_t step_tokens) {
+  // f32, one slot per running request, steps of `step_tokens`, verifies of up to kMaxDrafts drafts;
+  // a pool of `cache_blocks` blocks of `block_size` tokens (0: room for every slot's longest).
+  static std::unique_ptr<Qwen35CudaModel> load_cuda(int64_t sequences, int64_t step_tokens, int64_t cache_blocks = 0,
+                                                    int64_t block_size = 32) {
     CudaModelOptions options;
     options.activations = DType::kF32;
+    options.cache_blocks = cache_blocks;
+    options.block_size = block_size;
     options.max_sequences = sequences;
     options.max_context = 256;  // the 150-token prompt, 24 generated and a verify's drafts
     options.max_step_tokens = step_tokens;
@@ -373,16 +377,14 @@ TEST_F(CudaEngineMtp, SixteenMixedRequestsEqualRunningAlone) {
               (long long)stats.speculative.drafted, (long long)stats.speculative.steps);
 }
 
-// A pool far too small (12 blocks of 8 tokens, 8 running): MTP requests are preempted and re-fed (a
-// new target sequence keeps nothing the head has read; its head sequence stays with the drafter)
-// and each gives what it gives alone, plain greedy's. Then one cancelled mid-way leaves nothing
-// behind, and its head's slot serves the next request.
+// A device pool far too small (12 blocks of 8 tokens, 8 running): MTP requests are preempted and
+// re-fed (a new target sequence keeps nothing the head has read; its head sequence stays with the
+// drafter) and each gives what it gives alone, plain greedy's. Then, on a roomy pool, one
+// cancelled mid-way leaves nothing behind, and its head's slot serves the next request.
 TEST_F(CudaEngineMtp, PreemptionAndCancellation) {
   constexpr int64_t kRunning = 8;
-  auto cuda = load_cuda(kRunning, 24);
-  EngineOptions options = mtp_options(*cuda, kRunning, 24);
-  options.cache_blocks = 12;
-  options.block_size = 8;
+  auto tiny = load_cuda(kRunning, 24, 12, 8);
+  EngineOptions options = mtp_options(*tiny, kRunning, 24);
   constexpr int kRequests = 10;
   std::vector<std::vector<int32_t>> prompts;
   std::vector<RequestParams> params(kRequests);
@@ -392,27 +394,28 @@ TEST_F(CudaEngineMtp, PreemptionAndCancellation) {
     params[i].num_draft = i % 4 == 3 ? 0 : 2 + i % 5;
   }
   EngineStats stats;
-  const auto together = run_all(*cuda, options, prompts, params, &stats);
+  const auto together = run_all(*tiny, options, prompts, params, &stats);
   EXPECT_GT(stats.preemptions, 0);
   EXPECT_GT(stats.recomputed_tokens, 0);
   EXPECT_EQ(stats.requests_finished, kRequests);
   EXPECT_EQ(stats.running + stats.waiting + stats.cache.blocks_used + stats.cache.slots_used, 0);
   EXPECT_GT(stats.speculative.accepted, 0);
   EngineOptions alone = options;
-  alone.cache_blocks = 64;
-  alone.reservation = EngineOptions::Reservation::kFull;
+  alone.reservation = EngineOptions::Reservation::kFull;  // one request at a time holds its whole need
   for (int i = 0; i < kRequests; ++i) {
     SCOPED_TRACE("request " + std::to_string(i));
     EXPECT_EQ(together[i].last.error, "");
-    EXPECT_EQ(together[i].ids, run_all(*cuda, alone, {prompts[i]}, {params[i]})[0].ids);
+    EXPECT_EQ(together[i].ids, run_all(*tiny, alone, {prompts[i]}, {params[i]})[0].ids);
     RequestParams plain = params[i];
     plain.num_draft = 0;
-    EXPECT_EQ(together[i].ids, run_all(*cuda, plain_options(alone), {prompts[i]}, {plain})[0].ids);
+    EXPECT_EQ(together[i].ids, run_all(*tiny, plain_options(alone), {prompts[i]}, {plain})[0].ids);
   }
   std::printf("tiny pool: %lld preemptions, %lld tokens re-fed, %lld of %lld drafts accepted\n",
               (long long)stats.preemptions, (long long)stats.recomputed_tokens, (long long)stats.speculative.accepted,
               (long long)stats.speculative.drafted);
 
+  tiny.reset();
+  auto cuda = load_cuda(kRunning, 24);
   RequestParams long_request;
   long_request.max_tokens = 200;
   long_request.num_draft = 4;

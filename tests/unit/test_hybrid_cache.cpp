@@ -1,6 +1,7 @@
 // Admission needs both KV blocks and a state slot; release returns exactly what was taken.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <random>
 #include <set>
 
@@ -67,6 +68,32 @@ TEST(BlockPool, RefCountsKeepSharedBlocksAlive) {
   EXPECT_EQ(pool.free_count(), 3);
   EXPECT_THROW(pool.release((*blocks)[1]), Error);  // double free
   EXPECT_FALSE(pool.allocate(4));
+}
+
+// A fresh pool hands out blocks in order (a new sequence's rows are one run); a freed block is
+// the next one handed out.
+TEST(BlockPool, HandsOutFreshBlocksInOrderAndReusesTheLastFreed) {
+  BlockPool pool(6);
+  EXPECT_EQ(*pool.allocate(3), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(*pool.allocate(1), (std::vector<int32_t>{3}));
+  pool.release(1);
+  EXPECT_EQ(*pool.allocate(2), (std::vector<int32_t>{1, 4}));
+}
+
+// A sequence's tokens over its blocks, adjacent blocks merged into one run of rows.
+TEST(RowRuns, MergeAdjacentBlocks) {
+  const std::vector<int32_t> blocks = {4, 5, 9, 2, 3};
+  const std::vector<RowRun> runs = row_runs(blocks, 4, 18);
+  const auto as_tuples = [](const std::vector<RowRun>& list) {
+    std::vector<std::array<int64_t, 3>> tuples;
+    for (const RowRun& run : list) tuples.push_back({run.first_token, run.first_row, run.count});
+    return tuples;
+  };
+  // Blocks 4 and 5 adjacent, 9 alone, then 2 and the first two tokens of 3.
+  EXPECT_EQ(as_tuples(runs), (std::vector<std::array<int64_t, 3>>{{0, 16, 8}, {8, 36, 4}, {12, 8, 6}}));
+  EXPECT_TRUE(row_runs(blocks, 4, 0).empty());
+  EXPECT_EQ(row_runs(blocks, 4, 3).size(), 1u);
+  EXPECT_THROW(row_runs(blocks, 4, 21), Error);  // more tokens than the blocks hold
 }
 
 // Random admit/release churn never leaks, never hands one block to two sequences.
