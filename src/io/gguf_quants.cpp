@@ -3,6 +3,7 @@
 #include "io/gguf_quants.h"
 
 #include <cstring>
+#include <utility>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -41,6 +42,12 @@ void dequantize_q4_1(float* y, const uint8_t* block) {
   }
 }
 
+// Elements j and j + 16 of a q5 block: four low bits from qs[j], the fifth from bits j and j + 16 of qh.
+std::pair<int, int> q5_pair(uint32_t qh, const uint8_t* qs, int j) {
+  const int high0 = int(((qh >> j) << 4) & 0x10), high1 = int((qh >> (j + 12)) & 0x10);
+  return {(qs[j] & 0x0F) | high0, (qs[j] >> 4) | high1};
+}
+
 // block_q5_0 {f16 d; u8 qh[4]; u8 qs[16]}: bit j of qh is the fifth bit of element j.
 void dequantize_q5_0(float* y, const uint8_t* block) {
   const float d = half(block);
@@ -48,10 +55,9 @@ void dequantize_q5_0(float* y, const uint8_t* block) {
   std::memcpy(&qh, block + 2, 4);
   const uint8_t* qs = block + 6;
   for (int j = 0; j < kQK / 2; ++j) {
-    const uint8_t high0 = uint8_t(((qh >> j) << 4) & 0x10);
-    const uint8_t high1 = uint8_t((qh >> (j + 12)) & 0x10);
-    y[j] = float(int((qs[j] & 0x0F) | high0) - 16) * d;
-    y[j + kQK / 2] = float(int((qs[j] >> 4) | high1) - 16) * d;
+    const auto [low, high] = q5_pair(qh, qs, j);
+    y[j] = float(low - 16) * d;
+    y[j + kQK / 2] = float(high - 16) * d;
   }
 }
 
@@ -62,10 +68,9 @@ void dequantize_q5_1(float* y, const uint8_t* block) {
   std::memcpy(&qh, block + 4, 4);
   const uint8_t* qs = block + 8;
   for (int j = 0; j < kQK / 2; ++j) {
-    const uint8_t high0 = uint8_t(((qh >> j) << 4) & 0x10);
-    const uint8_t high1 = uint8_t((qh >> (j + 12)) & 0x10);
-    y[j] = float((qs[j] & 0x0F) | high0) * d + m;
-    y[j + kQK / 2] = float((qs[j] >> 4) | high1) * d + m;
+    const auto [low, high] = q5_pair(qh, qs, j);
+    y[j] = float(low) * d + m;
+    y[j + kQK / 2] = float(high) * d + m;
   }
 }
 
@@ -86,6 +91,18 @@ void scale_min_k4(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
   }
 }
 
+// The scales and mins of sub-blocks is and is + 1 of a K-quant block.
+struct SubBlockPair {
+  float d1, m1, d2, m2;
+};
+SubBlockPair sub_block_pair(int is, const uint8_t* scales, float d, float dmin) {
+  uint8_t scale, min;
+  scale_min_k4(is + 0, scales, &scale, &min);
+  const float d1 = d * scale, m1 = dmin * min;
+  scale_min_k4(is + 1, scales, &scale, &min);
+  return {d1, m1, d * scale, dmin * min};
+}
+
 // block_q4_K {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}: 8 sub-blocks of 32.
 void dequantize_q4_k(float* y, const uint8_t* block) {
   const float d = half(block), dmin = half(block + 2);
@@ -93,11 +110,7 @@ void dequantize_q4_k(float* y, const uint8_t* block) {
   const uint8_t* q = block + 16;
   int is = 0;
   for (int j = 0; j < kQKK; j += 64) {
-    uint8_t scale, min;
-    scale_min_k4(is + 0, scales, &scale, &min);
-    const float d1 = d * scale, m1 = dmin * min;
-    scale_min_k4(is + 1, scales, &scale, &min);
-    const float d2 = d * scale, m2 = dmin * min;
+    const auto [d1, m1, d2, m2] = sub_block_pair(is, scales, d, dmin);
     for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 0x0F) - m1;
     for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;
     q += 32;
@@ -114,11 +127,7 @@ void dequantize_q5_k(float* y, const uint8_t* block) {
   int is = 0;
   uint8_t u1 = 1, u2 = 2;
   for (int j = 0; j < kQKK; j += 64) {
-    uint8_t scale, min;
-    scale_min_k4(is + 0, scales, &scale, &min);
-    const float d1 = d * scale, m1 = dmin * min;
-    scale_min_k4(is + 1, scales, &scale, &min);
-    const float d2 = d * scale, m2 = dmin * min;
+    const auto [d1, m1, d2, m2] = sub_block_pair(is, scales, d, dmin);
     for (int l = 0; l < 32; ++l) *y++ = d1 * float((ql[l] & 0x0F) + (qh[l] & u1 ? 16 : 0)) - m1;
     for (int l = 0; l < 32; ++l) *y++ = d2 * float((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
     ql += 32;

@@ -10,13 +10,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-[[noreturn]] void invalid(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
-
-const Json* field(const Json& body, const char* name) {
-  auto it = body.find(name);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
-}
-
 // OpenAI's rule for function names: letters, digits, '_', '-' (and '.'), at most 64.
 bool valid_function_name(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;

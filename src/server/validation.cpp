@@ -7,16 +7,17 @@
 #include "tokenizer/utf8.h"
 
 namespace vt::server {
-namespace {
 
-using Json = nlohmann::ordered_json;
+void invalid(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
 
-[[noreturn]] void invalid(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
-
-const Json* field(const Json& body, const char* name) {
+const nlohmann::ordered_json* field(const nlohmann::ordered_json& body, const char* name) {
   auto it = body.find(name);
   return it == body.end() || it->is_null() ? nullptr : &*it;
 }
+
+namespace {
+
+using Json = nlohmann::ordered_json;
 
 double number(const Json& value, const char* name) {
   if (!value.is_number()) invalid(name, std::string("'") + name + "' must be a number");

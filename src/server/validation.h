@@ -26,6 +26,11 @@ class ApiError : public std::runtime_error {
 // {"error": {"message", "type", "param", "code"}} as the OpenAI API sends it.
 nlohmann::json error_body(const ApiError& error);
 
+// Throws the 400 that names `param`.
+[[noreturn]] void invalid(const std::string& param, const std::string& message);
+// body[name], or null when it is absent or JSON null (both mean "not given").
+const nlohmann::ordered_json* field(const nlohmann::ordered_json& body, const char* name);
+
 struct ValidationLimits {
   std::string model_name;      // requests naming another model get 404
   int64_t vocab_size = 0;      // token-id prompts must lie in [0, vocab_size)

@@ -353,6 +353,17 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs 
 // Grid (chunk bound, value head), kThreads threads: warp w owns rows 8w..8w+7 of the chunk, lane
 // columns lane + 32m. O = (q rnorm dk^-0.5 e^c) S_start + attn V', then per row (one warp):
 // out = norm_w * rmsnorm(O) * silu(z) and its FP8 codes, as sm90_gdn_recurrent writes them.
+// o[m] += a.x * b[0][m] + a.y * b[1][m] + a.z * b[2][m] + a.w * b[3][m], fused in that order.
+__device__ __forceinline__ void fma4(float (&o)[kOutCols], float4 a, const float (&b)[4][kOutCols]) {
+#pragma unroll
+  for (int m = 0; m < kOutCols; ++m) {
+    o[m] = fmaf(a.x, b[0][m], o[m]);
+    o[m] = fmaf(a.y, b[1][m], o[m]);
+    o[m] = fmaf(a.z, b[2][m], o[m]);
+    o[m] = fmaf(a.w, b[3][m], o[m]);
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs args) {
   extern __shared__ float4 shared_f4[];
@@ -391,14 +402,7 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs ar
       for (int m = 0; m < kOutCols; ++m) s[e][m] = s_s[(d + e) * kMaxDv + lane + 32 * m];
 #pragma unroll
     for (int r = 0; r < kOutRows; ++r) {
-      const float4 q4 = *reinterpret_cast<const float4*>(&s_q[(warp * kOutRows + r) * kMaxDk + d]);
-#pragma unroll
-      for (int m = 0; m < kOutCols; ++m) {
-        o[r][m] = fmaf(q4.x, s[0][m], o[r][m]);
-        o[r][m] = fmaf(q4.y, s[1][m], o[r][m]);
-        o[r][m] = fmaf(q4.z, s[2][m], o[r][m]);
-        o[r][m] = fmaf(q4.w, s[3][m], o[r][m]);
-      }
+      fma4(o[r], *reinterpret_cast<const float4*>(&s_q[(warp * kOutRows + r) * kMaxDk + d]), s);
     }
   }
   __syncthreads();  // phase 2 reuses the shared memory
@@ -421,14 +425,7 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs ar
       for (int m = 0; m < kOutCols; ++m) v[e][m] = s_v[(j + e) * kMaxDv + lane + 32 * m];
 #pragma unroll
     for (int r = 0; r < kOutRows; ++r) {
-      const float4 a4 = *reinterpret_cast<const float4*>(&s_attn[(warp * kOutRows + r) * kChunk + j]);
-#pragma unroll
-      for (int m = 0; m < kOutCols; ++m) {
-        o[r][m] = fmaf(a4.x, v[0][m], o[r][m]);
-        o[r][m] = fmaf(a4.y, v[1][m], o[r][m]);
-        o[r][m] = fmaf(a4.z, v[2][m], o[r][m]);
-        o[r][m] = fmaf(a4.w, v[3][m], o[r][m]);
-      }
+      fma4(o[r], *reinterpret_cast<const float4*>(&s_attn[(warp * kOutRows + r) * kChunk + j]), v);
     }
   }
 

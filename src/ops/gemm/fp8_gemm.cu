@@ -12,6 +12,7 @@
 #include "cuda/common.cuh"
 #include "cuda/launch.cuh"
 #include "ops/gemm/fp8_gemm_wgmma.h"
+#include "ops/gemm/fp8_mma.cuh"
 #include "ops/gemm/gemm.h"
 #include "ops/gemm/partials.h"
 
@@ -146,21 +147,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) sm90_fp8_gemv_splitk(
 
 // Tensor-core FP8 for small M (<= 16 rows per launch): one block per 8 output columns, its eight
 // warps splitting K by 128-blocks and meeting in a fixed-order shared-memory sum (deterministic).
-// Each lane loads 16 contiguous bytes of its weight row per 64-byte chunk and feeds them to two
-// m16n8k32 e4m3 MMAs; A (activations) is loaded with the same byte-to-k mapping, so the dot
-// products are exact permutations of the true ones. Block scales are applied per 128-block in fp32.
+// The MMA step (operands, exactness, block scales) is in ops/gemm/fp8_mma.cuh.
 constexpr int kMmaWarps = 8;
 constexpr int kMmaBlocksPerStep = 2;  // 128-blocks loaded per step: 64 bytes per lane in flight
 constexpr int kMmaColumns = 8;
 constexpr int kMmaRows = 64;  // rows per launch: 4 tiles of 16
-
-__device__ __forceinline__ void mma_e4m3(float* d, const uint32_t* a, const uint32_t* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 // kTiles 16-row tiles of A per launch (M <= 16 * kTiles): each weight chunk is loaded once and
 // fed to the MMAs of every tile, so the weights stream once for up to 64 rows. Tile 0's
@@ -195,10 +186,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) sm90_fp8_gemm_mma_splitk(
       const int64_t k0 = first * kGroup + chunk * 64 + quad * 16;
       const bool in_k = k0 < k;
       r_w[chunk] = column_ok && in_k ? __ldcs(reinterpret_cast<const uint4*>(weight_row + k0)) : make_uint4(0, 0, 0, 0);
-      r_a0[chunk] = group < m && in_k ? *reinterpret_cast<const uint4*>(g_a + int64_t(group) * k + k0)
-                                      : make_uint4(0, 0, 0, 0);
-      r_a1[chunk] = group + 8 < m && in_k ? *reinterpret_cast<const uint4*>(g_a + int64_t(group + 8) * k + k0)
-                                          : make_uint4(0, 0, 0, 0);
+      r_a0[chunk] = fp8_row_chunk(group < m ? g_a + int64_t(group) * k : nullptr, k0, k);
+      r_a1[chunk] = fp8_row_chunk(group + 8 < m ? g_a + int64_t(group + 8) * k : nullptr, k0, k);
     }
 #pragma unroll
     for (int step = 0; step < kMmaBlocksPerStep; ++step) {
@@ -209,29 +198,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32) sm90_fp8_gemm_mma_splitk(
       for (int t = 0; t < kTiles; ++t) {
         const int64_t row0 = 16 * t + group, row1 = row0 + 8;
         if (16 * t >= m) break;  // uniform over the block
-        float r_block[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int chunk = 2 * step + half;
-          uint4 a0 = r_a0[chunk], a1 = r_a1[chunk];
-          if (t > 0) {
-            const int64_t k0 = block * kGroup + half * 64 + quad * 16;
-            a0 = row0 < m && k0 < k ? *reinterpret_cast<const uint4*>(g_a + row0 * k + k0) : make_uint4(0, 0, 0, 0);
-            a1 = row1 < m && k0 < k ? *reinterpret_cast<const uint4*>(g_a + row1 * k + k0) : make_uint4(0, 0, 0, 0);
-          }
-          const uint32_t a_first[4] = {a0.x, a1.x, a0.y, a1.y};
-          const uint32_t b_first[2] = {r_w[chunk].x, r_w[chunk].y};
-          mma_e4m3(r_block, a_first, b_first);
-          const uint32_t a_second[4] = {a0.z, a1.z, a0.w, a1.w};
-          const uint32_t b_second[2] = {r_w[chunk].z, r_w[chunk].w};
-          mma_e4m3(r_block, a_second, b_second);
-        }
         const float scale0 = row0 < m ? g_a_scales[row0 * k_blocks + block] * w_scale : 0.0f;
         const float scale1 = row1 < m ? g_a_scales[row1 * k_blocks + block] * w_scale : 0.0f;
-        r_acc[t][0] += r_block[0] * scale0;
-        r_acc[t][1] += r_block[1] * scale0;
-        r_acc[t][2] += r_block[2] * scale1;
-        r_acc[t][3] += r_block[3] * scale1;
+        fp8_mma_tile_block(r_acc[t], r_w, r_a0, r_a1, t == 0, row0 < m ? g_a + row0 * k : nullptr,
+                           row1 < m ? g_a + row1 * k : nullptr, step, block, k, quad, scale0, scale1);
       }
     }
   }

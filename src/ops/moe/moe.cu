@@ -11,6 +11,7 @@
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/launch.cuh"
+#include "ops/gemm/fp8_mma.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -40,25 +41,11 @@ struct GroupedGemvArgs {
   int64_t n, k, input_divisor;    // input row of pair p is p / input_divisor
 };
 
-__device__ __forceinline__ void mma_e4m3(float* d, const uint32_t* a, const uint32_t* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ uint4 load16(const uint8_t* p) {
-  return *reinterpret_cast<const uint4*>(p);
-}
-
 // Grid (row blocks, active-expert slot); blocks past the routed experts exit at once. Warp w takes
 // output rows c0 .. c0 + 7 (column tile w / kSplits) and every kSplits-th pair of 128-blocks of K
-// (split w % kSplits); the splits meet in a fixed-order shared-memory sum. MMA operands as in
-// sm90_fp8_gemm_mma_splitk (ops/gemm/fp8_gemm.cu): lane (group g, quad q) loads 16 contiguous bytes
-// of weight row c0 + g (B, column g) and of the inputs of pair slots g and g + 8 (A, rows g and
-// g + 8) per 64-byte chunk, the same byte-to-k mapping for both, so each dot product is an exact
-// permutation of the true one; block scales applied per 128-block in fp32.
+// (split w % kSplits); the splits meet in a fixed-order shared-memory sum. The MMA step is the FP8
+// GEMM's (ops/gemm/fp8_mma.cuh) with weight row c0 + g as B's column g and the inputs of pair slots
+// g and g + 8 as A's rows.
 template <typename T, int kSplits>
 __global__ void __launch_bounds__(kFp8Warps * 32, 2)
     sm90_moe_grouped_gemv_fp8(GroupedGemvArgs args) {
@@ -107,10 +94,8 @@ __global__ void __launch_bounds__(kFp8Warps * 32, 2)
         const bool in_k = k0 < k;
         r_w[chunk] = column_ok && in_k ? __ldcs(reinterpret_cast<const uint4*>(weight_row + k0))
                                        : make_uint4(0, 0, 0, 0);
-        r_a0[chunk] = r_input[0][0] >= 0 && in_k ? load16(x + r_input[0][0] * k + k0)
-                                                 : make_uint4(0, 0, 0, 0);
-        r_a1[chunk] = r_input[0][1] >= 0 && in_k ? load16(x + r_input[0][1] * k + k0)
-                                                 : make_uint4(0, 0, 0, 0);
+        r_a0[chunk] = fp8_row_chunk(r_input[0][0] >= 0 ? x + r_input[0][0] * k : nullptr, k0, k);
+        r_a1[chunk] = fp8_row_chunk(r_input[0][1] >= 0 ? x + r_input[0][1] * k : nullptr, k0, k);
       }
 #pragma unroll
       for (int step = 0; step < kFp8BlocksPerStep; ++step) {
@@ -120,33 +105,14 @@ __global__ void __launch_bounds__(kFp8Warps * 32, 2)
 #pragma unroll
         for (int t = 0; t < kFp8Tiles; ++t) {
           if (16 * t >= count) break;  // uniform over the block
-          float r_block[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int chunk = 2 * step + half;
-            uint4 a0 = r_a0[chunk], a1 = r_a1[chunk];
-            if (t > 0) {
-              const int64_t k0 = block * kGroup + half * 64 + quad * 16;
-              a0 = r_input[t][0] >= 0 && k0 < k ? load16(x + r_input[t][0] * k + k0)
-                                                : make_uint4(0, 0, 0, 0);
-              a1 = r_input[t][1] >= 0 && k0 < k ? load16(x + r_input[t][1] * k + k0)
-                                                : make_uint4(0, 0, 0, 0);
-            }
-            const uint32_t a_first[4] = {a0.x, a1.x, a0.y, a1.y};
-            const uint32_t b_first[2] = {r_w[chunk].x, r_w[chunk].y};
-            mma_e4m3(r_block, a_first, b_first);
-            const uint32_t a_second[4] = {a0.z, a1.z, a0.w, a1.w};
-            const uint32_t b_second[2] = {r_w[chunk].z, r_w[chunk].w};
-            mma_e4m3(r_block, a_second, b_second);
-          }
           const float scale0 =
               r_input[t][0] >= 0 ? args.x_scales[r_input[t][0] * k_blocks + block] * w_scale : 0.0f;
           const float scale1 =
               r_input[t][1] >= 0 ? args.x_scales[r_input[t][1] * k_blocks + block] * w_scale : 0.0f;
-          r_acc[t][0] += r_block[0] * scale0;
-          r_acc[t][1] += r_block[1] * scale0;
-          r_acc[t][2] += r_block[2] * scale1;
-          r_acc[t][3] += r_block[3] * scale1;
+          fp8_mma_tile_block(r_acc[t], r_w, r_a0, r_a1, t == 0,
+                             r_input[t][0] >= 0 ? x + r_input[t][0] * k : nullptr,
+                             r_input[t][1] >= 0 ? x + r_input[t][1] * k : nullptr, step, block, k, quad, scale0,
+                             scale1);
         }
       }
     }
@@ -221,6 +187,16 @@ __global__ void __launch_bounds__(kDenseWarps * 32) sm90_moe_grouped_gemv(Groupe
   }
 }
 
+// The 8 columns a combine thread sums (`count` of them inside the row; zeros past it).
+template <typename T, bool kVector>
+__device__ __forceinline__ void load_columns(const T* row, int count, float* r_in) {
+  if constexpr (kVector) {
+    device::load8(row, r_in);
+  } else {
+    for (int i = 0; i < 8; ++i) r_in[i] = i < count ? device::to_float(row[i]) : 0.0f;
+  }
+}
+
 // Grid (ceil(hidden / 512), tokens): each thread 8 consecutive columns of one token (kVector:
 // 16-byte loads, hidden a multiple of 8), all k pairs' values loaded before the fixed-order sum
 // out = sum_j weight[t, j] * expert_out[t*k + j] (+ sigmoid(shared_gate[t]) * shared[t]).
@@ -238,24 +214,14 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int count = kVector || hidden - column0 >= 8 ? 8 : int(hidden - column0);
   for (int64_t j = 0; j < top_k; ++j) {
     const float weight = g_weights[token * top_k + j];
-    const T* row = g_expert_out + (token * top_k + j) * hidden + column0;
     float r_in[8];
-    if constexpr (kVector) {
-      device::load8(row, r_in);
-    } else {
-      for (int i = 0; i < 8; ++i) r_in[i] = i < count ? device::to_float(row[i]) : 0.0f;
-    }
+    load_columns<T, kVector>(g_expert_out + (token * top_k + j) * hidden + column0, count, r_in);
 #pragma unroll
     for (int i = 0; i < 8; ++i) r_value[i] += weight * r_in[i];
   }
   if (g_shared) {
-    const T* row = g_shared + token * hidden + column0;
     float r_in[8];
-    if constexpr (kVector) {
-      device::load8(row, r_in);
-    } else {
-      for (int i = 0; i < 8; ++i) r_in[i] = i < count ? device::to_float(row[i]) : 0.0f;
-    }
+    load_columns<T, kVector>(g_shared + token * hidden + column0, count, r_in);
 #pragma unroll
     for (int i = 0; i < 8; ++i) r_value[i] += gate * r_in[i];
   }
