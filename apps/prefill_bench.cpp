@@ -75,8 +75,8 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
   vt::CudaModelOptions options = bench_model_options(args, {args.max_running});
   options.max_context = args.max_context > 0 ? args.max_context : longest + 8;
   VT_CHECK(options.max_context > longest, "--max-context ", options.max_context, " must exceed the longest prompt");
-  VT_CHECK(args.prompts >= 1 && args.decoding >= 0 && args.prompts + args.decoding < args.max_running,
-           "--prompts + --decoding must be below --max-running");
+  VT_CHECK(args.prompts >= 1 && args.decoding >= 0 && args.prompts + args.decoding <= args.max_running,
+           "--prompts + --decoding must be at most --max-running");
   // The engine path's prompt tokens per step: the step's budget (--step-tokens) less the decode
   // tokens, at least one chunk.
   const int64_t prompt_budget = std::max(std::min(args.prefill_chunk, longest),
