@@ -218,6 +218,21 @@ TEST_F(GemmCuda, Fp8BlockGemmMatchesCpu) {
       }
     }
     EXPECT_GE(served, m == 1 ? 5 : 1) << m << "x" << n << "x" << k;
+    // cuBLASLt's padded path (rows it refuses run as the next multiple of 16 through the
+    // registry's own buffers): the output rows hold the same product, nothing past them is written.
+    if (k % 128 == 0 && m % 16 != 0) {
+      cuda::Fp8GemmRegistry padded(m, k, {}, n);
+      if (padded.supports(cuda::GemmBackend::kCublasLt, m, n, k, n, DType::kF32)) {
+        DeviceVector d_wide(std::vector<float>(size_t((m + 1) * n), -7.0f));
+        padded.run(cuda::GemmBackend::kCublasLt, d_wide.data, n, d_q.as<uint8_t>(), d_a_scales.as<float>(),
+                   d_codes.as<uint8_t>(), d_scales.data, m, n, k, DType::kF32, nullptr);
+        cuda::synchronize();
+        std::vector<float> wide = d_wide.to_host(), rows(wide.begin(), wide.begin() + m * n);
+        EXPECT_LE(relative_l2(rows, expected), numerics::kFp8GemmCublasLtRelL2) << m << "x" << n << "x" << k << " padded";
+        EXPECT_TRUE(std::all_of(wide.begin() + m * n, wide.end(), [](float v) { return v == -7.0f; }))
+            << m << "x" << n << "x" << k << ": the padded path wrote past its rows";
+      }
+    }
     if (k % 128 == 0 && n % 128 == 0 && m >= 16) {
       EXPECT_TRUE(registry.supports(cuda::GemmBackend::kCublasLt, m, n, k, n, DType::kF32))
           << "cuBLASLt refused " << m << "x" << n << "x" << k;

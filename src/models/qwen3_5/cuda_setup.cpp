@@ -55,7 +55,7 @@ void Qwen35CudaForward::convert_lm_head_fp8(int64_t exact_columns) {
 // start-up (or the built-in rule), and a forced backend refused here if it cannot serve a shape.
 void Qwen35CudaForward::setup_fp8_gemms(int64_t max_step_tokens) {
   std::map<std::pair<int64_t, int64_t>, cuda::GemmTuneShape> shapes;
-  int64_t widest_k = 0;
+  int64_t widest_k = 0, widest_n = 0;  // widest_n: the layers' (the lm_head's rows go the split way)
   // feeds_norm: a block's output projection (project_branch), whose output may stay as partials.
   const auto add = [&](const CudaLinear& linear, bool feeds_norm = false) {
     if (linear.format != WeightFormat::kFp8Block) return;
@@ -66,6 +66,7 @@ void Qwen35CudaForward::setup_fp8_gemms(int64_t max_step_tokens) {
       shape.feeds_norm = shape.feeds_norm || (feeds_norm && linear.parts.size() == 1 && linear.exact_count == 0);
       shape.weights.emplace_back(part.weight.as<uint8_t>(), part.scales.as<float>());
       widest_k = std::max(widest_k, linear.k);
+      if (&linear != &weights_.lm_head) widest_n = std::max(widest_n, part.n);
     }
   };
   const auto add_layer = [&](const CudaLayer& layer) {
@@ -82,7 +83,7 @@ void Qwen35CudaForward::setup_fp8_gemms(int64_t max_step_tokens) {
   }
   if (shapes.empty()) return;
   const int64_t max_m = std::max(max_step_tokens, options_.max_logit_rows);
-  fp8_gemm_ = std::make_unique<cuda::Fp8GemmRegistry>(max_m, widest_k, options_.gemm_exclude);
+  fp8_gemm_ = std::make_unique<cuda::Fp8GemmRegistry>(max_m, widest_k, options_.gemm_exclude, widest_n);
   cuda::fp8_gemm_prepare(stream_);  // before any graph capture on the stream
   std::vector<cuda::GemmTuneShape> list;
   for (auto& [key, shape] : shapes) list.push_back(std::move(shape));

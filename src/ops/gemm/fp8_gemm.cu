@@ -250,24 +250,27 @@ __global__ void __launch_bounds__(256) sm90_fp8_quantize_weight_blocks(uint8_t* 
   if (threadIdx.x == 0) g_scales[blockIdx.x * gridDim.y + blockIdx.y] = scale;
 }
 
-// scales [m, kb] -> out [kb, m] (cuBLASLt's VEC128 layout for the activation scales).
-__global__ void sm90_transpose_scales(float* __restrict__ g_out, const float* __restrict__ g_in, int64_t m, int64_t kb) {
+// scales [m, kb] -> out [kb, ld] (cuBLASLt's VEC128 layout for the activation scales).
+__global__ void sm90_transpose_scales(float* __restrict__ g_out, const float* __restrict__ g_in, int64_t m, int64_t kb,
+                                      int64_t ld) {
   device::pdl_enter();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < m * kb; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / kb, block = i % kb;
-    g_out[block * m + row] = g_in[i];
+    g_out[block * ld + row] = g_in[i];
   }
 }
 
 }  // namespace
 
-void transpose_scales(float* out, const float* in, int64_t m, int64_t kb, int64_t n, cudaStream_t stream) {
+void transpose_scales(float* out, const float* in, int64_t m, int64_t kb, int64_t n, cudaStream_t stream,
+                      int64_t ld) {
   if (m * kb == 0) return;
   const unsigned blocks = unsigned(std::min<int64_t>((m * kb + 255) / 256, 1024));
   // Part of the cuBLASLt block-scaled path: attributed to the GEMM's op.
   const ::vt::trace::LaunchCost cost{"cublaslt", {m, n, kb * 128, 0}, 2.0 * double(m * kb) * sizeof(float), 0,
                                        ::vt::trace::OpGroup::kGemmOther};
-  launch("sm90_transpose_scales", cost, sm90_transpose_scales, dim3(blocks), dim3(256), 0, stream, out, in, m, kb);
+  launch("sm90_transpose_scales", cost, sm90_transpose_scales, dim3(blocks), dim3(256), 0, stream, out, in, m, kb,
+         ld > 0 ? ld : m);
 }
 
 void fp8_quantize_weight_blocks(uint8_t* q, float* scales, const void* w, DType dtype, int64_t n, int64_t k,

@@ -34,9 +34,10 @@ namespace vt::cuda {
 // x [M, K] act -> q [M, K] e4m3 and scales [M, ceil(K/128)] f32 (scale = max(absmax,1e-10)/448).
 void fp8_quantize_rows(uint8_t* q, float* scales, const void* x, int64_t m, int64_t k, DType act,
                        cudaStream_t stream);
-// Activation scales [M, KB] -> [KB, M] (the layout cuBLASLt's 1x128 block scaling reads).
-// (`n`: the GEMM's, so profiles file the transpose under the GEMM's m x n x k.)
-void transpose_scales(float* out, const float* in, int64_t m, int64_t kb, int64_t n, cudaStream_t stream);
+// Activation scales [M, KB] -> [KB, ld] (ld >= M; the layout cuBLASLt's 1x128 block scaling
+// reads). (`n`: the GEMM's, so profiles file the transpose under the GEMM's m x n x k.)
+void transpose_scales(float* out, const float* in, int64_t m, int64_t kb, int64_t n, cudaStream_t stream,
+                      int64_t ld = 0);
 // w [N, K] (f32/bf16) -> e4m3 codes [N, K] and 128x128 block scales [ceil(N/128), ceil(K/128)]
 // (scale = absmax / 448 per block): how a BF16 checkpoint tensor becomes an FP8 one at load.
 void fp8_quantize_weight_blocks(uint8_t* q, float* scales, const void* w, DType dtype, int64_t n, int64_t k,

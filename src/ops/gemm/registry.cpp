@@ -23,6 +23,9 @@
 namespace vt::cuda {
 namespace {
 
+// cuBLASLt's padded path runs m rows as this many.
+int64_t padded_rows(int64_t m) { return (m + 15) / 16 * 16; }
+
 constexpr int64_t kTuneCalls = 24;     // GEMMs per timed graph
 constexpr int64_t kTuneInstances = 16;  // weight instances cycled (cold reads)
 
@@ -149,8 +152,20 @@ int64_t gemm_bucket(int64_t m) {
   return kGemmBuckets[std::size(kGemmBuckets) - 1];
 }
 
-Fp8GemmRegistry::Fp8GemmRegistry(int64_t max_m, int64_t max_k, const std::vector<std::string>& excluded)
-    : scales_t_(DType::kF32, {std::max<int64_t>(1, (max_k + 127) / 128 * max_m)}), max_m_(max_m), max_k_(max_k) {
+Fp8GemmRegistry::Fp8GemmRegistry(int64_t max_m, int64_t max_k, const std::vector<std::string>& excluded,
+                                 int64_t max_n)
+    : scales_t_(DType::kF32, {std::max<int64_t>(1, (max_k + 127) / 128 * padded_rows(max_m))}),
+      max_m_(max_m),
+      max_k_(max_k),
+      max_n_(max_n) {
+  if (max_n_ > 0) {
+    // Zeroed once: the pad rows then only ever hold finite codes and scales (a pad row's output
+    // is not read, and no row's output depends on another's).
+    padded_a_ = DeviceBuffer(DType::kU8, {padded_rows(max_m) * max_k}, "cuBLASLt padded rows");
+    padded_y_ = DeviceBuffer(DType::kF32, {padded_rows(max_m) * max_n}, "cuBLASLt padded output");
+    VT_CUDA_CHECK(cudaMemset(padded_a_.data(), 0, padded_a_.bytes()));
+    VT_CUDA_CHECK(cudaMemset(scales_t_.data(), 0, scales_t_.bytes()));
+  }
   if (const char* name = std::getenv("VT_GEMM_BACKEND")) {
     forced_ = parse_gemm_backend(name);
     VT_CHECK(forced_, "VT_GEMM_BACKEND='", name, "': expected ", gemm_backend_names());
@@ -201,6 +216,18 @@ void Fp8GemmRegistry::run(GemmBackend backend, void* y, int64_t ldy, const uint8
     return;
   }
   VT_CHECK(m <= max_m_ && k <= max_k_, "cuBLASLt FP8 GEMM of ", m, " x ", k, " beyond the registry's scratch");
+  const int64_t padded = padded_rows(m);
+  if (!cublas_.supports_fp8_block(m, n, k, ldy, act) && n <= max_n_ &&
+      cublas_.supports_fp8_block(padded, n, k, n, act)) {
+    const size_t out_row = size_t(n) * dtype_size(act);
+    VT_CUDA_CHECK(cudaMemcpyAsync(padded_a_.data(), q, size_t(m * k), cudaMemcpyDeviceToDevice, stream));
+    transpose_scales(scales_t_.as<float>(), a_scales, m, k / 128, n, stream, padded);
+    cublas_.matmul_fp8_block(padded_y_.data(), n, padded_a_.as<uint8_t>(), scales_t_.as<float>(), w, w_scales, padded,
+                             n, k, act, stream);
+    VT_CUDA_CHECK(cudaMemcpy2DAsync(y, size_t(ldy) * dtype_size(act), padded_y_.data(), out_row, out_row, size_t(m),
+                                    cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
   const int64_t head = cublaslt_rows(m, n, k, ldy, act);
   VT_CHECK(head > 0, "cuBLASLt has no FP8 block-scaled algorithm for ", m, " x ", n, " x ", k);
   transpose_scales(scales_t_.as<float>(), a_scales, head, k / 128, n, stream);
@@ -214,6 +241,7 @@ void Fp8GemmRegistry::run(GemmBackend backend, void* y, int64_t ldy, const uint8
 int64_t Fp8GemmRegistry::cublaslt_rows(int64_t m, int64_t n, int64_t k, int64_t ldy, DType act) {
   if (m < 1 || m > max_m_ || k > max_k_) return 0;
   if (cublas_.supports_fp8_block(m, n, k, ldy, act)) return m;
+  if (n <= max_n_ && cublas_.supports_fp8_block(padded_rows(m), n, k, n, act)) return m;
   const int64_t head = m / 16 * 16;
   return head > 0 && cublas_.supports_fp8_block(head, n, k, ldy, act) ? head : 0;
 }

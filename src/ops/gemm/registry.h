@@ -89,16 +89,19 @@ void step_producer(uint8_t* codes, float* scales, const void* input, int64_t m, 
 
 class Fp8GemmRegistry {
  public:
-  // max_m rows and max_k columns bound every call (the scratch for cuBLASLt's scale layout).
-  Fp8GemmRegistry(int64_t max_m, int64_t max_k, const std::vector<std::string>& excluded = {});
+  // max_m rows and max_k columns bound every call (the scratch for cuBLASLt's scale layout);
+  // outputs up to max_n columns get cuBLASLt's padded path (run()), wider ones the split.
+  Fp8GemmRegistry(int64_t max_m, int64_t max_k, const std::vector<std::string>& excluded = {}, int64_t max_n = 0);
 
   bool supports(GemmBackend backend, int64_t m, int64_t n, int64_t k, int64_t ldy, DType act);
   // Whether kWgmmaPartials serves m x n x k (its output only through run_partials).
   bool supports_partials(int64_t m, int64_t n, int64_t k, DType act);
   // y [m, n] act (row stride ldy) from activation codes [m, k] + scales [m, k/128] (vt's layout).
   // cuBLASLt's FP8 block-scaled algorithms take only some row counts (none for a mixed step's 278
-  // rows on the H200, while 272 has one): an m it refuses runs its largest multiple of 16 rows
-  // there and the rest (< 16) on the backend chosen for them, instead of all m on a slower one.
+  // rows on the H200, while 272 has one): an m it refuses runs as the next multiple of 16 through
+  // private buffers (the rows copied in, the output rows copied out: two copies instead of a
+  // second pass over the weights), or, for outputs wider than max_n, its largest multiple of 16
+  // rows there and the rest (< 16) on the backend chosen for them.
   void run(GemmBackend backend, void* y, int64_t ldy, const uint8_t* q, const float* a_scales, const uint8_t* w,
            const float* w_scales, int64_t m, int64_t n, int64_t k, DType act, cudaStream_t stream);
   // The partials of y for the norm after it (kWgmmaPartials); valid until the next such call on
@@ -123,7 +126,8 @@ class Fp8GemmRegistry {
   CublasLtGemm cublas_;
   std::map<Key, GemmBackend> norm_table_;  // feeds_norm shapes: the best with the norm after it
   DeviceBuffer scales_t_;  // [k/128, m] for cuBLASLt
-  int64_t max_m_, max_k_;
+  int64_t max_m_, max_k_, max_n_;
+  DeviceBuffer padded_a_, padded_y_;  // cuBLASLt's padded rows: [max_m_ to 16, max_k_] codes, [.., max_n_] out
   std::map<Key, GemmBackend> table_;
   std::map<Key, double> measured_us_;
   std::optional<GemmBackend> forced_;
