@@ -121,7 +121,11 @@ void run_serve(ServeArgs args) {
   // every decoding request waits for it: small chunks keep one long prompt from stalling the rest.
   const bool on_cpu = args.device == "cpu" && args.synthetic.empty();
   args.engine.prefill_chunk = args.prefill_chunk > 0 ? args.prefill_chunk : on_cpu ? 64 : 256;
-  args.engine.step_token_budget = args.step_token_budget > 0 ? args.step_token_budget : on_cpu ? 128 : 512;
+  // On a GPU a step's time grows slowly with its tokens up to ~1K (the weights are read once per
+  // step): four chunks beside every decoding request, so prompts are fed near the prefill rate.
+  args.engine.step_token_budget = args.step_token_budget > 0 ? args.step_token_budget
+                                  : on_cpu                   ? 128
+                                                             : 4 * args.engine.prefill_chunk + args.engine.max_running;
   VT_CHECK(args.engine.step_token_budget >= args.engine.prefill_chunk, "serve: --step-token-budget (",
            args.engine.step_token_budget, ") must hold one --prefill-chunk (", args.engine.prefill_chunk, ")");
   if (!args.speculative.empty()) {
@@ -297,7 +301,7 @@ void add_serve_commands(CLI::App& app) {
                     "prompt tokens fed per request per step, at fixed offsets (default 256 on CUDA, 64 on the CPU)")
       ->check(CLI::Range(1, 1 << 20));
   serve->add_option("--step-token-budget", args->step_token_budget,
-                    "tokens per step: decoding requests' plus prompt chunks (default 512 on CUDA, 128 on the CPU)")
+                    "tokens per step: decoding requests' plus prompt chunks (default 4 chunks + --max-running on CUDA, 128 on the CPU)")
       ->check(CLI::Range(1, 1 << 20));
   serve->add_option("--max-body-bytes", args->server.max_body_bytes, "largest request body (default 1 MiB)")
       ->check(CLI::PositiveNumber);

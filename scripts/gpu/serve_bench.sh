@@ -3,7 +3,7 @@
 # folder carried in .cache/tokenizers/qwen3_5 from `make tokenizers` here): `vt serve` on the
 # synthetic Qwen3.5-27B FP8 model (CUDA, batched engine steps) and `vt bench serve` against it at
 # concurrency 1/16/64, chat and edit workloads (REQUESTS per run, or DURATION seconds each, with
-# CANCEL_FRACTION of them cancelled by the client mid-stream). Logs in $OUT/serve_bench.tar.gz;
+# CANCEL_FRACTION of them cancelled by the client mid-stream; SERVE_FLAGS: more vt serve flags). Logs in $OUT/serve_bench.tar.gz;
 # the table last.
 # A/B of sampling on the GPU: DEVICE_SAMPLING=on|off (vt serve --device-sampling, default on), with
 # the requests' TEMPERATURE (default 0: greedy) and TOP_P (default 1). The engine's own rates are
@@ -65,7 +65,7 @@ print(f"--prefill-rate {rate:.0f} --decode-step-ms {steps}")
 PY
   ) || rates=""
   echo "engine rates: $rates"
-  if start_server serve --max-context 2048 --step-trace "$LOGS/steps.jsonl"; then
+  if start_server serve --max-context 2048 --step-trace "$LOGS/steps.jsonl" ${SERVE_FLAGS:-}; then
     "$VT" bench serve --url "http://127.0.0.1:$PORT" --concurrency "${CONCURRENCY:-1,16,64}" --workload "$single" \
       --temperature "${TEMPERATURE:-0}" --top-p "${TOP_P:-1}" ${REQUESTS:+--requests $REQUESTS} $rates \
       ${DURATION:+--duration $DURATION} ${CANCEL_FRACTION:+--cancel-fraction $CANCEL_FRACTION} \
