@@ -211,9 +211,18 @@ void Engine::admit_waiting() {
       if (cache_.free_blocks() < cache_.blocks_for(context) + watermark) break;
       if (!cache_.admit(head.id, context, 0)) break;
     }
-    head.state = model_.new_sequence_in_cache(head.id, head.prompt_size + head.params.max_tokens);
-    head.fed = 0;
-    restore_prefix(head);
+    try {
+      head.state = model_.new_sequence_in_cache(head.id, head.prompt_size + head.params.max_tokens);
+      head.fed = 0;
+      restore_prefix(head);
+    } catch (const std::exception& error) {
+      // A request the model cannot start (no memory for its sequence, a saved state it cannot
+      // restore) fails alone, after this step with the finished ones; the others go on.
+      std::fprintf(stderr, "vt engine: request %lld not started: %s\n", (long long)head.id, error.what());
+      head.state.reset();
+      head.fed = 0;
+      fail(head, str("the request could not start: ", error.what()));
+    }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }

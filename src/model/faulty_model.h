@@ -1,6 +1,7 @@
 // A Model that runs another and fails its batched forwards from the Nth on, as a device error
-// would (a CUDA error is sticky: every later call fails too). It exercises the serving engine's
-// failure path on the CPU: `vt serve --inject-fault-at-forward N` and the engine's tests.
+// would (a CUDA error is sticky: every later call fails too), or one sequence it is asked to make
+// (a request the model cannot start: no memory for it). It exercises the serving engine's failure
+// paths on the CPU: `vt serve --inject-fault-at-forward N` and the engine's tests.
 #pragma once
 
 #include <atomic>
@@ -13,11 +14,14 @@ namespace vt {
 class FaultyModel : public Model {
  public:
   // `fail_from`: the first batched forward (1-based: forward_batch or forward_batch_sample) that
-  // throws; 0 never.
-  FaultyModel(Model& inner, int64_t fail_from) : inner_(inner), fail_from_(fail_from) {}
+  // throws; 0 never. `fail_sequence`: the one new sequence (1-based) that throws; 0 none.
+  FaultyModel(Model& inner, int64_t fail_from, int64_t fail_sequence = 0)
+      : inner_(inner), fail_from_(fail_from), fail_sequence_(fail_sequence) {}
 
   const ModelInfo& info() const override { return inner_.info(); }
   std::unique_ptr<SequenceState> new_sequence(int64_t capacity) const override {
+    const int64_t call = ++sequences_;
+    if (call == fail_sequence_) VT_FAIL("injected fault: new sequence ", call, " failed (no memory for it)");
     return inner_.new_sequence(capacity);
   }
   void forward(std::span<const int32_t> tokens, SequenceState& state, const TensorView& logits,
@@ -57,8 +61,9 @@ class FaultyModel : public Model {
   }
 
   Model& inner_;
-  const int64_t fail_from_;
+  const int64_t fail_from_, fail_sequence_;
   std::atomic<int64_t> forwards_{0};
+  mutable std::atomic<int64_t> sequences_{0};
 };
 
 }  // namespace vt

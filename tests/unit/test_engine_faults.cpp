@@ -78,6 +78,44 @@ TEST_F(EngineFaultTest, NoFaultChangesNothing) {
   EXPECT_GE(faulty.forwards(), 10);
 }
 
+// The second request's sequence cannot be made (FaultyModel fails the 2nd new sequence, as a
+// device out of memory for it would): that request alone fails, with the reason, and the engine
+// goes on: the others give the tokens they give alone, new requests are taken, the cache empties.
+TEST_F(EngineFaultTest, ARequestThatCannotStartFailsAlone) {
+  const int64_t vocab = model_->info().vocab_size;
+  GenerateOptions generate_options;
+  generate_options.max_new_tokens = 6;
+  FaultyModel faulty(*model_, 0, 2);
+  EngineOptions options;
+  options.max_running = 1;  // admitted one after the other: the 2nd admission is the 2nd request's
+  Engine engine(faulty, nullptr, options);
+  Outcome outcomes[3];
+  RequestParams params;
+  params.max_tokens = 6;
+  for (int i = 0; i < 3; ++i) engine.submit(prompt_of(40 + uint32_t(i), 7, vocab), params, outcomes[i].callback());
+  for (Outcome& outcome : outcomes) outcome.wait();
+  EXPECT_NE(outcomes[1].last.error.find("the request could not start: injected fault: new sequence 2"),
+            std::string::npos)
+      << outcomes[1].last.error;
+  EXPECT_TRUE(outcomes[1].ids.empty());
+  for (int i : {0, 2}) {
+    EXPECT_EQ(outcomes[i].last.error, "") << "request " << i;
+    EXPECT_EQ(outcomes[i].ids, generate(*model_, prompt_of(40 + uint32_t(i), 7, vocab), generate_options).output_ids)
+        << "request " << i;
+  }
+  EXPECT_FALSE(engine.failed());
+  Outcome later;
+  engine.submit(prompt_of(43, 5, vocab), params, later.callback());
+  later.wait();
+  EXPECT_EQ(later.last.error, "");
+  EXPECT_EQ(int64_t(later.ids.size()), params.max_tokens);
+  const EngineStats stats = engine.stats();
+  EXPECT_EQ(stats.running, 0);
+  EXPECT_EQ(stats.waiting, 0);
+  EXPECT_EQ(stats.cache.blocks_used, 0);
+  EXPECT_EQ(stats.cache.slots_used, 0);
+}
+
 // Two run (max_running 2) while two wait; the 6th batched forward throws. The running ones end with
 // the error and are not retryable; the waiting ones never ran and are; nothing is admitted again.
 TEST_F(EngineFaultTest, AFailedForwardFailsTheEngine) {
