@@ -38,7 +38,9 @@ class PrefillAttentionPlan {
 
   const std::vector<int32_t>& packed() const { return packed_; }
   int64_t offset(Field field) const { return ctas_ + 1 + int64_t(field) * capacity_; }
-  const PrefillSequence* sequences() const { return sequences_.data(); }  // the planned ones, in the step's order
+  const PrefillSequence* sequences() const {
+    return sequences_.data();
+  }  // the planned ones, in the step's order
   int64_t num_sequences() const { return num_sequences_; }
   int64_t num_heads() const { return num_heads_; }
   int64_t ctas() const { return ctas_; }
@@ -50,9 +52,9 @@ class PrefillAttentionPlan {
   int64_t num_heads_, ctas_, max_seqs_, capacity_, works_ = 0, num_sequences_ = 0;
   std::vector<int32_t> packed_;
   std::vector<PrefillSequence> sequences_;
-  std::vector<int32_t> order_;                         // sequences by keys, most first
-  std::vector<std::pair<int64_t, int32_t>> heap_;      // (cost, cta), a min-heap
-  std::vector<int32_t> work_cta_, cursor_;             // each work's CTA; each CTA's next slot
+  std::vector<int32_t> order_;                     // sequences by keys, most first
+  std::vector<std::pair<int64_t, int32_t>> heap_;  // (cost, cta), a min-heap
+  std::vector<int32_t> work_cta_, cursor_;         // each work's CTA; each CTA's next slot
 };
 
 }  // namespace vt::cuda

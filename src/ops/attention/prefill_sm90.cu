@@ -26,16 +26,17 @@ constexpr int kGateThreads = 128, kGateElements = kHeadDim / kGateThreads;
 // Block (token of the run, query head): out = attention x sigmoid(gate), rounded to bf16; with
 // q_codes set, each 128-group's FP8 quantisation for the o_proj (as sm90_attention_combine).
 __global__ void __launch_bounds__(kGateThreads)
-    sm90_prefill_attention_gate_bf16(__nv_bfloat16* out, const __nv_bfloat16* attention, const __nv_bfloat16* gate,
-                                     int64_t first_token, int64_t num_heads, uint8_t* q_codes, float* q_scales) {
+    sm90_prefill_attention_gate_bf16(__nv_bfloat16* out, const __nv_bfloat16* attention,
+                                     const __nv_bfloat16* gate, int64_t first_token,
+                                     int64_t num_heads, uint8_t* q_codes, float* q_scales) {
   __shared__ float s_scratch[kGateThreads / 32];
   device::pdl_enter();
   const int64_t row = ((first_token + blockIdx.x) * num_heads + blockIdx.y) * kHeadDim;
 #pragma unroll
   for (int e = 0; e < kGateElements; ++e) {
     const int64_t element = row + threadIdx.x + e * kGateThreads;
-    const __nv_bfloat16 result = __float2bfloat16_rn(__bfloat162float(attention[element]) *
-                                                     device::sigmoid(__bfloat162float(gate[element])));
+    const __nv_bfloat16 result = __float2bfloat16_rn(
+        __bfloat162float(attention[element]) * device::sigmoid(__bfloat162float(gate[element])));
     out[element] = result;
     if (q_codes) {
       const float rounded = __bfloat162float(result);
@@ -60,18 +61,21 @@ bool prefill_attention_supports(const AttentionShape& shape, DType act) {
          shape.num_heads % shape.num_kv_heads == 0 && shape.block_size >= 1;
 }
 
-int64_t prefill_attention_ctas() { return device_sms(); }
+int64_t prefill_attention_ctas() {
+  return device_sms();
+}
 
-void prefill_attention(void* out, void* attention, const void* q, const void* gate, const void* k_cache,
-                       const void* v_cache, const StepLayout& layout, const PrefillAttentionPlan& plan,
-                       const int32_t* plan_device, const AttentionShape& shape, cudaStream_t stream, uint8_t* q_codes,
+void prefill_attention(void* out, void* attention, const void* q, const void* gate,
+                       const void* k_cache, const void* v_cache, const StepLayout& layout,
+                       const PrefillAttentionPlan& plan, const int32_t* plan_device,
+                       const AttentionShape& shape, cudaStream_t stream, uint8_t* q_codes,
                        float* q_scales) {
-  VT_CHECK(prefill_attention_supports(shape, DType::kBF16), "prefill_attention: ", shape.num_heads, "/",
-           shape.num_kv_heads, " heads of ", shape.head_dim, " (bf16, head_dim 256)");
-  VT_CHECK(plan.num_heads() == shape.num_heads, "prefill_attention: a plan for ", plan.num_heads(), " heads, not ",
-           shape.num_heads);
-  VT_CHECK(plan.ctas() == device_sms(), "prefill_attention: a plan for ", plan.ctas(), " CTAs on a device of ",
-           device_sms(), " SMs");
+  VT_CHECK(prefill_attention_supports(shape, DType::kBF16), "prefill_attention: ", shape.num_heads,
+           "/", shape.num_kv_heads, " heads of ", shape.head_dim, " (bf16, head_dim 256)");
+  VT_CHECK(plan.num_heads() == shape.num_heads, "prefill_attention: a plan for ", plan.num_heads(),
+           " heads, not ", shape.num_heads);
+  VT_CHECK(plan.ctas() == device_sms(), "prefill_attention: a plan for ", plan.ctas(),
+           " CTAs on a device of ", device_sms(), " SMs");
   if (plan.works() == 0) return;
   const int64_t hq = shape.num_heads, hkv = shape.num_kv_heads, d = shape.head_dim;
 
@@ -123,18 +127,18 @@ void prefill_attention(void* out, void* attention, const void* q, const void* ga
     keys += sequence.num_keys;
   }
   const double tokens = double(plan.tokens());
-  const ::vt::trace::LaunchCost cost{"flashinfer",
-                                     {plan.tokens(), hq, hkv, d},
-                                     keys * double(hkv * d) * 2 * 2 + tokens * double(hq * d) * 2 * 2,
-                                     4.0 * visible * double(hq * d),
-                                     ::vt::trace::OpGroup::kAttention};
+  const ::vt::trace::LaunchCost cost{
+      "flashinfer",
+      {plan.tokens(), hq, hkv, d},
+      keys * double(hkv * d) * 2 * 2 + tokens * double(hq * d) * 2 * 2,
+      4.0 * visible * double(hq * d),
+      ::vt::trace::OpGroup::kAttention};
   // FlashInfer's own tile choice for the paged kernel at head_dim 256 (CTA_Q 128, CTA_KV 32).
-  const cudaError_t status =
-      flashinfer::BatchPrefillWithPagedKVCacheDispatched<kHeadDim, kHeadDim, flashinfer::MaskMode::kCausal,
-                                                         /*LEFT_SLIDING_WINDOW=*/false,
-                                                         /*SAME_SCHEDULE_FOR_ALL_HEADS=*/false,
-                                                         flashinfer::StandardAttention>(params, /*enable_pdl=*/false,
-                                                                                        stream);
+  const cudaError_t status = flashinfer::BatchPrefillWithPagedKVCacheDispatched<
+      kHeadDim, kHeadDim, flashinfer::MaskMode::kCausal,
+      /*LEFT_SLIDING_WINDOW=*/false,
+      /*SAME_SCHEDULE_FOR_ALL_HEADS=*/false, flashinfer::StandardAttention>(
+      params, /*enable_pdl=*/false, stream);
   VT_CHECK(status == cudaSuccess, "FlashInfer sm90 prefill: ", cudaGetErrorString(status));
   ::vt::trace::intend("PrefillWithKVCacheKernel", cost);
 
@@ -143,16 +147,17 @@ void prefill_attention(void* out, void* attention, const void* q, const void* ga
   for (int64_t s = 0; s < plan.num_sequences();) {
     const int64_t first = sequences[s].first_token;
     int64_t end = first + sequences[s].num_tokens;
-    for (++s; s < plan.num_sequences() && sequences[s].first_token == end; ++s) end += sequences[s].num_tokens;
+    for (++s; s < plan.num_sequences() && sequences[s].first_token == end; ++s)
+      end += sequences[s].num_tokens;
     const ::vt::trace::LaunchCost gate_cost{"cuda",
                                             {end - first, hq, d, 0},
                                             double(end - first) * double(hq * d) * 2 * 3,
                                             0,
                                             ::vt::trace::OpGroup::kAttention};
     launch("sm90_prefill_attention_gate_bf16", gate_cost, sm90_prefill_attention_gate_bf16,
-           dim3(unsigned(end - first), unsigned(hq)), dim3(kGateThreads), 0, stream, static_cast<__nv_bfloat16*>(out),
-           static_cast<const __nv_bfloat16*>(attention), static_cast<const __nv_bfloat16*>(gate), first, hq, q_codes,
-           q_scales);
+           dim3(unsigned(end - first), unsigned(hq)), dim3(kGateThreads), 0, stream,
+           static_cast<__nv_bfloat16*>(out), static_cast<const __nv_bfloat16*>(attention),
+           static_cast<const __nv_bfloat16*>(gate), first, hq, q_codes, q_scales);
   }
 }
 

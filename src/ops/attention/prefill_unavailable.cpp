@@ -5,13 +5,17 @@
 
 namespace vt::cuda {
 
-bool prefill_attention_supports(const AttentionShape&, DType) { return false; }
+bool prefill_attention_supports(const AttentionShape&, DType) {
+  return false;
+}
 
-int64_t prefill_attention_ctas() { return 1; }
+int64_t prefill_attention_ctas() {
+  return 1;
+}
 
-void prefill_attention(void*, void*, const void*, const void*, const void*, const void*, const StepLayout&,
-                       const PrefillAttentionPlan&, const int32_t*, const AttentionShape&, cudaStream_t, uint8_t*,
-                       float*) {
+void prefill_attention(void*, void*, const void*, const void*, const void*, const void*,
+                       const StepLayout&, const PrefillAttentionPlan&, const int32_t*,
+                       const AttentionShape&, cudaStream_t, uint8_t*, float*) {
   VT_FAIL("prefill_attention: built without FlashInfer's headers (scripts/fetch-flashinfer.sh)");
 }
 
