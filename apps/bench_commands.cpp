@@ -608,6 +608,10 @@ void add_bench_commands(CLI::App& app) {
                       "the engine path prefills this many prompts of each length at once, packed as the engine "
                       "packs steps (--step-tokens per step; tok/s counts them all)");
   prefill->add_option("--kernels", prefill_args->kernels, "print the N kernels that took longest in the profiled runs");
+  prefill->add_option("--prefill-attention", prefill_args->prefill_attention,
+                      "flashinfer: long sequences' attention on FlashInfer's sm90 prefill kernel (default); "
+                      "paged: every token on the flash-decoding kernels (A/B runs)")
+      ->check(CLI::IsMember({"flashinfer", "paged"}));
   prefill->add_flag("--json", prefill_args->json, "print a JSON report");
   prefill->callback([prefill_args] { run_bench_prefill(*prefill_args); });
 }

@@ -30,6 +30,8 @@ struct BenchArgs {
   int64_t max_running = 1, max_context = 0, prefill_chunk = 256, kernels = 0, decoding = 0;
   // The engine path: this many prompts of each length at once, packed into steps of --step-tokens.
   int64_t prompts = 1;
+  // bench prefill: "flashinfer" (CudaModelOptions::prefill_attention) or "paged".
+  std::string prefill_attention = "flashinfer";
 };
 
 // A benchmark's token for position `sequence` (spread over the vocabulary; the values do not

@@ -74,6 +74,7 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
            "--max-running and --prefill-chunk must be positive, --kernels >= 0");
   vt::CudaModelOptions options = bench_model_options(args, {args.max_running});
   options.max_context = args.max_context > 0 ? args.max_context : longest + 8;
+  options.prefill_attention = args.prefill_attention == "flashinfer";
   VT_CHECK(options.max_context > longest, "--max-context ", options.max_context, " must exceed the longest prompt");
   VT_CHECK(args.prompts >= 1 && args.decoding >= 0 && args.prompts + args.decoding <= args.max_running,
            "--prompts + --decoding must be at most --max-running");
@@ -106,11 +107,13 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
   nlohmann::json report = {{"model", name},
                            {"device", "cuda"},
                            {"step_tokens", options.max_step_tokens},
+                           {"prefill_attention", args.prefill_attention},
                            {"repeats", args.repeats},
                            {"rows", nlohmann::json::array()}};
   if (!args.json) {
-    std::printf("%s, prompt prefill in steps of %lld tokens, median of %lld runs\n\n", name.c_str(),
-                (long long)options.max_step_tokens, (long long)args.repeats);
+    std::printf("%s, prompt prefill in steps of %lld tokens, %s prefill attention, median of %lld runs\n\n",
+                name.c_str(), (long long)options.max_step_tokens, args.prefill_attention.c_str(),
+                (long long)args.repeats);
     std::printf("| tokens | GDN delta rule | ms | tok/s | GDN kernels ms | GDN share | speedup |\n"
                 "|---|---|---|---|---|---|---|\n");
     std::fflush(stdout);

@@ -44,6 +44,11 @@ constexpr double kCudaChunkedBf16OutputRelL2 = 4e-3;
 // either the tensor-core or the CUDA-core kernel.
 constexpr double kCudaAttentionF32RelL2 = kSamePathRelL2;
 constexpr double kCudaAttentionBf16RelL2 = 1e-2;
+// Prefill attention (FlashInfer's sm90 kernel, then the gate) vs the same CPU reference, bf16: q
+// and the softmax weights P enter the tensor cores as bf16 (2^-9 each, ~1e-3 of the output
+// between them on top of the output's own bf16 rounding, and the kernel's output is rounded to
+// bf16 once more before the gate), so the same bound as the flash-decoding kernels.
+constexpr double kCudaPrefillAttentionBf16RelL2 = kCudaAttentionBf16RelL2;
 // One FP8 block GEMM on the GPU vs the CPU's (dequantised operands, fp32 sums): vt's CUDA-core and
 // mma.sync kernels sum in fp32 (kFp8GemmFp32RelL2); the wgmma kernel sums each 128-K block of e4m3
 // products in the tensor core's accumulator, which keeps about 14 bits (DeepSeek-V3 report,

@@ -32,4 +32,24 @@ cp -r /usr/lib/x86_64-linux-gnu/cmake/Boost-1.74.0 /usr/lib/x86_64-linux-gnu/cma
 scripts/fetch-xgrammar.sh
 mkdir -p .gpu-deps/xgrammar
 cp -r .cache/xgrammar/xgrammar-0.2.8 .gpu-deps/xgrammar/
+# FlashInfer's sm90 prefill attention (header-only), from its PyPI wheel: only the headers
+# src/ops/attention/prefill_sm90.cu includes (FlashInfer's, CUTLASS/CuTe's and the CCCL it is
+# built against, ~17 MB), as nvcc lists them, packed as a tar.xz (~1 MB) that src/CMakeLists.txt
+# unpacks into the build folder.
+scripts/fetch-flashinfer.sh
+flashinfer_version=0.7.2.post1
+flashinfer=$PWD/.cache/flashinfer/$flashinfer_version
+staging=$(mktemp -d)
+trap 'rm -rf "$staging"' EXIT
+PATH="$PATH:/usr/local/cuda/bin" nvcc -M -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+    -I"$flashinfer/cccl/cub" -I"$flashinfer/cccl/libcudacxx/include" -I"$flashinfer/cccl/thrust" -Isrc \
+    -isystem "$flashinfer/include" -DVT_WITH_CUDA=1 src/ops/attention/prefill_sm90.cu |
+  tr ' \\' '\n\n' | grep "^$flashinfer/" | sort -u |
+  while read -r header; do
+    relative=${header#"$flashinfer"/}
+    mkdir -p "$staging/$(dirname "$relative")"
+    cp "$header" "$staging/$relative"
+  done
+cp "$flashinfer/LICENSE.flashinfer" "$staging/"
+tar -cJf ".gpu-deps/flashinfer-$flashinfer_version.tar.xz" -C "$staging" .
 du -sh .gpu-deps

@@ -63,6 +63,10 @@ struct CudaModelOptions {
   // FP8 activation codes made by the op that produces a linear's input (norms, SwiGLU, the GDN
   // output, the attention combine); off: a quantise kernel in front of each linear (bit for bit).
   bool fuse_fp8_quantization = true;
+  // Prefill attention: the sequences of a step with many new tokens on FlashInfer's sm90 kernel
+  // (cuda::prefill_attention; bf16, head_dim 256, where the build found FlashInfer); off: every
+  // token on the flash-decoding kernels (cuda::paged_attention), for A/B runs.
+  bool prefill_attention = true;
   // The CUDA device the model lives on (a tensor-parallel rank's GPU); its weights must have been
   // made there, and every call must come from a thread with it current.
   int device = 0;
@@ -101,6 +105,9 @@ struct CudaStep {
   int64_t num_tokens = 0, num_seqs = 0, logit_rows = 0;
   const int32_t* token_ids = nullptr;  // [T]
   cuda::StepLayout layout;             // token_seq, positions, seq_start, block tables, slots
+  // The same arrays on the host (the upload's pinned staging, valid until the next upload; no
+  // block tables): for what a model plans on the host per step (the prefill attention's work).
+  cuda::StepLayout host_layout;
   const int32_t* last_index = nullptr; // [logit_rows]: the rows that get logits
   // Rollback: each sequence's first token writes window entry window_entry[s] and on (-1: none).
   const int32_t* window_entry = nullptr;

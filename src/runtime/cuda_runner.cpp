@@ -195,6 +195,9 @@ CudaStep CudaRunner::step(int64_t num_tokens, int64_t num_seqs, int64_t logit_ro
   step.layout = layout_;
   step.layout.num_tokens = num_tokens;
   step.layout.num_seqs = num_seqs;
+  const int64_t T = max_tokens_, S = max_seqs_;
+  step.host_layout = {host_metadata_ + T, host_metadata_ + 2 * T, host_metadata_ + 3 * T, nullptr,
+                      host_metadata_ + 3 * T + S + 1, num_tokens, num_seqs, layout_.max_blocks};
   step.last_index = last_index_;
   step.window_entry = window_entry_;
   step.window_entries = cache_.window_entries();

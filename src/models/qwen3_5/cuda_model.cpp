@@ -2,7 +2,8 @@
 // oracle this is tested against): embed, then per layer the input norm, the mixer (gated
 // attention or Gated DeltaNet, cuda_gdn.cpp), the FFN (MLP or MoE), then the final norm and the
 // output layer. One step runs any mix of prefill chunks and decode tokens (runtime/cuda_runner.h
-// uploads it); linears and the residual branch are cuda_linear.cpp's.
+// uploads it); linears and the residual branch are cuda_linear.cpp's, the attention mixer
+// cuda_attention.cpp's.
 #include "models/qwen3_5/cuda_model.h"
 
 #include <cuda_runtime.h>
@@ -27,9 +28,6 @@ namespace vt {
 using trace::OpGroup;
 
 namespace {
-
-// The fewest keys one attention split takes: one batch of keys per warp of the grouped kernel.
-constexpr int64_t kAttentionSplitKeys = 32;
 
 // Sequences of a step with at least this many new tokens (a full chunk) run the chunked delta
 // rule (cuda::gdn_chunked); shorter ones, decode tokens and verify steps run token by token.
@@ -89,6 +87,7 @@ Qwen35CudaForward::Qwen35CudaForward(Qwen35Config config, CudaWeights weights, c
   attention_blocks_ = cuda::attention_target_blocks(attention_shape(), act);
   w.attention_partials = cuda::DeviceBuffer(
       DType::kF32, {std::max<int64_t>(attention_blocks_ * group, T * config_.num_heads) * (config_.head_dim + 2)});
+  setup_prefill_attention();
   const int64_t widest_k = std::max({with_mtp ? 2 * H : H, widest_inner(config_)});
   const int64_t top_k = std::max<int64_t>(config_.num_experts_per_tok, 1);
   for (auto [codes, scales] : {std::pair{&w.quantized, &w.scales}, std::pair{&w.inner, &w.inner_scales},
@@ -186,6 +185,7 @@ void Qwen35CudaForward::run_step(const CudaStep& step) {
     else if (step.longest_seq >= kGdnChunkedMinTokens)
       chunked_from = kGdnChunkedMinTokens;
   }
+  plan_attention(step);
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     const CudaLayer& layer = weights_.layers[i];
     const Fp8Rows mixer_in = input_norm(layer, T, pending);
@@ -233,39 +233,6 @@ Fp8Rows Qwen35CudaForward::input_norm(const CudaLayer& layer, int64_t T, cuda::B
 cuda::AttentionShape Qwen35CudaForward::attention_shape() const {
   const auto& c = config_;
   return {c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim, options_.block_size, c.rope_theta, c.rms_norm_eps};
-}
-
-// Gated attention: q(+gate)/k/v projection, norms + RoPE + cache writes, paged attention with the
-// sigmoid gate, o_proj into branch.
-void Qwen35CudaForward::attention(const CudaLayer& layer, const LayerCache& cache, const CudaStep& step,
-                                  const Fp8Rows& mixer_in) {
-  auto& w = *workspace_;
-  const auto& c = config_;
-  const DType act = options_.activations;
-  const int64_t T = step.num_tokens;
-  const cuda::StepLayout& layout = step.layout;
-  void* k_cache = cache.k;
-  void* v_cache = cache.v;
-  const cuda::AttentionShape shape = attention_shape();
-  // Static per (T, max_context), so a captured graph stays valid as positions grow.
-  const int64_t splits = std::clamp<int64_t>(attention_blocks_ / (T * c.num_kv_heads), 1,
-                                             (options_.max_context + kAttentionSplitKeys - 1) / kAttentionSplitKeys);
-  const int64_t keys_per_split = (options_.max_context + splits - 1) / splits;
-  {
-    trace::OpScope op("attn.qkv", OpGroup::kGemmAttnQkv);
-    linear(layer.qkv, w.projected.data(), w.normed.data(), T, mixer_in);
-  }
-  trace::OpScope attention_op("attention", OpGroup::kAttention);
-  cuda::attention_prepare(w.q.as<float>(), w.gate.data(), k_cache, v_cache, w.projected.data(),
-                          layer.q_norm.as<float>(), layer.k_norm.as<float>(), layout, shape, act, stream_);
-  const Fp8Rows o_in = fused_fp8(layer.o_proj) && c.head_dim % 128 == 0
-                           ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()}
-                           : Fp8Rows{};
-  cuda::paged_attention(w.mixer_out.data(), w.attention_partials.as<float>(), w.q.as<float>(), w.gate.data(), k_cache,
-                        v_cache, layout, shape, splits, keys_per_split, act, stream_, const_cast<uint8_t*>(o_in.codes),
-                        const_cast<float*>(o_in.scales), step.kv_tokens);
-  trace::OpScope out_op("attn.o_proj", OpGroup::kGemmOut);
-  project_branch(layer.o_proj, w.mixer_out.data(), T, o_in);
 }
 
 // x += branch; normed = post_attention_norm(x); branch = ffn(normed) (SwiGLU MLP or MoE).

@@ -181,6 +181,13 @@ class Qwen35CudaForward final : public CudaForward {
   // x [T, H] = the embeddings of the step's tokens (`op`: the profile's name for it).
   void embed(const char* op, const CudaStep& step);
   cuda::AttentionShape attention_shape() const;
+  // Prefill attention's buffers and plan, where cuda::prefill_attention serves the model
+  // (CudaModelOptions::prefill_attention; cuda_attention.cpp).
+  void setup_prefill_attention();
+  // Splits the step's attention tokens (once per step, before its layers): sequences of at least
+  // kPrefillAttentionMinTokens new tokens to prefill_attention (planned on the host, the plan
+  // copied to the device), the other tokens to paged_attention.
+  void plan_attention(const CudaStep& step);
   void attention(const CudaLayer& layer, const LayerCache& cache, const CudaStep& step, const Fp8Rows& mixer_in);
   // Sequences of >= chunked_from tokens take the chunked delta rule (0: all token by token).
   void gated_delta_net(const CudaLayer& layer, const LayerCache& cache, const CudaStep& step, const Fp8Rows& mixer_in,

@@ -50,6 +50,7 @@ void Qwen35CudaForward::run_mtp_step(const CudaStep& step, const void* hidden, c
     linear(mtp.fc, w.x.data(), w.projected.data(), T);
   }
   const Fp8Rows mixer_in = input_norm(mtp.layer, T, nullptr);
+  plan_attention(step);
   attention(mtp.layer, head, step, mixer_in);
   ffn(mtp.layer, T);
   {

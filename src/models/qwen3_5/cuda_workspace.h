@@ -2,11 +2,14 @@
 // (cuda_model.cpp). Internal to the model's source files (cuda_*.cpp).
 #pragma once
 
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include "cuda/device_buffer.h"
 #include "models/qwen3_5/cuda_model.h"
 #include "ops/moe/moe.h"
+#include "ops/attention/prefill_plan.h"
 #include "ops/gemm/partials.h"
 
 namespace vt {
@@ -22,6 +25,17 @@ struct Qwen35CudaForward::Workspace {
   cuda::DeviceBuffer mixer_out;           // [T, widest mixer/MLP inner width] act
   cuda::DeviceBuffer q, gate;             // [T, Hq*D] f32 / act
   cuda::DeviceBuffer attention_partials;  // split-key attention partials, f32
+  // Prefill attention (where cuda::prefill_attention serves the model): q [T, Hq*D] act, the
+  // step's plan on the host and on the device (plan_attention), and the step's tokens that stay
+  // on paged_attention, as runs of adjacent tokens (all of them where there is no plan).
+  cuda::DeviceBuffer q_act;
+  std::unique_ptr<cuda::PrefillAttentionPlan> prefill_plan;
+  cuda::DeviceBuffer prefill_plan_device;
+  std::vector<cuda::PrefillSequence> prefill_sequences;  // reserved: max_seqs
+  struct TokenRun {
+    int64_t first, count, kv_tokens;  // kv_tokens: the keys its tokens see in all
+  };
+  std::vector<TokenRun> paged_runs;  // reserved: max_seqs
   // MoE: router logits [T, E], the routing (route_words: ids and the expert-grouped layout, i32;
   // route_weights [T*k] f32; `routing` points into them), per-pair expert activations
   // [T*k, 2I] / [T*k, I] / [T*k, H], shared expert output [T, H] and gate [T, 1].

@@ -18,7 +18,8 @@ constexpr int kMaxPerLane = 8;  // head_dim <= 256
 constexpr int kMaxHeadDim = 32 * kMaxPerLane;
 
 struct PrepareArgs {
-  float* q_out;
+  float* q_out;     // null: q in act only
+  void* q_act_out;  // null: q in f32 only
   void* gate_out;
   void* k_cache;
   void* v_cache;
@@ -70,7 +71,8 @@ __global__ void sm90_attention_prepare(PrepareArgs args) {
       value = i < half ? s_x[i] * c - s_x[i + half] * s : s_x[i] * c + s_x[i - half] * s;
     }
     if (is_query) {
-      args.q_out[(token * hq + head) * d + i] = value;
+      if (args.q_out) args.q_out[(token * hq + head) * d + i] = value;
+      if (args.q_act_out) static_cast<T*>(args.q_act_out)[(token * hq + head) * d + i] = device::from_float<T>(value);
       static_cast<T*>(args.gate_out)[(token * hq + head) * d + i] = row[head * 2 * d + d + i];
     } else {
       const int64_t kv_head = head - hq;
@@ -239,16 +241,19 @@ void check_shape(const AttentionShape& shape) {
 
 void attention_prepare(float* q_out, void* gate_out, void* k_cache, void* v_cache, const void* projected,
                        const float* q_norm, const float* k_norm, const StepLayout& layout,
-                       const AttentionShape& shape, DType act, cudaStream_t stream) {
+                       const AttentionShape& shape, DType act, cudaStream_t stream, void* q_act_out) {
   check_shape(shape);
+  VT_CHECK(q_out || q_act_out, "attention_prepare: no q output");
   if (layout.num_tokens == 0) return;
-  PrepareArgs args{q_out, gate_out, k_cache, v_cache, projected, q_norm, k_norm, layout, shape};
+  PrepareArgs args{q_out, q_act_out, gate_out, k_cache, v_cache, projected, q_norm, k_norm, layout, shape};
   dim3 grid(unsigned(layout.num_tokens), unsigned(shape.num_heads + shape.num_kv_heads));
   const double element = double(dtype_size(act)), d = double(shape.head_dim), tokens = double(layout.num_tokens);
   const double width = double(shape.num_heads) * 2 * d + 2 * double(shape.num_kv_heads) * d;
   const ::vt::trace::LaunchCost cost{"cuda",
                                        {layout.num_tokens, shape.num_heads, shape.num_kv_heads, shape.head_dim},
-                                       tokens * width * element * 2 + tokens * double(shape.num_heads) * d * 4, 0,
+                                       tokens * width * element * 2 +
+                                           tokens * double(shape.num_heads) * d * ((q_out ? 4 : 0) + (q_act_out ? element : 0)),
+                                       0,
                                        ::vt::trace::OpGroup::kAttention};
   VT_DISPATCH_ACT(act, T,
                   launch("sm90_attention_prepare", cost, sm90_attention_prepare<T>, grid, dim3(kPrepareThreads), 0, stream,

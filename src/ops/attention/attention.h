@@ -32,11 +32,12 @@ struct AttentionShape {
 };
 
 // Splits projected [T, Hq*2D + 2*Hkv*D] (per head [q | gate], then k, then v): q_norm/k_norm
-// (zero-centred, f32 weights), partial NeoX RoPE, q -> q_out [T, Hq, D] f32, gate -> gate_out
+// (zero-centred, f32 weights), partial NeoX RoPE, q -> q_out [T, Hq, D] f32 (paged_attention's)
+// and/or q_act_out [T, Hq, D] act (prefill_attention's; either may be null), gate -> gate_out
 // [T, Hq*D] act, k and v into the paged caches [blocks, block_size, Hkv, D] act.
 void attention_prepare(float* q_out, void* gate_out, void* k_cache, void* v_cache, const void* projected,
                        const float* q_norm, const float* k_norm, const StepLayout& layout,
-                       const AttentionShape& shape, DType act, cudaStream_t stream);
+                       const AttentionShape& shape, DType act, cudaStream_t stream, void* q_act_out = nullptr);
 
 // Causal GQA attention of each token over its sequence's cache [0, position], times
 // sigmoid(gate): out [T, Hq*D] act. The keys are split into `num_splits` ranges (flash-decoding:
@@ -57,5 +58,24 @@ void paged_attention(void* out, float* partials, const float* q, const void* gat
 // batch 16 on the 27B, 512 blocks 654), 512 for the CUDA-core ones. The grouped kernels split each
 // token's visible keys evenly over the splits (keys_per_split is the per-head kernel's).
 int64_t attention_target_blocks(const AttentionShape& shape, DType act);
+
+class PrefillAttentionPlan;  // ops/attention/prefill_plan.h
+
+// Prefill attention on the tensor cores (prefill_sm90.cu): FlashInfer's sm90 FA3-style kernel,
+// built where CMake found FlashInfer's headers (VT_WITH_FLASHINFER; else supports() is false).
+// Serves bf16 at head_dim 256, any GQA group and block size.
+bool prefill_attention_supports(const AttentionShape& shape, DType act);
+// The persistent CTAs a plan for prefill_attention must spread its work over: the device's SMs.
+int64_t prefill_attention_ctas();
+// Causal GQA attention of the planned sequences' new tokens, each over its sequence's paged cache
+// (its cached prefix and its new keys, already written by attention_prepare), times
+// sigmoid(gate): out [T, Hq*D] bf16, the rows of the planned tokens only. q [T, Hq, D] bf16
+// (attention_prepare's q_act_out); attention [T, Hq, D] bf16 scratch (the kernel's output before
+// the gate); plan_device: plan.packed() on the device; layout: the step's (T, block tables). With
+// q_codes set, also the rows' FP8 quantisation for the o_proj, as paged_attention.
+void prefill_attention(void* out, void* attention, const void* q, const void* gate, const void* k_cache,
+                       const void* v_cache, const StepLayout& layout, const PrefillAttentionPlan& plan,
+                       const int32_t* plan_device, const AttentionShape& shape, cudaStream_t stream,
+                       uint8_t* q_codes = nullptr, float* q_scales = nullptr);
 
 }  // namespace vt::cuda
