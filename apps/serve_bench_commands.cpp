@@ -223,7 +223,8 @@ Json prefix_cache_delta(const std::string& setting, const std::map<std::string, 
   return {{"setting", setting},
           {"queries", delta("vllm:prefix_cache_queries_total")},
           {"hits", delta("vllm:prefix_cache_hits_total")},
-          {"snapshot_bytes", metric_sum(after, "vt_prefix_cache_snapshot_bytes")}};
+          {"snapshot_bytes", metric_sum(after, "vt_prefix_cache_snapshot_bytes")},
+          {"blocks", metric_sum(after, "vt_prefix_cache_blocks")}};
 }
 
 // `concurrency` clients issue requests (agent, multiturn: sessions) until the count or the
@@ -397,8 +398,8 @@ Json server_after_load(const ApiClient& client, double timeout) {
   } while (!settled && waited < timeout);
   Json after = Json::object();
   for (const char* name :
-       {"vt_requests_running", "vt_requests_waiting", "vt_kv_blocks_used", "vt_state_slots_used",
-        "vt_preemptions_total", "vt_requests_cancelled_total", "vt_http_requests_in_flight"})
+       {"vt_requests_running", "vt_requests_waiting", "vt_kv_blocks_used", "vt_prefix_cache_blocks",
+        "vt_state_slots_used", "vt_preemptions_total", "vt_requests_cancelled_total", "vt_http_requests_in_flight"})
     if (values.count(name)) after[name] = values.at(name);
   Json responses = Json::object();
   for (const auto& [name, value] : values)

@@ -238,9 +238,13 @@ Json idle_gauges(const std::map<std::string, double>& metrics) {
       if (has(name)) return metric_sum(metrics, name);
     return nullptr;
   };
+  // KV blocks requests hold: those only vt's prefix cache holds are free for the next request.
+  Json kv_blocks = pick({"vt_kv_blocks_used", "vllm:kv_cache_usage_perc"});
+  if (has("vt_kv_blocks_used") && has("vt_prefix_cache_blocks"))
+    kv_blocks = kv_blocks.get<double>() - metric_sum(metrics, "vt_prefix_cache_blocks");
   return {{"running", pick({"vt_requests_running", "vllm:num_requests_running"})},
           {"waiting", pick({"vt_requests_waiting", "vllm:num_requests_waiting"})},
-          {"kv_blocks", pick({"vt_kv_blocks_used", "vllm:kv_cache_usage_perc"})},
+          {"kv_blocks", kv_blocks},
           {"state_slots", pick({"vt_state_slots_used"})},
           {"requests_in_flight", pick({"vt_http_requests_in_flight"})}};
 }

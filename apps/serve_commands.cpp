@@ -346,8 +346,9 @@ void add_serve_commands(CLI::App& app) {
                     "off: every prompt is computed in full")
       ->check(CLI::IsMember({"on", "off"}));
   serve->add_option("--prefix-cache-gb", args->prefix_cache_gb,
-                    "--prefix-cache: memory for saved states (GiB; host on the CPU, GPU memory on CUDA), the least "
-                    "recently used dropped first (default 4)")
+                    "--prefix-cache: memory for saved states (GiB; host on the CPU, GPU memory on CUDA): their "
+                    "snapshots and the KV blocks only they hold (blocks a running request shares are not counted), "
+                    "the least recently used dropped first (default 4)")
       ->check(CLI::Range(0.0, 1e6));
   serve->add_option("--prefix-snapshot-stride", args->engine.prefix_snapshot_stride,
                     "--prefix-cache: prompt tokens between the states saved inside a long prompt (default 2048)")

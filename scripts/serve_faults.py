@@ -104,7 +104,7 @@ class Target:
         while time.time() < deadline:
             values = self.metrics()
             if values["vt_requests_running"] == 0 and values["vt_requests_waiting"] == 0 and \
-                    values["vt_kv_blocks_used"] == 0:
+                    values["vt_kv_blocks_used"] == values.get("vt_prefix_cache_blocks", 0):
                 return True
             time.sleep(0.2)
         return False

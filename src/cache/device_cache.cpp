@@ -151,54 +151,63 @@ int64_t row_floats(const cuda::DeviceBuffer& kv) {
 
 }  // namespace
 
-// A snapshot holds, layer after layer, the KV rows of tokens [0, length) (K, then V) or the conv
-// and recurrent states; the live rows are the sequence's blocks: a span per run of adjacent blocks.
-std::vector<cuda::CopySpan> DeviceCache::snapshot_spans(int64_t slot, std::span<const int32_t> blocks,
-                                                        int64_t length, float* snapshot, bool save,
+// A snapshot holds, layer after layer, the conv and recurrent states of the linear-attention
+// layers.
+std::vector<cuda::CopySpan> DeviceCache::snapshot_spans(int64_t slot, float* snapshot, bool save,
                                                         int64_t* floats) const {
-  VT_CHECK(slot >= 0 && slot < state_slots() && length >= 0 && length <= int64_t(blocks.size()) * options_.block_size,
-           "prefix snapshot: slot ", slot, " at ", length, " tokens over ", blocks.size(), " blocks");
-  const std::vector<RowRun> runs = row_runs(blocks, options_.block_size, length);
+  VT_CHECK(slot >= 0 && slot < state_slots(), "prefix snapshot: slot ", slot, " of ", state_slots());
   std::vector<cuda::CopySpan> spans;
   int64_t offset = 0;
-  const auto part = [&](float* live, int64_t count) {
-    float* saved = snapshot ? snapshot + offset : nullptr;
-    offset += count;
-    spans.push_back(save ? cuda::CopySpan{saved, live, count} : cuda::CopySpan{live, saved, count});
-  };
   for (const Layer& layer : buffers_) {
-    if (layer.k.data()) {
-      const int64_t per_row = row_floats(layer.k);
-      for (const cuda::DeviceBuffer* kv : {&layer.k, &layer.v})
-        for (const RowRun& run : runs)
-          part(static_cast<float*>(kv->data()) + run.first_row * per_row, run.count * per_row);
-    } else if (layer.recurrent.data()) {
-      for (const cuda::DeviceBuffer* state : {&layer.conv, &layer.recurrent}) {
-        const int64_t count = state->shape().numel() / state_slots();
-        part(static_cast<float*>(state->data()) + slot * count, count);
-      }
+    if (!layer.recurrent.data()) continue;
+    for (const cuda::DeviceBuffer* state : {&layer.conv, &layer.recurrent}) {
+      const int64_t count = state->shape().numel() / state_slots();
+      float* live = static_cast<float*>(state->data()) + slot * count;
+      float* saved = snapshot ? snapshot + offset : nullptr;
+      offset += count;
+      spans.push_back(save ? cuda::CopySpan{saved, live, count} : cuda::CopySpan{live, saved, count});
     }
   }
   *floats = offset;
   return spans;
 }
 
-int64_t DeviceCache::snapshot_floats(int64_t length) const {
+int64_t DeviceCache::snapshot_floats() const {
   int64_t floats = 0;
-  for (const Layer& layer : buffers_) {
-    if (layer.k.data()) floats += 2 * length * row_floats(layer.k);
-    if (layer.recurrent.data())
-      floats += (layer.conv.shape().numel() + layer.recurrent.shape().numel()) / state_slots();
-  }
+  snapshot_spans(0, nullptr, true, &floats);
   return floats;
 }
 
-void DeviceCache::copy_snapshot(int64_t slot, std::span<const int32_t> blocks, int64_t length, float* snapshot,
-                                bool save, cudaStream_t stream) const {
+void DeviceCache::copy_snapshot(int64_t slot, float* snapshot, bool save, cudaStream_t stream) const {
   int64_t floats = 0;
-  const std::vector<cuda::CopySpan> spans = snapshot_spans(slot, blocks, length, snapshot, save, &floats);
+  const std::vector<cuda::CopySpan> spans = snapshot_spans(slot, snapshot, save, &floats);
+  if (spans.empty()) return;
   trace::OpScope op(save ? "prefix.save" : "prefix.restore", trace::OpGroup::kOther);
   cuda::copy_spans(spans.data(), int64_t(spans.size()), stream);
+}
+
+void DeviceCache::copy_block(int32_t from, int32_t to, cudaStream_t stream) const {
+  VT_CHECK(from >= 0 && from < options_.num_blocks && to >= 0 && to < options_.num_blocks && from != to,
+           "copy_block: block ", from, " to ", to, " in a pool of ", options_.num_blocks);
+  std::vector<cuda::CopySpan> spans;
+  for (const Layer& layer : buffers_) {
+    if (!layer.k.data()) continue;
+    const int64_t count = options_.block_size * row_floats(layer.k);
+    for (const cuda::DeviceBuffer* kv : {&layer.k, &layer.v}) {
+      float* rows = static_cast<float*>(kv->data());
+      spans.push_back({rows + to * count, rows + from * count, count});
+    }
+  }
+  if (spans.empty()) return;
+  trace::OpScope op("prefix.copy_block", trace::OpGroup::kOther);
+  cuda::copy_spans(spans.data(), int64_t(spans.size()), stream);
+}
+
+int64_t DeviceCache::block_bytes() const {
+  int64_t bytes = 0;
+  for (const Layer& layer : buffers_)
+    if (layer.k.data()) bytes += 2 * options_.block_size * row_floats(layer.k) * int64_t(sizeof(float));
+  return bytes;
 }
 
 void DeviceCache::randomize(uint64_t seed, cudaStream_t stream) {

@@ -59,19 +59,21 @@ class DeviceCache {
   // Copies every linear-attention layer's state of `slot` into its window entry `entry`
   // (into_window) or back from it (a rollback), in one launch.
   void copy_window_entry(int64_t slot, int64_t entry, bool into_window, cudaStream_t stream);
-  // Prefix caching: the floats a snapshot at `length` tokens takes (the KV rows of tokens
-  // [0, length) of every attention layer, and the conv and recurrent states), and one launch
-  // copying a sequence (its slot, and its blocks holding at least `length` tokens) into the
-  // snapshot at `snapshot` (save) or back.
-  int64_t snapshot_floats(int64_t length) const;
-  void copy_snapshot(int64_t slot, std::span<const int32_t> blocks, int64_t length, float* snapshot, bool save,
-                     cudaStream_t stream) const;
+  // Prefix caching: a snapshot holds a slot's conv and recurrent states (the floats
+  // snapshot_floats() of them), saved from `slot` or restored into it by one launch; the KV rows
+  // stay in their blocks, which a prefix shares by reference. copy_block copies the KV rows of
+  // block `from` into block `to`, every attention layer (a shared prefix's last, partly filled
+  // block, which its new owner writes into), by one launch. block_bytes: one block's KV, every
+  // attention layer.
+  int64_t snapshot_floats() const;
+  void copy_snapshot(int64_t slot, float* snapshot, bool save, cudaStream_t stream) const;
+  void copy_block(int32_t from, int32_t to, cudaStream_t stream) const;
+  int64_t block_bytes() const;
   // Random KV rows and states (benchmarks at a context length: the values do not change the work).
   void randomize(uint64_t seed, cudaStream_t stream);
 
  private:
-  std::vector<cuda::CopySpan> snapshot_spans(int64_t slot, std::span<const int32_t> blocks, int64_t length,
-                                             float* snapshot, bool save, int64_t* floats) const;
+  std::vector<cuda::CopySpan> snapshot_spans(int64_t slot, float* snapshot, bool save, int64_t* floats) const;
   struct Layer {
     cuda::DeviceBuffer k, v, conv, recurrent, conv_window, recurrent_window;
   };

@@ -34,6 +34,11 @@ void BlockPool::release(int32_t block) {
   if (--ref_counts_[block] == 0) free_.push_back(block);
 }
 
+int32_t BlockPool::ref_count(int32_t block) const {
+  VT_CHECK(block >= 0 && block < size(), "block ", block, " outside the pool of ", size());
+  return ref_counts_[block];
+}
+
 HybridCache::HybridCache(int64_t num_blocks, int64_t block_size, int64_t num_slots)
     : blocks_(num_blocks), block_size_(block_size), num_slots_(num_slots) {
   VT_CHECK(block_size > 0 && num_slots >= 0 && num_slots <= INT32_MAX, "hybrid cache: block size ", block_size,
@@ -42,17 +47,40 @@ HybridCache::HybridCache(int64_t num_blocks, int64_t block_size, int64_t num_slo
   std::iota(free_slots_.rbegin(), free_slots_.rend(), 0);
 }
 
-bool HybridCache::admit(int64_t sequence_id, int64_t prompt_tokens, int64_t max_new_tokens) {
+bool HybridCache::admit(int64_t sequence_id, int64_t prompt_tokens, int64_t max_new_tokens,
+                        std::span<const int32_t> shared) {
   VT_CHECK(!contains(sequence_id), "sequence ", sequence_id, " is already in the cache");
   VT_CHECK(prompt_tokens > 0 && max_new_tokens >= 0, "admit: prompt ", prompt_tokens, ", max_new_tokens ",
            max_new_tokens);
+  const int64_t needed = blocks_for(prompt_tokens + max_new_tokens);
+  VT_CHECK(int64_t(shared.size()) <= needed, "admit: ", shared.size(), " shared blocks for ", needed);
   if (free_slots_.empty()) return false;
-  auto blocks = blocks_.allocate(blocks_for(prompt_tokens + max_new_tokens));
-  if (!blocks) return false;
+  auto fresh = blocks_.allocate(needed - int64_t(shared.size()));
+  if (!fresh) return false;
+  retain_blocks(shared);
+  std::vector<int32_t> blocks(shared.begin(), shared.end());
+  blocks.insert(blocks.end(), fresh->begin(), fresh->end());
   const int32_t slot = free_slots_.back();
   free_slots_.pop_back();
-  sequences_.emplace(sequence_id, Entry{std::move(*blocks), slot});
+  sequences_.emplace(sequence_id, Entry{std::move(blocks), slot});
   return true;
+}
+
+bool HybridCache::exclusive(int64_t sequence_id, int64_t first_token, int64_t end_token) const {
+  const std::vector<int32_t>& blocks = block_table(sequence_id);
+  VT_CHECK(first_token >= 0 && first_token <= end_token && end_token <= int64_t(blocks.size()) * block_size_,
+           "exclusive: tokens [", first_token, ", ", end_token, ") over ", blocks.size(), " blocks");
+  for (int64_t block = first_token / block_size_; block < blocks_for(end_token); ++block)
+    if (blocks_.ref_count(blocks[size_t(block)]) != 1) return false;
+  return true;
+}
+
+void HybridCache::retain_blocks(std::span<const int32_t> blocks) {
+  for (int32_t block : blocks) blocks_.retain(block);
+}
+
+void HybridCache::release_blocks(std::span<const int32_t> blocks) {
+  for (int32_t block : blocks) blocks_.release(block);
 }
 
 bool HybridCache::reserve(int64_t sequence_id, int64_t tokens) {

@@ -4,6 +4,9 @@
 // Memory itself is allocated once by the model; this class hands out indices into it. A model
 // whose sequences live in such a pool (the CUDA runner's device cache) owns the one instance and
 // hands it out (Model::kv_cache()), so the engine's admission and growth are the device's blocks.
+// Blocks are reference counted: a prefix-cache entry keeps the full blocks of the tokens it saved,
+// and a sequence that starts from it holds the same blocks at the head of its table. A block with
+// more than one owner is read-only: a sequence writes only the blocks it alone holds (exclusive).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +27,7 @@ class BlockPool {
   std::optional<std::vector<int32_t>> allocate(int64_t count);
   void retain(int32_t block);   // another owner (a shared prefix)
   void release(int32_t block);  // back to the pool when the last owner lets go
+  int32_t ref_count(int32_t block) const;
 
  private:
   std::vector<int32_t> ref_counts_;
@@ -47,14 +51,27 @@ class HybridCache {
   HybridCache(int64_t num_blocks, int64_t block_size, int64_t num_slots);
 
   // Reserves blocks for prompt_tokens + max_new_tokens and one state slot. False (nothing
-  // taken) when either does not fit; the caller queues or rejects the request.
-  bool admit(int64_t sequence_id, int64_t prompt_tokens, int64_t max_new_tokens);
+  // taken) when either does not fit; the caller queues or rejects the request. `shared`: blocks
+  // another owner holds (a saved prefix's full blocks), retained as the head of the sequence's
+  // table; only the rest is taken from the free blocks.
+  bool admit(int64_t sequence_id, int64_t prompt_tokens, int64_t max_new_tokens,
+             std::span<const int32_t> shared = {});
   // Grows the sequence's blocks to hold `tokens` tokens (never shrinks). False (nothing taken)
   // when too few blocks are free; the caller preempts someone or waits.
   bool reserve(int64_t sequence_id, int64_t tokens);
   // Frees everything the sequence holds (finished, cancelled or preempted).
   void release(int64_t sequence_id);
   bool contains(int64_t sequence_id) const { return sequences_.count(sequence_id) != 0; }
+  // Whether the sequence alone holds the blocks of its tokens [first_token, end_token): those a
+  // forward of them writes (a block shared with a prefix entry or another sequence never is).
+  bool exclusive(int64_t sequence_id, int64_t first_token, int64_t end_token) const;
+
+  // Blocks outside any sequence (a prefix entry's): `count` fresh ones, or none when fewer are
+  // free; another reference to each of `blocks`; one reference less (freed with the last).
+  std::optional<std::vector<int32_t>> allocate_blocks(int64_t count) { return blocks_.allocate(count); }
+  void retain_blocks(std::span<const int32_t> blocks);
+  void release_blocks(std::span<const int32_t> blocks);
+  int32_t ref_count(int32_t block) const { return blocks_.ref_count(block); }
 
   const std::vector<int32_t>& block_table(int64_t sequence_id) const;
   int32_t slot(int64_t sequence_id) const;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 namespace vt {
 
 namespace {
@@ -22,6 +24,15 @@ uint64_t hash_of(std::span<const int32_t> tokens) {
 }
 
 }  // namespace
+
+PrefixCache::PrefixCache(int64_t max_bytes, HybridCache& cache, int64_t block_bytes)
+    : max_bytes_(max_bytes), block_bytes_(block_bytes), cache_(cache) {
+  VT_CHECK(block_bytes >= 0, "prefix cache: ", block_bytes, " bytes per block");
+}
+
+PrefixCache::~PrefixCache() {
+  for (auto& [hash, entry] : entries_) cache_.release_blocks(entry.blocks);
+}
 
 PrefixCache::Entry* PrefixCache::lookup(uint64_t hash, std::span<const int32_t> tokens) {
   auto it = entries_.find(hash);
@@ -47,6 +58,7 @@ PrefixCache::Hit PrefixCache::find(std::span<const int32_t> tokens, int64_t limi
   if (!best) return hit;
   use(*best);
   hit.snapshot = best->snapshot;
+  hit.blocks = best->blocks;
   hit.length = best->snapshot->length();
   return hit;
 }
@@ -57,30 +69,81 @@ bool PrefixCache::touch(std::span<const int32_t> tokens) {
   return entry != nullptr;
 }
 
-void PrefixCache::insert(std::span<const int32_t> tokens, std::unique_ptr<StateSnapshot> snapshot) {
+void PrefixCache::insert(std::span<const int32_t> tokens, std::unique_ptr<StateSnapshot> snapshot,
+                         std::vector<int32_t> blocks) {
+  const bool valid = snapshot && snapshot->length() == int64_t(tokens.size()) &&
+                     int64_t(blocks.size()) == cache_.blocks_for(int64_t(tokens.size()));
   const uint64_t hash = hash_of(tokens);
-  if (entries_.count(hash)) return;  // saved already (or a colliding prefix keeps its place)
+  if (!valid || entries_.count(hash)) {  // saved already (or a colliding prefix keeps its place)
+    cache_.release_blocks(blocks);
+    VT_CHECK(valid, "prefix cache: a state of ", tokens.size(), " tokens over ", blocks.size(), " blocks");
+    return;
+  }
   uses_.push_front(hash);
   Entry& entry = entries_[hash];
   entry.tokens.assign(tokens.begin(), tokens.end());
-  bytes_ += snapshot->bytes();
+  snapshot_bytes_ += snapshot->bytes();
   entry.snapshot = std::move(snapshot);
+  for (int32_t block : blocks) ++block_refs_[block];
+  entry.blocks = std::move(blocks);
   entry.use = uses_.begin();
   ++lengths_[int64_t(tokens.size())];
-  while (bytes_ > max_bytes_) evict_one();
+  trim();
+}
+
+void PrefixCache::evict(std::list<uint64_t>::iterator use) {
+  const uint64_t hash = *use;
+  uses_.erase(use);
+  auto it = entries_.find(hash);
+  Entry& entry = it->second;
+  snapshot_bytes_ -= entry.snapshot->bytes();
+  for (int32_t block : entry.blocks)
+    if (--block_refs_[block] == 0) block_refs_.erase(block);
+  cache_.release_blocks(entry.blocks);
+  const int64_t length = int64_t(entry.tokens.size());
+  if (--lengths_[length] == 0) lengths_.erase(length);
+  entries_.erase(it);
+  ++evictions_;
 }
 
 bool PrefixCache::evict_one() {
   if (uses_.empty()) return false;
-  const uint64_t hash = uses_.back();
-  uses_.pop_back();
-  auto it = entries_.find(hash);
-  bytes_ -= it->second.snapshot->bytes();
-  const int64_t length = int64_t(it->second.tokens.size());
-  if (--lengths_[length] == 0) lengths_.erase(length);
-  entries_.erase(it);
-  ++evictions_;
+  evict(std::prev(uses_.end()));
   return true;
+}
+
+void PrefixCache::trim() {
+  while (!uses_.empty() && bytes() > max_bytes_) evict_one();
+}
+
+int64_t PrefixCache::cached_blocks() const {
+  int64_t count = 0;
+  for (const auto& [block, refs] : block_refs_) count += cache_.ref_count(block) == refs;
+  return count;
+}
+
+bool PrefixCache::frees_a_block(const Entry& entry) const {
+  for (int32_t block : entry.blocks)
+    if (cache_.ref_count(block) == 1) return true;
+  return false;
+}
+
+bool PrefixCache::make_room(int64_t blocks) {
+  if (cache_.free_blocks() >= blocks) return true;
+  if (cache_.free_blocks() + cached_blocks() < blocks) return false;
+  while (cache_.free_blocks() < blocks && !uses_.empty()) {
+    // An entry that frees nothing now may free blocks for the next (a shorter prefix it shares).
+    auto victim = std::prev(uses_.end());
+    for (auto it = uses_.end(); it != uses_.begin();) {
+      --it;
+      if (frees_a_block(entries_.at(*it))) {
+        victim = it;
+        break;
+      }
+    }
+    evict(victim);
+  }
+  return cache_.free_blocks() >= blocks;
 }
 
 }  // namespace vt

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "engine/engine_sequence.h"
 #include "speculative/ngram_drafter.h"
 
 namespace vt {
@@ -21,49 +22,6 @@ const char* finish_reason_name(FinishReason reason) {
   }
   return "none";
 }
-
-struct Engine::Sequence {
-  int64_t id = 0;
-  std::vector<int32_t> tokens;  // the prompt, then each generated token
-  int64_t prompt_size = 0;
-  RequestParams params;
-  TokenCallback callback;
-  std::unique_ptr<SequenceState> state;  // made at admission
-  Sampler sampler;
-  std::unique_ptr<StreamingDetokenizer> detokenizer;  // null without a tokenizer
-  StopStringFilter stop_filter;
-  int64_t fed = 0;          // tokens through forward so far
-  int64_t fed_most = 0;     // the most tokens ever fed and kept (re-fed below it after a preemption)
-  int64_t step_tokens = 0;  // tokens scheduled this step
-  int64_t preemptions = 0;  // times sent back to the queue (then re-fed from token 0)
-  int64_t cached = 0;       // prompt tokens restored from the prefix cache at the first admission
-  bool finished = false;
-  TokenEvent final_event;  // delivered once the cache entries are freed
-  // Speculative decoding (params.num_draft > 0): the drafter, the k of the next step (adaptive:
-  // in [1, num_draft]), and this step's verify (the last token, then the drafts).
-  std::unique_ptr<Drafter> drafter;
-  bool drafter_started = false;
-  // The drafter reads the target's hidden states (MTP): forwards keep those it has yet to read.
-  bool keep_hidden = false;
-  int64_t num_draft = 0;
-  bool verifying = false;
-  Draft draft;
-  int64_t drafted_for = -1;  // the context length `draft` follows (a waiting verify keeps it)
-  std::vector<int32_t> verify_tokens;
-  std::unique_ptr<TokenConstraint> constraint;  // structured output: masks every sampled row
-
-  Sequence(const RequestParams& request, const Tokenizer* tokenizer)
-      : params(request), sampler(request.sampling), stop_filter(request.stop_strings) {
-    if (tokenizer) detokenizer = std::make_unique<StreamingDetokenizer>(*tokenizer, /*skip_special_tokens=*/true);
-  }
-  int64_t completion_tokens() const { return int64_t(tokens.size()) - prompt_size; }
-  // Past the prompt, tokens are fed one per forward (as decode fed them), so after a preemption
-  // the re-fed generated tokens give the same state, bit for bit, as the first time (the CPU
-  // reference's verify steps compute each token as a one-token forward does).
-  bool decoding() const { return fed >= prompt_size; }
-  // Caught up (only the last token unfed) and speculating: the next step verifies drafts.
-  bool verifies_next() const { return drafter && decoding() && fed + 1 == int64_t(tokens.size()); }
-};
 
 Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& options)
     : model_(model), tokenizer_(tokenizer), options_(options), vocab_size_(model.info().vocab_size),
@@ -89,7 +47,7 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& op
     VT_CHECK(options.prefix_snapshot_stride >= 1 && options.prefix_snapshot_stride % options.prefill_chunk == 0,
              "engine: prefix_snapshot_stride (", options.prefix_snapshot_stride, ") must be a multiple of prefill_chunk (",
              options.prefill_chunk, ")");
-    prefix_ = std::make_unique<PrefixCache>(options.prefix_cache_bytes);
+    prefix_ = std::make_unique<PrefixCache>(options.prefix_cache_bytes, cache_, model.kv_block_bytes());
   }
   watermark_blocks_ = options.admission_watermark_blocks >= 0 ? options.admission_watermark_blocks
                                                               : cache_.num_blocks() / 100;
@@ -199,30 +157,41 @@ std::string Engine::failure() const {
 }
 
 // First come, first served: the head of the queue waits until it fits, and nothing passes it.
-// Preempted requests wait at the head, so they come back before anything newer.
+// Preempted requests wait at the head, so they come back before anything newer. Blocks that only
+// the prefix cache holds are taken back (its least recently used entries) before anyone waits.
 void Engine::admit_waiting() {
   while (!waiting_.empty() && int64_t(running_.size()) < options_.max_running) {
     Sequence& head = *waiting_.front();
     const int64_t context = int64_t(head.tokens.size());  // the prompt, plus what a preempted one generated
-    if (options_.reservation == EngineOptions::Reservation::kFull) {
-      if (!cache_.admit(head.id, head.prompt_size, head.params.max_tokens)) break;
-    } else {
-      const int64_t watermark = running_.empty() ? 0 : watermark_blocks_;
-      if (cache_.free_blocks() < cache_.blocks_for(context) + watermark) break;
-      if (!cache_.admit(head.id, context, 0)) break;
+    const bool full = options_.reservation == EngineOptions::Reservation::kFull;
+    // A saved prefix's full blocks head the sequence's table: only the rest is taken from the pool.
+    const PrefixCache::Hit hit = find_prefix(head);
+    const std::span<const int32_t> shared(hit.blocks.data(), size_t(hit.length / cache_.block_size()));
+    const int64_t watermark = full || running_.empty() ? 0 : watermark_blocks_;
+    const int64_t needed =
+        cache_.blocks_for(full ? head.prompt_size + head.params.max_tokens : context) - int64_t(shared.size());
+    // The hit's blocks stay while entries are evicted for room (its own entry may be among them).
+    cache_.retain_blocks(hit.blocks);
+    const bool admitted = make_room(needed + watermark) &&
+                          (full ? cache_.admit(head.id, head.prompt_size, head.params.max_tokens, shared)
+                                : cache_.admit(head.id, context, 0, shared));
+    if (admitted) {
+      try {
+        head.state = model_.new_sequence_in_cache(head.id, head.prompt_size + head.params.max_tokens);
+        head.fed = 0;
+        if (prefix_ && !head.keep_hidden && head.preemptions == 0) totals_.prefix.queries += head.prompt_size;
+        if (hit.snapshot) restore_prefix(head, hit);
+      } catch (const std::exception& error) {
+        // A request the model cannot start (no memory for its sequence, a saved state it cannot
+        // restore) fails alone, after this step with the finished ones; the others go on.
+        std::fprintf(stderr, "vt engine: request %lld not started: %s\n", (long long)head.id, error.what());
+        head.state.reset();
+        head.fed = 0;
+        fail(head, str("the request could not start: ", error.what()));
+      }
     }
-    try {
-      head.state = model_.new_sequence_in_cache(head.id, head.prompt_size + head.params.max_tokens);
-      head.fed = 0;
-      restore_prefix(head);
-    } catch (const std::exception& error) {
-      // A request the model cannot start (no memory for its sequence, a saved state it cannot
-      // restore) fails alone, after this step with the finished ones; the others go on.
-      std::fprintf(stderr, "vt engine: request %lld not started: %s\n", (long long)head.id, error.what());
-      head.state.reset();
-      head.fed = 0;
-      fail(head, str("the request could not start: ", error.what()));
-    }
+    cache_.release_blocks(hit.blocks);
+    if (!admitted) break;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
@@ -258,7 +227,7 @@ void Engine::schedule(std::vector<Sequence*>& scheduled) {
       if (preempted_self) break;
       continue;
     }
-    while (!cache_.reserve(sequence.id, sequence.fed + 1)) {
+    while (!reserve(sequence, sequence.fed + 1)) {
       preempted_self = running_.back().get() == &sequence;
       preempt_youngest();  // never the last one standing: submit() checked a request fits alone
       if (preempted_self) break;
@@ -346,7 +315,7 @@ bool Engine::schedule_verify(Sequence& sequence, int64_t budget, bool* preempted
   const int64_t drafts = int64_t(sequence.draft.tokens.size());
   const auto& draft = sequence.draft;
   if (1 + drafts > budget) return false;
-  while (!cache_.reserve(sequence.id, sequence.fed + 1 + drafts)) {
+  while (!reserve(sequence, sequence.fed + 1 + drafts)) {
     *preempted_self = running_.back().get() == &sequence;
     preempt_youngest();  // alone it fits: fed + 1 + drafts <= prompt + max_tokens - 1
     if (*preempted_self) return false;
@@ -416,11 +385,6 @@ void Engine::loop() {
     std::vector<std::unique_ptr<Sequence>> finished;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (prefix_) {
-        totals_.prefix.snapshots = prefix_->entries();
-        totals_.prefix.snapshot_bytes = prefix_->bytes();
-        totals_.prefix.evictions = prefix_->evictions();
-      }
       totals_.steps += !scheduled.empty();
       for (auto it = running_.begin(); it != running_.end();) {
         if ((*it)->finished) {
@@ -432,6 +396,7 @@ void Engine::loop() {
           ++it;
         }
       }
+      if (prefix_) update_prefix_stats();  // blocks the finished ones shared are the cache's alone now
     }
     for (auto& sequence : finished) sequence->callback(sequence->final_event);
   }
@@ -485,6 +450,12 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
         const int64_t tokens = sequence->decoding() ? 1 : sequence->step_tokens;
         items.push_back({std::span<const int32_t>(sequence->tokens.data() + sequence->fed, size_t(tokens)),
                          sequence->state.get(), false, false, keeps(tokens)});
+      }
+      // A saved prefix's blocks are read-only: a forward writes only blocks its sequence alone holds.
+      if (!cache_.exclusive(sequence->id, sequence->fed, sequence->fed + int64_t(items.back().tokens.size()))) {
+        items.pop_back();
+        fail(*sequence, "engine: a forward would write a KV block shared with the prefix cache");
+        continue;
       }
       members.push_back(sequence);
     }
@@ -584,39 +555,6 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
   totals_.recomputed_tokens += recomputed_tokens;
   for (const VerifyRecord& record : verified)
     totals_.speculative.record_step(record.drafts, record.accepted, record.emitted);
-}
-
-void Engine::restore_prefix(Sequence& sequence) {
-  // An MTP drafter reads the target's hidden states of every position, which no snapshot keeps.
-  if (!prefix_ || sequence.keep_hidden) return;
-  const bool first = sequence.preemptions == 0;
-  if (first) totals_.prefix.queries += sequence.prompt_size;
-  // At least the last token is computed: its logits make the next token.
-  const PrefixCache::Hit hit = prefix_->find(sequence.tokens, int64_t(sequence.tokens.size()) - 1);
-  if (!hit.snapshot) return;
-  model_.restore_state(*hit.snapshot, *sequence.state);
-  sequence.fed = hit.length;
-  if (!first) return;
-  sequence.cached = std::min(hit.length, sequence.prompt_size);
-  totals_.prefix.hits += sequence.cached;
-}
-
-void Engine::save_prefix(Sequence& sequence) {
-  if (sequence.keep_hidden || sequence.state->length() != sequence.fed) return;  // mid-verify
-  const std::span<const int32_t> tokens(sequence.tokens.data(), size_t(sequence.fed));
-  if (prefix_->touch(tokens)) return;
-  try {
-    // A finished speculating sequence may end inside its verify window: its state is at `fed`
-    // tokens (checked above), so the window goes.
-    if (sequence.drafter) model_.commit(*sequence.state);
-    std::unique_ptr<StateSnapshot> snapshot = model_.save_state(*sequence.state);
-    // No room on the model's device: the least recently used states make room.
-    while (!snapshot && prefix_->evict_one()) snapshot = model_.save_state(*sequence.state);
-    if (snapshot) prefix_->insert(tokens, std::move(snapshot));
-  } catch (const std::exception& error) {
-    // Saving is an optimisation: the request goes on, and so does the server, without this state.
-    std::fprintf(stderr, "vt engine: prefix cache: a state of %zu tokens not saved: %s\n", tokens.size(), error.what());
-  }
 }
 
 void Engine::fail(Sequence& sequence, const std::string& error) {

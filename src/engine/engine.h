@@ -82,11 +82,16 @@ struct EngineOptions {
   std::string step_trace;
   // Prefix caching (cache/prefix_cache.h): a request starts from the longest saved state its
   // prompt extends (the end of an earlier prompt or completion, or every
-  // prefix_snapshot_stride prompt tokens), sharing that prefix's KV blocks; needs a model that
-  // saves states (Model::supports_prefix_cache).
+  // prefix_snapshot_stride prompt tokens), sharing that prefix's KV blocks (the full ones; the last,
+  // partly filled one is copied); needs a model that saves states (Model::supports_prefix_cache).
+  // Saved states hold their blocks in the pool: when admission or growth finds too few free, the
+  // least recently used states that alone hold blocks are evicted before anyone waits or is
+  // preempted.
   bool prefix_cache = false;
   int64_t prefix_snapshot_stride = 2048;     // a multiple of prefill_chunk
-  int64_t prefix_cache_bytes = int64_t(4) << 30;  // saved states kept (least recently used go first)
+  // Saved states kept (least recently used go first): their snapshots' bytes plus the bytes of the
+  // KV blocks no running request shares (Model::kv_block_bytes()).
+  int64_t prefix_cache_bytes = int64_t(4) << 30;
 };
 
 struct RequestParams {
@@ -154,9 +159,12 @@ struct EngineStats {
   StepStats step;  // every step's wall time (a histogram), its forwards' share, its tokens by kind
   // Prefix cache, in tokens as vLLM counts them: prompt tokens looked up at admission, and those
   // found (not computed); saved states, their memory and the LRU evictions.
+  // The saved states hold the KV blocks of their tokens by reference: `blocks` are those only the
+  // cache keeps (no running request shares them), `bytes` what its budget counts (the snapshots'
+  // bytes and those blocks'; cache/prefix_cache.h).
   struct Prefix {
     int64_t queries = 0, hits = 0;
-    int64_t snapshots = 0, snapshot_bytes = 0, evictions = 0;
+    int64_t snapshots = 0, snapshot_bytes = 0, blocks = 0, bytes = 0, evictions = 0;
   } prefix;
 };
 
@@ -216,11 +224,19 @@ class Engine {
   // Once failed, with mutex_ held: every running sequence fails, and every queued one with a
   // retryable final event (in `events`, delivered by the caller outside the lock).
   void fail_remaining(std::vector<TokenEvent>& events, std::vector<TokenCallback>& callbacks);
-  // Prefix caching: a newly admitted sequence starts from the longest saved state its tokens
-  // extend; a sequence's state is saved at the end of its prompt, every prefix_snapshot_stride
+  // Prefix caching (engine_prefix.cpp): a newly admitted sequence starts from the longest saved
+  // state its tokens extend (found before admission, whose table it heads with the saved full
+  // blocks); a sequence's state is saved at the end of its prompt, every prefix_snapshot_stride
   // prompt tokens and at the end of its completion (engine thread).
-  void restore_prefix(Sequence& sequence);  // with mutex_ held
+  PrefixCache::Hit find_prefix(const Sequence& sequence);  // with mutex_ held
+  void restore_prefix(Sequence& sequence, const PrefixCache::Hit& hit);  // with mutex_ held
   void save_prefix(Sequence& sequence);
+  // Grows a sequence's blocks to `tokens` tokens, taking back blocks only the prefix cache holds
+  // when too few are free; false when still short (the caller preempts).
+  bool reserve(Sequence& sequence, int64_t tokens);
+  // Whether `blocks` blocks are free, after evicting prefix entries for them if need be.
+  bool make_room(int64_t blocks);
+  void update_prefix_stats();  // with mutex_ held
   // Emits `id`, chosen from `logits` (biased): logprobs, stop checks, the event. True when it
   // ended the sequence.
   bool emit(Sequence& sequence, int32_t id, const float* logits);

@@ -24,6 +24,10 @@ class FaultyModel : public Model {
     if (call == fail_sequence_) VT_FAIL("injected fault: new sequence ", call, " failed (no memory for it)");
     return inner_.new_sequence(capacity);
   }
+  HybridCache* kv_cache() override { return inner_.kv_cache(); }
+  std::unique_ptr<SequenceState> new_sequence_in_cache(int64_t cache_id, int64_t capacity) const override {
+    return inner_.new_sequence_in_cache(cache_id, capacity);
+  }
   void forward(std::span<const int32_t> tokens, SequenceState& state, const TensorView& logits,
                const ForwardOptions& options) override {
     inner_.forward(tokens, state, logits, options);
@@ -49,6 +53,8 @@ class FaultyModel : public Model {
   void restore_state(const StateSnapshot& snapshot, SequenceState& state) override {
     inner_.restore_state(snapshot, state);
   }
+  void copy_kv_block(int32_t from, int32_t to) override { inner_.copy_kv_block(from, to); }
+  int64_t kv_block_bytes() const override { return inner_.kv_block_bytes(); }
 
   int64_t forwards() const { return forwards_; }  // batched forwards asked for so far
 

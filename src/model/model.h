@@ -174,8 +174,23 @@ class Model {
   // Prefix caching: save_state copies a sequence's state at its length (outside a rollback
   // window; null when the model's device has no room for it now), restore_state sets a new,
   // empty sequence to a snapshot: it continues from snapshot.length() tokens exactly as the saved
-  // sequence would have.
+  // sequence would have. A model whose sequences keep their KV rows in kv_cache()'s blocks saves
+  // only what the blocks do not hold (the recurrent and conv states): the caller keeps references
+  // to the blocks holding the saved tokens and admits the new sequence with the full ones at the
+  // head of its table (shared, never written again) and a copy of the last, partly filled one
+  // (copy_kv_block: the new sequence writes after the saved tokens), before restore_state. A
+  // model without kv_cache() copies its KV rows into the snapshot.
   virtual bool supports_prefix_cache() const { return false; }
+  // Copies the KV rows of block `from` of kv_cache()'s pool into block `to` (every attention
+  // layer), ordered before the model's next step; a model without kv_cache() has nothing to copy.
+  virtual void copy_kv_block(int32_t from, int32_t to) {
+    (void)from, (void)to;
+    VT_CHECK(!kv_cache(), "copy_kv_block: this backend keeps its KV in blocks and must copy them (",
+             info().architecture, ")");
+  }
+  // Bytes of one block of kv_cache()'s pool (every attention layer's K and V rows): what a block
+  // only the prefix cache keeps costs its budget; 0 without kv_cache() (a snapshot holds the KV).
+  virtual int64_t kv_block_bytes() const { return 0; }
   virtual std::unique_ptr<StateSnapshot> save_state(const SequenceState& state) {
     (void)state;
     VT_FAIL("prefix caching: not supported by this backend (", info().architecture, ")");

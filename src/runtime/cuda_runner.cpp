@@ -136,12 +136,16 @@ std::unique_ptr<SequenceState> CudaRunner::make_sequence(int64_t entry, int64_t 
   return std::make_unique<CudaSequence>(entry, slot, capacity, owned ? &kv_cache_ : nullptr, &slot_sequences_);
 }
 
-std::span<const int32_t> CudaRunner::blocks_holding(const CudaSequence& state, int64_t tokens) const {
+std::span<const int32_t> CudaRunner::blocks_holding(const CudaSequence& state, int64_t tokens,
+                                                    bool writes_from_length) const {
   const std::vector<int32_t>& blocks = kv_cache_.block_table(state.entry());
   const int64_t held = int64_t(blocks.size()) * cache_.block_size();
   VT_CHECK(tokens <= held, "CUDA cache: the sequence in slot ", state.slot(), " (", state.length(),
            " tokens) needs blocks for ", tokens, " tokens, its entry holds ", held,
            " (reserve them in the model's cache first)");
+  VT_CHECK(!writes_from_length || kv_cache_.exclusive(state.entry(), state.length(), tokens),
+           "CUDA cache: the sequence in slot ", state.slot(), " would write tokens [", state.length(), ", ", tokens,
+           ") into a KV block it shares (a saved prefix's blocks are read-only)");
   // A row holds what the longest sequence reads (capacity <= max_context); blocks past it go unread.
   return std::span<const int32_t>(blocks).first(size_t(std::min<int64_t>(int64_t(blocks.size()), cache_.max_blocks())));
 }
@@ -232,7 +236,7 @@ void CudaRunner::forward(std::span<const int32_t> tokens, SequenceState& base_st
            "forward: logits must be host f32 [", logit_rows, ", ", vocab, "]");
   check_window(state, total, options.keep_rollback);
   if (options.keep_hidden) check_sequence_hidden(state, total);
-  const std::span<const int32_t> blocks = blocks_holding(state, state.length() + total);
+  const std::span<const int32_t> blocks = blocks_holding(state, state.length() + total, true);
   prepare_window(state, options.keep_rollback);
   // The delta rule asked for holds for this forward's steps only.
   struct DeltaRuleScope {
@@ -380,7 +384,7 @@ int64_t CudaRunner::run_batch(std::span<const BatchItem> items, bool all_rows) {
              tokens, " tokens exceed its capacity ", state.capacity());
     check_window(state, tokens, item.keep_rollback);
     if (item.keep_hidden) check_sequence_hidden(state, tokens);
-    blocks_holding(state, state.length() + tokens);
+    blocks_holding(state, state.length() + tokens, true);
     keeps_hidden = keeps_hidden || item.keep_hidden;
     all_decode = all_decode && tokens == 1;
     keeps_rollback = keeps_rollback || item.keep_rollback;
@@ -499,10 +503,9 @@ class DeviceSnapshot final : public StateSnapshot {
 std::unique_ptr<StateSnapshot> CudaRunner::save_state(const SequenceState& base_state) {
   const auto& state = dynamic_cast<const CudaSequence&>(base_state);
   if (state.window_open()) return nullptr;  // mid-verify: the length is not settled
-  auto snapshot = std::make_unique<DeviceSnapshot>(state.length(), cache_.snapshot_floats(state.length()), stream_);
+  auto snapshot = std::make_unique<DeviceSnapshot>(state.length(), cache_.snapshot_floats(), stream_);
   if (!snapshot->data()) return nullptr;
-  cache_.copy_snapshot(state.slot(), kv_cache_.block_table(state.entry()), state.length(), snapshot->data(), true,
-                       stream_);
+  cache_.copy_snapshot(state.slot(), snapshot->data(), true, stream_);
   return snapshot;
 }
 
@@ -511,13 +514,15 @@ void CudaRunner::restore_state(const StateSnapshot& base_snapshot, SequenceState
   auto& state = dynamic_cast<CudaSequence&>(base_state);
   VT_CHECK(state.length() == 0 && snapshot.length() <= state.capacity(), "restore_state: a new sequence of capacity >= ",
            snapshot.length(), " (has ", state.length(), " tokens, capacity ", state.capacity(), ")");
-  cache_.copy_snapshot(state.slot(), kv_cache_.block_table(state.entry()), snapshot.length(), snapshot.data(), false,
-                       stream_);
+  blocks_holding(state, snapshot.length());  // the caller put the prefix's KV blocks there
+  cache_.copy_snapshot(state.slot(), snapshot.data(), false, stream_);
   state.set_length(snapshot.length());
   state.close_window();
   state.kept_start = snapshot.length();
   state.kept_count = 0;
 }
+
+void CudaRunner::copy_kv_block(int32_t from, int32_t to) { cache_.copy_block(from, to, stream_); }
 
 void CudaRunner::decode_step(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
                              std::vector<int32_t>* next_tokens, bool use_graph) {

@@ -61,12 +61,17 @@ class CudaRunner : public Model, public MtpHead {
   bool supports_rollback() const override { return options_.max_rollback_tokens > 0; }
   void rollback(SequenceState& state, int64_t length) override;
   void commit(SequenceState& state) override;
-  // Prefix caching: a snapshot is a stream-ordered device allocation holding the KV rows of the
-  // sequence's tokens [0, length) (gathered from its blocks) and its linear-attention states
-  // (DeviceCache::copy_snapshot), saved and restored by copy launches queued on the runner's stream.
+  // Prefix caching: a snapshot is a stream-ordered device allocation holding the sequence's
+  // linear-attention states (DeviceCache::copy_snapshot), saved and restored by copy launches
+  // queued on the runner's stream; its KV rows stay in the pool's blocks, which the caller shares
+  // (restore_state checks the new sequence's blocks hold the snapshot's tokens). copy_kv_block is
+  // one launch on the same stream. The MTP head's KV rows are its own, outside the pool (an MTP
+  // drafter's requests neither save nor restore prefixes).
   bool supports_prefix_cache() const override { return true; }
   std::unique_ptr<StateSnapshot> save_state(const SequenceState& state) override;
   void restore_state(const StateSnapshot& snapshot, SequenceState& state) override;
+  void copy_kv_block(int32_t from, int32_t to) override;
+  int64_t kv_block_bytes() const override { return cache_.block_bytes(); }
   // Captures the CUDA graphs of every decode batch size forward_batch replays (all-decode steps
   // of `count` sequences run the graph of decode_graph_batch(count) >= count).
   void warm_up() override;
@@ -129,8 +134,10 @@ class CudaRunner : public Model, public MtpHead {
   // A sequence over the cache entry `entry` (its slot zeroed when `reset`); `owned`: it releases
   // the entry when it ends.
   std::unique_ptr<SequenceState> make_sequence(int64_t entry, int64_t capacity, bool owned, bool reset) const;
-  // The blocks of `state`'s entry (its block-table row), checked to hold `tokens` tokens.
-  std::span<const int32_t> blocks_holding(const CudaSequence& state, int64_t tokens) const;
+  // The blocks of `state`'s entry (its block-table row), checked to hold `tokens` tokens and, when
+  // a step writes its positions from its length on, to be its own alone there.
+  std::span<const int32_t> blocks_holding(const CudaSequence& state, int64_t tokens,
+                                          bool writes_from_length = false) const;
   const std::vector<const CudaSequence*>& bench_sequences(int64_t batch);
   void upload(const Layout& layout);
   CudaStep step(int64_t num_tokens, int64_t num_seqs, int64_t logit_rows) const;

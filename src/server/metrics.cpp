@@ -137,17 +137,31 @@ void render_steps(std::ostringstream& out, const StepStats& step) {
 }
 
 // The prefix cache in tokens (looked up at admission, found there), its saved states and their
-// memory, and the states dropped for room.
+// memory (the snapshots' copies, and the KV blocks no running request shares: what its budget
+// counts), and the states dropped for room.
 void render_prefix_cache(std::ostringstream& out, const EngineStats::Prefix& prefix) {
   metric(out, "vt_prefix_cache_queries_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.",
          double(prefix.queries));
   metric(out, "vt_prefix_cache_hits_tokens_total", "counter",
          "Prompt tokens found in the prefix cache (taken from it, not computed).", double(prefix.hits));
   metric(out, "vt_prefix_cache_snapshots", "gauge", "Saved states in the prefix cache.", double(prefix.snapshots));
-  metric(out, "vt_prefix_cache_snapshot_bytes", "gauge", "Bytes held by the prefix cache's saved states.",
+  metric(out, "vt_prefix_cache_snapshot_bytes", "gauge",
+         "Bytes of the prefix cache's state snapshots (recurrent and conv states; KV rows stay in their blocks).",
          double(prefix.snapshot_bytes));
+  metric(out, "vt_prefix_cache_blocks", "gauge",
+         "KV blocks only the prefix cache holds (no running request shares them); the pool takes them back first.",
+         double(prefix.blocks));
+  metric(out, "vt_prefix_cache_bytes", "gauge",
+         "Bytes the prefix cache's budget counts: its snapshots and the KV blocks only it holds.", double(prefix.bytes));
   metric(out, "vt_prefix_cache_evictions_total", "counter", "Saved states evicted from the prefix cache for room.",
          double(prefix.evictions));
+}
+
+// The fraction of the pool's blocks that requests hold: as vLLM counts, blocks only saved prefixes
+// hold are free (admission takes them back).
+double kv_usage(const EngineStats& stats) {
+  if (stats.cache.blocks_total == 0) return 0.0;
+  return double(stats.cache.blocks_used - stats.prefix.blocks) / double(stats.cache.blocks_total);
 }
 
 // A metric under vLLM's name and labels (engine, model_name), for what reads vLLM's /metrics.
@@ -165,7 +179,7 @@ void render_vllm(std::ostringstream& out, const EngineStats& stats, const std::s
   vllm_metric(out, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", labels,
               double(stats.waiting));
   vllm_metric(out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", labels,
-              stats.cache.blocks_total ? double(stats.cache.blocks_used) / double(stats.cache.blocks_total) : 0.0);
+              kv_usage(stats));
   vllm_metric(out, "vllm:prefix_cache_queries_total", "counter",
               "Prefix cache queries, in terms of number of queried tokens.", labels, double(stats.prefix.queries));
   vllm_metric(out, "vllm:prefix_cache_hits_total", "counter",
@@ -179,10 +193,13 @@ std::string ServerMetrics::render(const EngineStats& stats, int64_t in_flight) c
   out.precision(12);
   metric(out, "vt_requests_running", "gauge", "Requests admitted to the cache and being processed.", double(stats.running));
   metric(out, "vt_requests_waiting", "gauge", "Requests queued for admission.", double(stats.waiting));
-  metric(out, "vt_kv_blocks_used", "gauge", "KV cache blocks in use.", double(stats.cache.blocks_used));
+  metric(out, "vt_kv_blocks_used", "gauge",
+         "KV cache blocks in use (with those only the prefix cache holds, vt_prefix_cache_blocks).",
+         double(stats.cache.blocks_used));
   metric(out, "vt_kv_blocks_total", "gauge", "KV cache blocks in the pool.", double(stats.cache.blocks_total));
-  metric(out, "vt_kv_cache_usage_ratio", "gauge", "Fraction of KV cache blocks in use.",
-         stats.cache.blocks_total ? double(stats.cache.blocks_used) / double(stats.cache.blocks_total) : 0.0);
+  metric(out, "vt_kv_cache_usage_ratio", "gauge",
+         "Fraction of KV cache blocks requests hold (blocks only the prefix cache holds are free for them).",
+         kv_usage(stats));
   metric(out, "vt_state_slots_used", "gauge", "Recurrent-state slots in use.", double(stats.cache.slots_used));
   metric(out, "vt_state_slots_total", "gauge", "Recurrent-state slots in the pool.", double(stats.cache.slots_total));
   metric(out, "vt_prompt_tokens_total", "counter", "Prompt tokens processed.", double(stats.prompt_tokens_total));

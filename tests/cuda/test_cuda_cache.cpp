@@ -1,8 +1,9 @@
 // The CUDA runner's one cache (golden Qwen3.5, f32 activations): sequences whose KV blocks are
 // scattered over a fragmented pool (grown a block at a time as the engine grows them, batched
 // steps and decode graphs over them) give the logits of sequences over blocks in order; a prefix
-// snapshot gathers and scatters through the block lists; the pool is shared (many short
-// sequences fit where one long one does); the engine admits into the model's pool.
+// hit shares a saved prefix's full blocks and copies its partly filled last one (the same logits as
+// a cold run), and no forward writes a shared block; the pool is shared (many short sequences fit
+// where one long one does); the engine admits into the model's pool.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -122,9 +123,13 @@ TEST_F(CudaCache, ScatteredBlocksGiveTheLogitsOfBlocksInOrder) {
   EXPECT_EQ(cache.usage().blocks_used + cache.usage().slots_used, 0);
 }
 
-// A snapshot saved from a sequence over scattered blocks, restored into one over other scattered
-// blocks: the two continue with the same logits, and as the sequence that never stopped.
-TEST_F(CudaCache, PrefixSnapshotsGatherAndScatterThroughTheBlockLists) {
+// A prefix saved from a sequence over scattered blocks (37 tokens: four full blocks of 8 and five
+// rows of a fifth) and started again by another sequence that holds the same four blocks at the
+// head of its table (shared, read-only) and a copy of the fifth (copy_kv_block) in a block of its
+// own: the two continue with the same logits, as a sequence that ran the whole prompt itself (a
+// cold run), and the shared blocks are never written (each forward checks it). The snapshot holds
+// only the linear-attention states.
+TEST_F(CudaCache, PrefixHitsShareFullBlocksAndCopyThePartlyFilledOne) {
   auto model = load_qwen35_cuda(kDense, small_pool_options());
   HybridCache& cache = *model->kv_cache();
   for (int64_t entry = 1; entry <= 6; ++entry) ASSERT_TRUE(cache.admit(entry, 8, 0));  // a block each
@@ -132,7 +137,7 @@ TEST_F(CudaCache, PrefixSnapshotsGatherAndScatterThroughTheBlockLists) {
   std::mt19937 rng(7);
   const int64_t vocab = model->info().vocab_size;
   const std::vector<int32_t> prompt = random_ids(rng, 37, vocab), next = random_ids(rng, 10, vocab);
-  constexpr int64_t kSaved = 200, kRestored = 201;
+  constexpr int64_t kSaved = 200, kRestored = 201, kCold = 202;
   ASSERT_TRUE(cache.admit(kSaved, 60, 0));
   auto saved = model->new_sequence_in_cache(kSaved, 60);
   Buffer logits(DType::kF32, {1, vocab});
@@ -141,20 +146,55 @@ TEST_F(CudaCache, PrefixSnapshotsGatherAndScatterThroughTheBlockLists) {
   ASSERT_TRUE(snapshot);
   EXPECT_EQ(snapshot->length(), 37);
   for (int64_t entry = 2; entry <= 6; entry += 3) cache.release(entry);
-  ASSERT_TRUE(cache.admit(kRestored, 60, 0));
+  const std::vector<int32_t> saved_blocks = cache.block_table(kSaved);
+  ASSERT_TRUE(cache.admit(kRestored, 60, 0, std::span<const int32_t>(saved_blocks).first(4)));
+  const std::vector<int32_t>& restored_blocks = cache.block_table(kRestored);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(restored_blocks[i], saved_blocks[i]);
+  EXPECT_NE(restored_blocks[4], saved_blocks[4]);
+  EXPECT_FALSE(cache.exclusive(kRestored, 0, 37));
+  EXPECT_TRUE(cache.exclusive(kRestored, 37, 60));
   auto restored = model->new_sequence_in_cache(kRestored, 60);
+  model->copy_kv_block(saved_blocks[4], restored_blocks[4]);
   model->restore_state(*snapshot, *restored);
   EXPECT_FALSE(in_order(cache.block_table(kSaved)));
-  EXPECT_FALSE(in_order(cache.block_table(kRestored)));
+  ASSERT_TRUE(cache.admit(kCold, 60, 0));
+  auto cold = model->new_sequence_in_cache(kCold, 60);
+  EXPECT_EQ(model->save_state(*cold)->bytes(), snapshot->bytes());  // at 0 tokens: no KV rows in either
+  model->forward(prompt, *cold, logits, {});
   for (int32_t token : next) {
-    std::vector<float> rows[2];
+    std::vector<float> rows[3];
     int i = 0;
-    for (SequenceState* state : {saved.get(), restored.get()}) {
+    for (SequenceState* state : {saved.get(), restored.get(), cold.get()}) {
       model->forward(std::span<const int32_t>(&token, 1), *state, logits, {});
       rows[i++].assign(logits.f32(), logits.f32() + vocab);
     }
     EXPECT_TRUE(rows[0] == rows[1]) << "rel L2 " << relative_l2(rows[0], rows[1]);
+    EXPECT_TRUE(rows[0] == rows[2]) << "rel L2 " << relative_l2(rows[0], rows[2]);
   }
+  for (auto* state : {&saved, &restored, &cold}) state->reset();
+  for (int64_t entry : {kSaved, kRestored, kCold}) cache.release(entry);
+  EXPECT_EQ(cache.usage().blocks_used + cache.usage().slots_used, 0);
+}
+
+// A sequence that shares a prefix's blocks cannot write into them: a forward from inside the shared
+// blocks (a sequence set back below its prefix) is refused before anything runs.
+TEST_F(CudaCache, AForwardIntoASharedBlockIsRefused) {
+  auto model = load_qwen35_cuda(kDense, small_pool_options());
+  HybridCache& cache = *model->kv_cache();
+  std::mt19937 rng(9);
+  const int64_t vocab = model->info().vocab_size;
+  const std::vector<int32_t> prompt = random_ids(rng, 16, vocab);
+  ASSERT_TRUE(cache.admit(1, 24, 0));
+  const std::vector<int32_t> first_blocks(cache.block_table(1).begin(), cache.block_table(1).begin() + 2);
+  ASSERT_TRUE(cache.admit(2, 24, 0, first_blocks));  // shares blocks 0 and 1 without their contents
+  auto sharer = model->new_sequence_in_cache(2, 24);
+  Buffer logits(DType::kF32, {1, vocab});
+  EXPECT_THROW(model->forward(prompt, *sharer, logits, {}), Error);
+  EXPECT_EQ(sharer->length(), 0);
+  sharer.reset();
+  cache.release(2);
+  cache.release(1);
+  EXPECT_EQ(cache.usage().blocks_used, 0);
 }
 
 // One pool for every sequence: it holds one sequence of 96 tokens or four of 24 (with slots to

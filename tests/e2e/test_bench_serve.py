@@ -52,10 +52,13 @@ def main():
         if run["engine_steps"]["count"] <= 0:
             failures.append(f"no engine steps recorded: {run['engine_steps']}")
     after = report["server_after"]
-    for gauge in ("vt_requests_running", "vt_requests_waiting", "vt_kv_blocks_used", "vt_state_slots_used",
+    for gauge in ("vt_requests_running", "vt_requests_waiting", "vt_state_slots_used",
                   "vt_http_requests_in_flight"):
         if after.get(gauge, -1) != 0:
             failures.append(f"{gauge} = {after.get(gauge)} after the load")
+    # KV blocks left are those only the prefix cache holds (saved prompts share their blocks).
+    if after.get("vt_kv_blocks_used", -1) != after.get("vt_prefix_cache_blocks", 0):
+        failures.append(f"KV blocks held by requests after the load: {after}")
     if not after.get("back_to_zero"):
         failures.append(f"the bench did not see the server idle: {after.get('gauges')}")
     if cancel:

@@ -87,9 +87,12 @@ def main():
     check([server["prefix_cache"] for server in report["servers"]] == ["on", "off"], f"servers: {report['servers']}")
     for server in report["servers"]:
         after = server["server_after"]
-        for gauge in ("vt_requests_running", "vt_requests_waiting", "vt_kv_blocks_used", "vt_state_slots_used",
+        for gauge in ("vt_requests_running", "vt_requests_waiting", "vt_state_slots_used",
                       "vt_http_requests_in_flight"):
             check(after.get(gauge, -1) == 0, f"cache {server['prefix_cache']}: {gauge} = {after.get(gauge)} after the load")
+        # KV blocks left are those only the prefix cache holds (saved prompts share their blocks).
+        check(after.get("vt_kv_blocks_used", -1) == after.get("vt_prefix_cache_blocks", 0),
+              f"cache {server['prefix_cache']}: KV blocks held by requests after the load: {after}")
     # scripts/gpu/serve_bench.sh's last table, from this report.
     table = subprocess.run([sys.executable, os.path.join(ROOT, "scripts/gpu/multiturn_table.py"), "-"],
                            input=result.stdout, capture_output=True, text=True)

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <random>
 
+#include "cache/hybrid_cache.h"
 #include "cache/prefix_cache.h"
 #include "engine/engine.h"
 #include "model/host_snapshot.h"
@@ -27,30 +28,106 @@ std::unique_ptr<StateSnapshot> snapshot_of(int64_t length, int64_t floats) {
   return snapshot;
 }
 
+// Fresh blocks of `pool` for `tokens` tokens (what a saved state holds).
+std::vector<int32_t> blocks_of(HybridCache& pool, int64_t tokens) { return *pool.allocate_blocks(pool.blocks_for(tokens)); }
+
 TEST(PrefixCache, FindsTheLongestSavedPrefixAndEvictsTheLeastRecentlyUsed) {
-  PrefixCache cache(3 * 100 * 4);  // three snapshots of 100 floats
-  const std::vector<int32_t> tokens = {5, 6, 7, 8, 9, 10, 11, 12};
+  HybridCache pool(64, 4, 1);
+  {
+    PrefixCache cache(3 * 100 * 4, pool, 0);  // three snapshots of 100 floats
+    const std::vector<int32_t> tokens = {5, 6, 7, 8, 9, 10, 11, 12};
+    const std::span<const int32_t> all(tokens);
+    EXPECT_FALSE(cache.find(all, 8).snapshot);
+    cache.insert(all.first(2), snapshot_of(2, 100), blocks_of(pool, 2));
+    cache.insert(all.first(5), snapshot_of(5, 100), blocks_of(pool, 5));
+    EXPECT_EQ(cache.find(all, 8).length, 5);
+    EXPECT_EQ(cache.find(all, 8).blocks.size(), 2u);
+    EXPECT_EQ(cache.find(all, 4).length, 2);  // a limit below the longest
+    const std::vector<int32_t> other = {5, 6, 99, 8, 9};
+    EXPECT_EQ(cache.find(other, 5).length, 2);  // diverges after two tokens
+    EXPECT_FALSE(cache.find(std::vector<int32_t>{6, 5, 7}, 3).snapshot);
+    cache.insert(all.first(7), snapshot_of(7, 100), blocks_of(pool, 7));
+    EXPECT_EQ(cache.bytes(), 1200);
+    EXPECT_TRUE(cache.touch(all.first(2)));  // 5 is now the least recently used
+    cache.insert(all.first(8), snapshot_of(8, 100), blocks_of(pool, 8));
+    EXPECT_EQ(cache.evictions(), 1);
+    EXPECT_EQ(cache.entries(), 3);
+    EXPECT_FALSE(cache.touch(all.first(5)));
+    EXPECT_EQ(cache.find(all, 6).length, 2);
+    EXPECT_EQ(cache.find(all, 8).length, 8);
+    cache.insert(all.first(8), snapshot_of(8, 100), blocks_of(pool, 8));  // saved already: the blocks go back
+    EXPECT_EQ(pool.free_blocks(), 64 - 1 - 2 - 2);
+    PrefixCache small(100, pool, 0);
+    small.insert(all.first(3), snapshot_of(3, 100), blocks_of(pool, 3));  // larger than the whole budget: not kept
+    EXPECT_EQ(small.entries(), 0);
+  }
+  EXPECT_EQ(pool.free_blocks(), 64);  // the entries' blocks went back with the caches
+}
+
+// Entries hold blocks by reference: a block a sequence still holds costs the cache nothing, one only
+// entries hold counts against the budget (block_bytes each) and goes back to the pool when
+// admission or growth needs it (make_room: entries that free a block first; nothing evicted when
+// even all of them would not free enough).
+TEST(PrefixCache, CountsTheBlocksOnlyItHoldsAndGivesThemBackUnderPressure) {
+  HybridCache pool(8, 4, 4);
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
   const std::span<const int32_t> all(tokens);
-  EXPECT_FALSE(cache.find(all, 8).snapshot);
-  cache.insert(all.first(2), snapshot_of(2, 100));
-  cache.insert(all.first(5), snapshot_of(5, 100));
-  EXPECT_EQ(cache.find(all, 8).length, 5);
-  EXPECT_EQ(cache.find(all, 4).length, 2);  // a limit below the longest
-  const std::vector<int32_t> other = {5, 6, 99, 8, 9};
-  EXPECT_EQ(cache.find(other, 5).length, 2);  // diverges after two tokens
-  EXPECT_FALSE(cache.find(std::vector<int32_t>{6, 5, 7}, 3).snapshot);
-  cache.insert(all.first(7), snapshot_of(7, 100));
-  EXPECT_EQ(cache.bytes(), 1200);
-  EXPECT_TRUE(cache.touch(all.first(2)));  // 5 is now the least recently used
-  cache.insert(all.first(8), snapshot_of(8, 100));
-  EXPECT_EQ(cache.evictions(), 1);
-  EXPECT_EQ(cache.entries(), 3);
-  EXPECT_FALSE(cache.touch(all.first(5)));
-  EXPECT_EQ(cache.find(all, 6).length, 2);
-  EXPECT_EQ(cache.find(all, 8).length, 8);
-  PrefixCache small(100);
-  small.insert(all.first(3), snapshot_of(3, 100));  // larger than the whole budget: not kept
-  EXPECT_EQ(small.entries(), 0);
+  {
+    PrefixCache cache(1 << 20, pool, 1000);
+    ASSERT_TRUE(pool.admit(1, 10, 0));  // 3 blocks
+    const std::vector<int32_t> saved(pool.block_table(1).begin(), pool.block_table(1).begin() + 2);
+    pool.retain_blocks(saved);
+    cache.insert(all.first(8), snapshot_of(8, 10), saved);
+    EXPECT_EQ(cache.cached_blocks(), 0);
+    EXPECT_EQ(cache.bytes(), 40);
+    // A second sequence starts from the entry: its first two blocks are the entry's, read-only.
+    const PrefixCache::Hit hit = cache.find(all, 11);
+    ASSERT_EQ(hit.length, 8);
+    ASSERT_TRUE(pool.admit(2, 12, 0, hit.blocks));
+    EXPECT_EQ(pool.block_table(2)[0], saved[0]);
+    EXPECT_EQ(pool.ref_count(saved[0]), 3);
+    EXPECT_FALSE(pool.exclusive(2, 0, 9));
+    EXPECT_TRUE(pool.exclusive(2, 8, 12));
+    EXPECT_EQ(pool.free_blocks(), 4);
+    pool.release(1);
+    EXPECT_EQ(cache.cached_blocks(), 0);  // the sharer still holds them
+    EXPECT_FALSE(cache.make_room(7));     // 5 free, and none only the cache holds: nothing evicted
+    EXPECT_EQ(cache.entries(), 1);
+    pool.release(2);
+    EXPECT_EQ(cache.cached_blocks(), 2);
+    EXPECT_EQ(cache.bytes(), 40 + 2000);
+    EXPECT_EQ(pool.free_blocks(), 6);
+    EXPECT_TRUE(cache.make_room(8));
+    EXPECT_EQ(cache.entries(), 0);
+    EXPECT_EQ(cache.evictions(), 1);
+    EXPECT_EQ(pool.free_blocks(), 8);
+  }
+  {
+    // Nested prefixes: the longer entry frees a block, the shorter one (least recently used) does
+    // not while the longer holds its blocks, so the longer one goes first.
+    PrefixCache cache(1 << 20, pool, 1000);
+    const std::vector<int32_t> blocks = blocks_of(pool, 12);
+    std::vector<int32_t> shorter(blocks.begin(), blocks.begin() + 2);
+    pool.retain_blocks(shorter);
+    cache.insert(all.first(8), snapshot_of(8, 10), shorter);
+    cache.insert(all.first(12), snapshot_of(12, 10), blocks);
+    EXPECT_EQ(cache.cached_blocks(), 3);
+    EXPECT_TRUE(cache.make_room(6));
+    EXPECT_EQ(cache.entries(), 1);
+    EXPECT_EQ(cache.find(all, 12).length, 8);
+    // The budget follows the sequences: within it while one shares the blocks, over it (trimmed)
+    // once it lets go.
+    PrefixCache tight(1500, pool, 1000);
+    ASSERT_TRUE(pool.admit(3, 8, 0));
+    std::vector<int32_t> held = pool.block_table(3);
+    pool.retain_blocks(held);
+    tight.insert(std::vector<int32_t>{7, 7, 7, 7, 7, 7, 7, 7}, snapshot_of(8, 10), held);
+    EXPECT_EQ(tight.entries(), 1);
+    pool.release(3);
+    tight.trim();
+    EXPECT_EQ(tight.entries(), 0);
+  }
+  EXPECT_EQ(pool.free_blocks(), 8);
 }
 
 struct Collector {
@@ -181,15 +258,16 @@ TEST_F(PrefixCacheEngine, SessionsShareTheStridesOfACommonPrompt) {
   for (size_t s = 1; s < warm.size(); ++s) EXPECT_EQ(warm[s][0].cached, 48) << "session " << s;
 }
 
-// Preemption (a pool too small for everyone), n-gram speculation and a budget that holds two
-// snapshots: the outputs stay those of the cache off.
+// Preemption (a pool too small for everyone, whose saved states give their blocks back under
+// pressure), n-gram speculation and a budget that holds nothing: the outputs stay those of the
+// cache off.
 TEST_F(PrefixCacheEngine, PreemptionSpeculationAndEvictionKeepOutputsExact) {
   RequestParams params;
   params.max_tokens = 10;
   std::mt19937 rng(5);
   const auto system = random_tokens(rng, 12);
   EngineOptions tiny = options(true);
-  tiny.cache_blocks = 14;
+  tiny.cache_blocks = 28;
   EngineStats stats;
   auto warm = converse(tiny, system, 6, 3, params, &stats);
   auto cold = converse(options(false), system, 6, 3, params);
@@ -238,6 +316,75 @@ TEST_F(PrefixCacheEngine, TheNextTurnStartsAtTheCachePoint) {
     cold.wait();
     EXPECT_EQ(turn2.ids, cold.ids);
   }
+}
+
+// Two requests start at once from a state saved at the end of a shared prompt of 21 tokens (blocks
+// of 8: two full blocks shared, the third, partly filled, copied for each): the outputs of the
+// cache off. Once everything has finished, the blocks still used are those only the cache holds.
+TEST_F(PrefixCacheEngine, SharersAtOnceAndAPartialLastBlockKeepTheOutputs) {
+  std::mt19937 rng(13);
+  const auto system = random_tokens(rng, 21);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 3; ++i) {
+    prompts.push_back(system);
+    const auto message = random_tokens(rng, 4 + i);
+    prompts.back().insert(prompts.back().end(), message.begin(), message.end());
+  }
+  RequestParams params;
+  params.max_tokens = 8;
+  params.logprobs = 0;
+  params.cache_point = int64_t(system.size());
+  std::vector<std::vector<int32_t>> outputs[2];
+  std::vector<int64_t> cached;
+  EngineStats stats;
+  for (bool prefix : {true, false}) {
+    Engine engine(*model_, nullptr, options(prefix));
+    Collector first;
+    engine.submit(prompts[0], params, first.callback());
+    first.wait();
+    std::vector<Collector> rest(2);
+    for (size_t i = 0; i < 2; ++i) engine.submit(prompts[i + 1], params, rest[i].callback());
+    for (Collector& c : rest) c.wait();
+    outputs[prefix].push_back(first.ids);
+    for (Collector& c : rest) outputs[prefix].push_back(c.ids), cached.push_back(prefix ? c.last.cached_tokens : 0);
+    if (prefix) stats = engine.stats();
+  }
+  EXPECT_EQ(outputs[0], outputs[1]);
+  EXPECT_EQ(cached, (std::vector<int64_t>{21, 21, 0, 0}));
+  EXPECT_EQ(stats.prefix.hits, 42);
+  EXPECT_GT(stats.prefix.blocks, 0);
+  EXPECT_EQ(stats.cache.blocks_used, stats.prefix.blocks);
+  EXPECT_EQ(stats.cache.sequences, 0);
+}
+
+// A pool that holds two requests' worth of saved states: later requests find it full of blocks
+// only the prefix cache holds, which go back (least recently used first) so every request is
+// admitted without waiting or preempting, with the outputs of the cache off.
+TEST_F(PrefixCacheEngine, BlockPressureEvictsSavedStatesBeforeAnyoneWaits) {
+  RequestParams params;
+  params.max_tokens = 4;
+  std::mt19937 rng(17);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(random_tokens(rng, 30));
+  EngineOptions tight = options(true);
+  tight.cache_blocks = 10;
+  std::vector<std::vector<int32_t>> outputs[2];
+  EngineStats stats;
+  for (bool prefix : {true, false}) {
+    EngineOptions engine_options = prefix ? tight : options(false);
+    Engine engine(*model_, nullptr, engine_options);
+    for (const auto& prompt : prompts) {
+      Collector c;
+      engine.submit(prompt, params, c.callback());
+      c.wait();
+      outputs[prefix].push_back(c.ids);
+    }
+    if (prefix) stats = engine.stats();
+  }
+  EXPECT_EQ(outputs[0], outputs[1]);
+  EXPECT_GT(stats.prefix.evictions, 0);
+  EXPECT_EQ(stats.preemptions, 0);
+  EXPECT_EQ(stats.cache.blocks_used, stats.prefix.blocks);
 }
 
 TEST_F(PrefixCacheEngine, RefusesAStrideThatIsNotAMultipleOfTheChunk) {

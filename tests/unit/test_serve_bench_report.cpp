@@ -153,6 +153,10 @@ TEST(ServeBenchReport, IdleGauges) {
   std::map<std::string, double> vt_idle = vt_busy;
   for (auto& [name, value] : vt_idle) value = 0;
   EXPECT_TRUE(gauges_at_zero(idle_gauges(vt_idle)));
+  // Blocks only the prefix cache holds are not a request's.
+  vt_idle["vt_kv_blocks_used"] = 5;
+  vt_idle["vt_prefix_cache_blocks"] = 5;
+  EXPECT_TRUE(gauges_at_zero(idle_gauges(vt_idle)));
   // Another server: vLLM's names, labelled, summed over the labels.
   const std::map<std::string, double> vllm = {{"vllm:num_requests_running{model_name=\"a\"}", 0},
                                               {"vllm:num_requests_waiting{model_name=\"a\"}", 1},

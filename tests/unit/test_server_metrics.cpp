@@ -49,12 +49,14 @@ TEST(ServerMetrics, PrefixCacheAndVllmNamesInValidExposition) {
   EngineStats stats;
   stats.running = 3;
   stats.waiting = 2;
-  stats.cache.blocks_used = 16;
+  stats.cache.blocks_used = 28;  // 12 of them only the prefix cache's
   stats.cache.blocks_total = 64;
   stats.prefix.queries = 1200;
   stats.prefix.hits = 900;
   stats.prefix.snapshots = 7;
   stats.prefix.snapshot_bytes = 123456789;
+  stats.prefix.blocks = 12;
+  stats.prefix.bytes = 123456789 + 12 * 1000;
   stats.prefix.evictions = 4;
   server::ServerMetrics metrics("team/model \"a\"");
   metrics.record_response(200);
@@ -66,6 +68,8 @@ TEST(ServerMetrics, PrefixCacheAndVllmNamesInValidExposition) {
   EXPECT_EQ(samples.at("vt_prefix_cache_hits_tokens_total"), 900);
   EXPECT_EQ(samples.at("vt_prefix_cache_snapshots"), 7);
   EXPECT_EQ(samples.at("vt_prefix_cache_snapshot_bytes"), 123456789);
+  EXPECT_EQ(samples.at("vt_prefix_cache_blocks"), 12);
+  EXPECT_EQ(samples.at("vt_prefix_cache_bytes"), 123456789 + 12 * 1000);
   EXPECT_EQ(samples.at("vt_prefix_cache_evictions_total"), 4);
 
   // vLLM labels each engine's metrics with the served model name and the engine's index.
