@@ -172,7 +172,7 @@ TEST_F(CudaCache, PrefixHitsShareFullBlocksAndCopyThePartlyFilledOne) {
     EXPECT_TRUE(rows[0] == rows[2]) << "rel L2 " << relative_l2(rows[0], rows[2]);
   }
   for (auto* state : {&saved, &restored, &cold}) state->reset();
-  for (int64_t entry : {kSaved, kRestored, kCold}) cache.release(entry);
+  for (int64_t entry : {kSaved, kRestored, kCold, int64_t(3), int64_t(6)}) cache.release(entry);
   EXPECT_EQ(cache.usage().blocks_used + cache.usage().slots_used, 0);
 }
 
