@@ -83,7 +83,7 @@ nlohmann::json speculative_json(const vt::SpeculativeStats& stats, const std::st
           {"acceptance_by_position", acceptance_by_position}};
 }
 
-std::unique_ptr<vt::Model> open_model(const GenerateArgs& args, int64_t context) {
+std::unique_ptr<vt::Model> open_model(const GenerateArgs& args, [[maybe_unused]] int64_t context) {
   if (args.device == "cuda") {
 #ifdef VT_WITH_CUDA
     VT_CHECK(args.fp8_activations == "quantized", "--device cuda runs FP8 weights W8A8 only");

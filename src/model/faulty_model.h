@@ -19,13 +19,14 @@ class FaultyModel : public Model {
       : inner_(inner), fail_from_(fail_from), fail_sequence_(fail_sequence) {}
 
   const ModelInfo& info() const override { return inner_.info(); }
+  // Both ways of making a sequence count: the engine uses the second when the model has a cache.
   std::unique_ptr<SequenceState> new_sequence(int64_t capacity) const override {
-    const int64_t call = ++sequences_;
-    if (call == fail_sequence_) VT_FAIL("injected fault: new sequence ", call, " failed (no memory for it)");
+    count_sequence();
     return inner_.new_sequence(capacity);
   }
   HybridCache* kv_cache() override { return inner_.kv_cache(); }
   std::unique_ptr<SequenceState> new_sequence_in_cache(int64_t cache_id, int64_t capacity) const override {
+    count_sequence();
     return inner_.new_sequence_in_cache(cache_id, capacity);
   }
   void forward(std::span<const int32_t> tokens, SequenceState& state, const TensorView& logits,
@@ -59,6 +60,10 @@ class FaultyModel : public Model {
   int64_t forwards() const { return forwards_; }  // batched forwards asked for so far
 
  private:
+  void count_sequence() const {
+    const int64_t call = ++sequences_;
+    if (call == fail_sequence_) VT_FAIL("injected fault: new sequence ", call, " failed (no memory for it)");
+  }
   void count_forward() {
     const int64_t call = ++forwards_;
     if (fail_from_ > 0 && call >= fail_from_)

@@ -470,7 +470,9 @@ void expect_each_as_alone(Model& model, const EngineOptions& options, const std:
   for (size_t i = 0; i < prompts.size(); ++i) {
     EXPECT_EQ(together[i].last.error, "") << "request " << i;
     EXPECT_EQ(together[i].ids, run_all(model, alone, {prompts[i]}, {params[i]})[0].ids) << "request " << i;
-    if (full_length) EXPECT_EQ(int64_t(together[i].ids.size()), params[i].max_tokens) << "request " << i;
+    if (full_length) {
+      EXPECT_EQ(int64_t(together[i].ids.size()), params[i].max_tokens) << "request " << i;
+    }
   }
 }
 
@@ -650,7 +652,9 @@ TEST_F(EngineSpecTest, SixteenMixedRequestsEqualRunningAlone) {
     EXPECT_EQ(stats.generation_tokens_total, total_completion);
     EXPECT_EQ(stats.speculative.emitted, spec_completion - spec_requests);
     EXPECT_EQ(stats.running + stats.waiting + stats.cache.blocks_used + stats.cache.slots_used, 0);
-    if (oracle) EXPECT_GT(stats.speculative.accepted, stats.speculative.drafted / 10);
+    if (oracle) {
+      EXPECT_GT(stats.speculative.accepted, stats.speculative.drafted / 10);
+    }
     EXPECT_GT(stats.speculative.steps, 0);
   }
 }

@@ -292,7 +292,6 @@ class FixedDrafter final : public Drafter {
 
 TEST_F(EngineDeviceSampling, TokenRulesMaskHostRowsSpeculatingOrNot) {
   TwinSamplingModel device(*model_);
-  const int64_t vocab = model_->info().vocab_size;
   std::mt19937 rng(35);
   std::vector<std::vector<int32_t>> prompts;
   std::vector<RequestParams> params(6);
