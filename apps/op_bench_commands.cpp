@@ -299,8 +299,7 @@ void bench_attention(OpBench& bench, int64_t m) {
   const int64_t max_blocks = (context + 1 + block_size - 1) / block_size,
                 max_context = max_blocks * block_size;
   const int64_t hq = c.num_heads, hkv = c.num_kv_heads, d = c.head_dim;
-  const cuda::AttentionShape shape{hq,           hkv,           d, c.rotary_dim, block_size,
-                                   c.rope_theta, c.rms_norm_eps};
+  const cuda::AttentionShape shape{hq, hkv, d, c.rotary_dim, block_size, c.rope, c.rms_norm_eps};
   const int64_t cache_rows = m * max_blocks * block_size, cache_values = cache_rows * hkv * d;
   const int64_t copies = cold_copies(2.0 * double(cache_values) * 2);
   std::vector<cuda::DeviceBuffer> k_caches, v_caches;

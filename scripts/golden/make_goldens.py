@@ -376,6 +376,14 @@ def case_qwen3_5_dense(out_dir):
     bf16_case("qwen3_5_dense", Qwen3_5ForCausalLM, cfg, 1001, out_dir)
 
 
+def case_qwen3_5_yarn(out_dir):
+    # YaRN over an original context of 32 positions, so the 150-token prompt runs far past it
+    # (rotary dim 8: pair 0 keeps its frequency, pairs 1-3 are interpolated).
+    rope = dict(ROPE_PLAIN, rope_type="yarn", factor=4.0, original_max_position_embeddings=32)
+    cfg = Qwen3_5TextConfig(**TEXT_DIMS, intermediate_size=128, rope_parameters=rope)
+    bf16_case("qwen3_5_yarn", Qwen3_5ForCausalLM, cfg, 1009, out_dir)
+
+
 def case_qwen3_5_vl(out_dir):
     text = dict(TEXT_DIMS, intermediate_size=128, rope_parameters=dict(ROPE_MROPE))
     cfg = Qwen3_5Config(text_config=text, vision_config=dict(VISION_DIMS))
@@ -634,6 +642,7 @@ def case_qwen3_5_fp8(out_dir):
 
 CASES = {
     "qwen3_5_dense": case_qwen3_5_dense,
+    "qwen3_5_yarn": case_qwen3_5_yarn,
     "qwen3_5_vl": case_qwen3_5_vl,
     "qwen3_5_moe": case_qwen3_5_moe,
     "qwen3_next": case_qwen3_next,

@@ -70,7 +70,7 @@ void gated_rms_norm(const TensorView& out, const TensorView& x, const TensorView
   cpu::gated_rms_norm(out.f32(), x.f32(), z.f32(), w.f32(), x.numel() / n, n, eps);
 }
 
-void rope_neox(const TensorView& x, const TensorView& positions, int64_t rotary_dim, float theta) {
+void rope_neox(const TensorView& x, const TensorView& positions, int64_t rotary_dim, const Rope& rope) {
   expect_cpu_f32(x, "rope_neox", "x");
   VT_CHECK(x.rank() == 3, "rope_neox: x must be [T, heads, head_dim], got ", x.shape.str());
   VT_CHECK(positions.dtype == DType::kI64 && positions.numel() == x.dim(0),
@@ -80,7 +80,7 @@ void rope_neox(const TensorView& x, const TensorView& positions, int64_t rotary_
   Timer timer("rope_neox", OpGroup::kAttention, {x.dim(0), x.dim(1), rotary_dim},
               kF32 * double(2 * x.dim(0) * x.dim(1) * rotary_dim) + 8.0 * double(x.dim(0)),
               3.0 * double(x.dim(0) * x.dim(1) * rotary_dim));
-  cpu::rope_neox(x.f32(), positions.as<int64_t>(), x.dim(0), x.dim(1), x.dim(2), rotary_dim, theta);
+  cpu::rope_neox(x.f32(), positions.as<int64_t>(), x.dim(0), x.dim(1), x.dim(2), rotary_dim, rope);
 }
 
 void attention_causal(const TensorView& out, const TensorView& q, const TensorView& k_cache,

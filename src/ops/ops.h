@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "ops/attention/rope.h"
 #include "trace/intent.h"
 
 namespace vt::ops {
@@ -23,7 +24,7 @@ void gated_rms_norm(const TensorView& out, const TensorView& x, const TensorView
                     const TensorView& w, float eps);
 
 // In place on x [T, heads, head_dim]; positions [T] (i64).
-void rope_neox(const TensorView& x, const TensorView& positions, int64_t rotary_dim, float theta);
+void rope_neox(const TensorView& x, const TensorView& positions, int64_t rotary_dim, const Rope& rope);
 
 // q [T, Hq, D] at positions start..start+T-1 over caches [capacity, Hkv, D] filled to start+T.
 void attention_causal(const TensorView& out, const TensorView& q, const TensorView& k_cache,

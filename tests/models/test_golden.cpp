@@ -104,6 +104,8 @@ void check_case(const std::string& name, const std::string& mode, Fp8Activations
 }
 
 TEST(Golden, Qwen35Dense) { check_case("qwen3_5_dense", "", Fp8Activations::kQuantized, numerics::kLogitsRelL2); }
+// YaRN from rope_parameters (factor 4 over 32 original positions; the 150-token prompt runs past them).
+TEST(Golden, Qwen35Yarn) { check_case("qwen3_5_yarn", "", Fp8Activations::kQuantized, numerics::kLogitsRelL2); }
 TEST(Golden, Qwen35VisionLanguageLayout) { check_case("qwen3_5_vl", "", Fp8Activations::kQuantized, numerics::kLogitsRelL2); }
 TEST(Golden, Qwen35Moe) { check_case("qwen3_5_moe", "", Fp8Activations::kQuantized, numerics::kLogitsRelL2); }
 TEST(Golden, Qwen3NextSharded) { check_case("qwen3_next", "", Fp8Activations::kQuantized, numerics::kLogitsRelL2); }

@@ -74,7 +74,7 @@ TEST(Llama, NeoxRopeOnUnpermutedRowsEqualsInterleavedRopeOnStoredRows) {
   for (int64_t t = 0; t < tokens; ++t) positions.view().as<int64_t>()[t] = 7 + 3 * t;
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t h = 0; h < heads; ++h) rope_interleaved(q_stored.f32() + (t * heads + h) * d, d, 7 + 3 * t, theta);
-  ops::rope_neox(q_vt.view().reshape({tokens, heads, d}), positions, d, theta);
+  ops::rope_neox(q_vt.view().reshape({tokens, heads, d}), positions, d, Rope{theta});
 
   const int64_t half = d / 2;
   for (int64_t t = 0; t < tokens; ++t)

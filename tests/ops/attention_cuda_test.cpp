@@ -53,8 +53,8 @@ struct AttentionStep {
 };
 
 AttentionStep make_attention_step(int64_t hq, int64_t hkv, int64_t d, DType act, const StepPlan& plan,
-                                  int64_t block_size, int64_t rotary) {
-  const float theta = 10000.0f, eps = 1e-6f;
+                                  int64_t block_size, int64_t rotary, const Rope& rope = Rope{}) {
+  const float eps = 1e-6f;
   const bool bf16 = act == DType::kBF16;
   const auto stored = [&](float x) { return bf16 ? bf16_to_f32(f32_to_bf16(x)) : x; };
   const auto upload_act = [&](const std::vector<float>& host) {
@@ -66,7 +66,7 @@ AttentionStep make_attention_step(int64_t hq, int64_t hkv, int64_t d, DType act,
   a.plan = plan;
   a.layout = make_layout(plan);
   a.act = act;
-  a.shape = {hq, hkv, d, rotary, block_size, theta, eps};
+  a.shape = {hq, hkv, d, rotary, block_size, rope, eps};
   const HostLayout& layout = a.layout;
   const int64_t T = a.tokens = plan.tokens(), S = a.seqs = int64_t(plan.fresh.size());
   const int64_t width = hq * 2 * d + 2 * hkv * d;
@@ -106,8 +106,8 @@ AttentionStep make_attention_step(int64_t hq, int64_t hkv, int64_t d, DType act,
     cpu::rms_norm(&k_cache[start * hkv * d], &k_cache[start * hkv * d], k_norm.data(), n * hkv, d, eps, 1.0f);
     std::vector<int64_t> positions(n);
     for (int64_t t = 0; t < n; ++t) positions[t] = start + t;
-    cpu::rope_neox(q.data(), positions.data(), n, hq, d, rotary, theta);
-    cpu::rope_neox(&k_cache[start * hkv * d], positions.data(), n, hkv, d, rotary, theta);
+    cpu::rope_neox(q.data(), positions.data(), n, hq, d, rotary, rope);
+    cpu::rope_neox(&k_cache[start * hkv * d], positions.data(), n, hkv, d, rotary, rope);
     for (int64_t i = start * hkv * d; i < (start + n) * hkv * d; ++i) k_cache[i] = stored(k_cache[i]);
     std::vector<float> out(n * hq * d);
     cpu::attention_causal(out.data(), q.data(), k_cache.data(), v_cache.data(), n, start, hq, hkv, d, 1.0f / std::sqrt(float(d)));
@@ -146,10 +146,12 @@ AttentionStep make_attention_step(int64_t hq, int64_t hkv, int64_t d, DType act,
 
 // Attention of one step against the CPU reference for a head layout and activation dtype, on
 // paged_attention at several split counts.
-void check_attention(int64_t hq, int64_t hkv, int64_t d, DType act, double tolerance) {
-  // Sequence 0: 37 cached + 1 decode; 1: prefill of 21; 2: 15 cached + 3 new (crosses a block);
-  // 3: 100 cached + 1 decode (every split of 8 holds keys).
-  AttentionStep a = make_attention_step(hq, hkv, d, act, StepPlan{{37, 0, 15, 100}, {1, 21, 3, 1}}, 16, 16);
+void check_attention(int64_t hq, int64_t hkv, int64_t d, DType act, double tolerance,
+                     const StepPlan& plan = StepPlan{{37, 0, 15, 100}, {1, 21, 3, 1}}, const Rope& rope = Rope{},
+                     int64_t rotary = 16) {
+  // By default: sequence 0: 37 cached + 1 decode; 1: prefill of 21; 2: 15 cached + 3 new (crosses
+  // a block); 3: 100 cached + 1 decode (every split of 8 holds keys).
+  AttentionStep a = make_attention_step(hq, hkv, d, act, plan, 16, rotary, rope);
   const int64_t T = a.tokens, max_keys = a.max_blocks * a.shape.block_size;
   const bool bf16 = act == DType::kBF16;
   for (int64_t splits : {1, 3, 8, 40, 70}) {  // 40, 70: the combine merges chunks of 32 splits
@@ -245,12 +247,26 @@ TEST_F(AttentionCuda, AttentionMatchesCpu) {
   check_attention(6, 2, 64, DType::kBF16, numerics::kCudaAttentionBf16RelL2);
 }
 
+// YaRN (the family's 1M-token setting: factor 4 over the native context, here over 1,024
+// positions so that a short test reaches past it): the prepare kernel's frequencies and
+// attention factor against the CPU reference's, at positions inside and past the original
+// context, rotary 64 of 256 as the family.
+TEST_F(AttentionCuda, YarnRopeMatchesCpu) {
+  YarnConfig yarn;
+  yarn.factor = 4.0;
+  yarn.original_max_position_embeddings = 1024;
+  const Rope rope = yarn_rope(1e7, 64, yarn);
+  const StepPlan plan{{3000, 0, 1020}, {1, 40, 9}};
+  check_attention(24, 4, 256, DType::kBF16, numerics::kCudaAttentionBf16RelL2, plan, rope, 64);
+  check_attention(6, 2, 64, DType::kF32, numerics::kCudaAttentionF32RelL2, plan, rope, 64);
+}
+
 // The 27B's heads (24 / 4) at awkward lengths (one token, a tile less one, a tile, a tile and
 // one, many tiles with a ragged last), after a cached prefix that ends mid-block, and two
 // sequences in one step (the second's tokens after the first's, its prefix in other blocks); the
 // family's other layouts (16 / 2, 32 / 2) on a mixed step.
 TEST_F(AttentionCuda, PrefillMatchesCpu) {
-  if (!cuda::prefill_attention_supports({24, 4, 256, 64, 32, 1e7f, 1e-6f}, DType::kBF16))
+  if (!cuda::prefill_attention_supports({24, 4, 256, 64, 32, Rope{1e7f}, 1e-6f}, DType::kBF16))
     GTEST_SKIP() << "built without FlashInfer's headers";
   for (int32_t length : {1, 63, 64, 65, 1000}) check_prefill_attention(24, 4, StepPlan{{0}, {length}});
   check_prefill_attention(24, 4, StepPlan{{100}, {65}});

@@ -49,7 +49,7 @@ TEST(Attention, RopeRotatesOnlyTheRotaryDims) {
   Buffer x = random({2, 1, 8}, 11), original = copy(x), positions(DType::kI64, {2});
   positions.view().as<int64_t>()[0] = 0;
   positions.view().as<int64_t>()[1] = 3;
-  ops::rope_neox(x, positions, 4, 10000.0f);
+  ops::rope_neox(x, positions, 4, Rope{10000.0f});
   for (int i = 0; i < 8; ++i) EXPECT_EQ(x.f32()[i], original.f32()[i]);  // position 0: identity
   for (int i = 4; i < 8; ++i) EXPECT_EQ(x.f32()[8 + i], original.f32()[8 + i]);
   double angle = 3.0 / std::pow(10000.0, 2.0 / 4);  // pair (1, 3)

@@ -85,7 +85,7 @@ struct Reference {
   void rope(float* head, int64_t position) const {
     const int64_t half = c.rotary_dim / 2;
     for (int64_t i = 0; i < half; ++i) {
-      const double angle = position * std::pow(double(c.rope_theta), -2.0 * i / c.rotary_dim);
+      const double angle = position * std::pow(double(c.rope.theta), -2.0 * i / c.rotary_dim);
       const double x1 = head[i], x2 = head[i + half];
       head[i] = float(x1 * std::cos(angle) - x2 * std::sin(angle));
       head[i + half] = float(x2 * std::cos(angle) + x1 * std::sin(angle));

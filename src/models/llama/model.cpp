@@ -252,8 +252,8 @@ void LlamaModel::attention(const TensorView& out, const TensorView& x, int layer
   }
   Buffer positions(DType::kI64, {T});
   for (int64_t t = 0; t < T; ++t) positions.view().as<int64_t>()[t] = start + t;
-  ops::rope_neox(q, positions, d, config_.rope_theta);
-  ops::rope_neox(k_new, positions, d, config_.rope_theta);
+  ops::rope_neox(q, positions, d, Rope{config_.rope_theta});
+  ops::rope_neox(k_new, positions, d, Rope{config_.rope_theta});
 
   Buffer attended(DType::kF32, {T, hq, d});
   ops::attention_causal(attended, q, state.k_cache[layer], state.v_cache[layer], start, 1.0f / std::sqrt(float(d)));

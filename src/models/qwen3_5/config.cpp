@@ -22,27 +22,56 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"Qwen3NextForCausalLM", Qwen35Variant::kQwen3Next, false},
 };
 
+// A number that may be missing or null (HF writes null for "not set").
+std::optional<double> optional_number(const JsonObject& object, const std::string& key) {
+  if (!object.has(key) || object.raw().at(key).is_null()) return std::nullopt;
+  return object.get_number(key);
+}
+
+// YaRN's keys (HF's rope_parameters, or the older rope_scaling); a 0 or null beta takes the
+// paper's default as HF does.
+YarnConfig parse_yarn(const JsonObject& rope, const Qwen35Config& config) {
+  YarnConfig yarn;
+  yarn.original_max_position_embeddings =
+      rope.get_int("original_max_position_embeddings", config.max_position_embeddings);
+  VT_CHECK(yarn.original_max_position_embeddings > 0, rope.where(), ".original_max_position_embeddings must be positive");
+  yarn.factor = optional_number(rope, "factor")
+                    .value_or(double(config.max_position_embeddings) / double(yarn.original_max_position_embeddings));
+  VT_CHECK(yarn.factor >= 1.0, rope.where(), ".factor ", yarn.factor, " must be at least 1");
+  if (auto beta = optional_number(rope, "beta_fast"); beta && *beta != 0) yarn.beta_fast = *beta;
+  if (auto beta = optional_number(rope, "beta_slow"); beta && *beta != 0) yarn.beta_slow = *beta;
+  VT_CHECK(yarn.beta_fast > 0 && yarn.beta_slow > 0, rope.where(), ": beta_fast and beta_slow must be positive");
+  yarn.attention_factor = optional_number(rope, "attention_factor");
+  VT_CHECK(!yarn.attention_factor || *yarn.attention_factor > 0, rope.where(), ".attention_factor must be positive");
+  yarn.mscale = optional_number(rope, "mscale");
+  yarn.mscale_all_dim = optional_number(rope, "mscale_all_dim");
+  yarn.truncate = rope.get_bool("truncate", true);
+  return yarn;
+}
+
 void parse_rope(const JsonObject& text, Qwen35Config& config) {
   double theta = text.get_number("rope_theta", 10000.0);
   double partial = text.get_number("partial_rotary_factor", 1.0);
-  if (auto rope = text.optional_child("rope_parameters")) {
-    std::string type = rope->get_string("rope_type", "default");
-    if (type != "default")
-      VT_FAIL(rope->where(), ".rope_type: '", type, "' is not supported (only 'default')");
+  // rope_parameters (HF 5) or rope_scaling (HF 4): "default" / "mrope" (text positions make
+  // Qwen3.5's multimodal RoPE the plain one) or "yarn".
+  const std::optional<JsonObject> rope =
+      text.has("rope_parameters") ? text.optional_child("rope_parameters") : text.optional_child("rope_scaling");
+  bool yarn = false;
+  if (rope) {
+    std::string type = rope->get_string("rope_type", rope->get_string("type", "default"));
+    yarn = type == "yarn";
+    if (!yarn && type != "default" && type != "mrope")
+      VT_FAIL(rope->where(), ".rope_type: '", type, "' is not supported (default, mrope or yarn)");
     theta = rope->get_number("rope_theta", theta);
     partial = rope->get_number("partial_rotary_factor", partial);
-  } else if (auto scaling = text.optional_child("rope_scaling")) {
-    std::string type = scaling->get_string("rope_type", scaling->get_string("type", "default"));
-    if (type != "default" && type != "mrope")
-      VT_FAIL(scaling->where(), ": rope scaling '", type, "' is not supported");
   }
   VT_CHECK(theta > 0, text.where(), ": rope_theta must be positive");
   VT_CHECK(partial > 0 && partial <= 1, text.where(), ": partial_rotary_factor ", partial,
            " must be in (0, 1]");
-  config.rope_theta = float(theta);
   config.rotary_dim = int64_t(double(config.head_dim) * partial);  // int() as HF
   VT_CHECK(config.rotary_dim % 2 == 0 && config.rotary_dim > 0, text.where(), ": rotary dim ",
            config.rotary_dim, " must be even and positive");
+  config.rope = yarn ? yarn_rope(theta, config.rotary_dim, parse_yarn(*rope, config)) : Rope{float(theta)};
 }
 
 void parse_quantization(const JsonObject& object, Qwen35Config& config) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "io/json_config.h"
+#include "ops/attention/rope.h"
 
 namespace vt {
 
@@ -36,7 +37,7 @@ struct Qwen35Config {
 
   // Gated attention.
   int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0, rotary_dim = 0;
-  float rope_theta = 10000.0f;
+  Rope rope;  // theta and, from rope_parameters, YaRN
 
   // Gated DeltaNet.
   int64_t linear_num_key_heads = 0, linear_num_value_heads = 0;

@@ -232,7 +232,7 @@ Fp8Rows Qwen35CudaForward::input_norm(const CudaLayer& layer, int64_t T, cuda::B
 
 cuda::AttentionShape Qwen35CudaForward::attention_shape() const {
   const auto& c = config_;
-  return {c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim, options_.block_size, c.rope_theta, c.rms_norm_eps};
+  return {c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim, options_.block_size, c.rope, c.rms_norm_eps};
 }
 
 // x += branch; normed = post_attention_norm(x); branch = ffn(normed) (SwiGLU MLP or MoE).

@@ -484,7 +484,7 @@ Qwen35Config synthetic_config(const std::string& name) {
   c.max_position_embeddings = 262144;
   c.head_dim = 256;
   c.rotary_dim = 64;
-  c.rope_theta = 1e7f;
+  c.rope.theta = 1e7f;
   c.linear_key_head_dim = c.linear_value_head_dim = 128;
   c.linear_conv_kernel = 4;
   if (name == "qwen3.5-27b") {

@@ -363,8 +363,8 @@ void Qwen35Model::attention(const TensorView& out, const TensorView& x, const At
   ops::rms_norm(k_new, k_new, w.k_norm, config_.rms_norm_eps, 1.0f);
   Buffer positions(DType::kI64, {T});
   for (int64_t t = 0; t < T; ++t) positions.view().as<int64_t>()[t] = start + t;
-  ops::rope_neox(q, positions, config_.rotary_dim, config_.rope_theta);
-  ops::rope_neox(k_new, positions, config_.rotary_dim, config_.rope_theta);
+  ops::rope_neox(q, positions, config_.rotary_dim, config_.rope);
+  ops::rope_neox(k_new, positions, config_.rotary_dim, config_.rope);
 
   Buffer attended(DType::kF32, {T, hq, d});
   ops::attention_causal(attended, q, k_cache, v_cache, start, 1.0f / std::sqrt(float(d)));
@@ -427,7 +427,9 @@ std::string Qwen35Model::describe() const {
        << "vocab " << c.vocab_size << ", hidden " << c.hidden_size << ", layers " << c.num_layers
        << ", rms_norm_eps " << c.rms_norm_eps << ", tied embeddings " << (c.tie_word_embeddings ? "yes" : "no") << "\n"
        << "attention: heads " << c.num_heads << " / kv " << c.num_kv_heads << " x " << c.head_dim
-       << ", rotary dims " << c.rotary_dim << ", theta " << c.rope_theta << "\n"
+       << ", rotary dims " << c.rotary_dim << ", theta " << c.rope.theta;
+  if (c.rope.factor != 1.0f) text << ", YaRN x" << c.rope.factor << " (attention factor " << c.rope.attention_factor << ")";
+  text << "\n"
        << "gated deltanet: key heads " << c.linear_num_key_heads << " x " << c.linear_key_head_dim
        << ", value heads " << c.linear_num_value_heads << " x " << c.linear_value_head_dim << ", conv "
        << c.linear_conv_kernel << "\n";

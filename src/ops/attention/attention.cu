@@ -65,9 +65,8 @@ __global__ void sm90_attention_prepare(PrepareArgs args) {
     float value = s_x[i];
     if (i < shape.rotary_dim) {
       const int64_t pair = i % half;
-      const float inv_freq = 1.0f / powf(shape.rope_theta, float(2 * pair) / float(shape.rotary_dim));
-      const float angle = float(position) * inv_freq;
-      const float c = cosf(angle), s = sinf(angle);
+      const float angle = float(position) * rope_inv_freq(shape.rope, pair, shape.rotary_dim);
+      const float c = cosf(angle) * shape.rope.attention_factor, s = sinf(angle) * shape.rope.attention_factor;
       value = i < half ? s_x[i] * c - s_x[i + half] * s : s_x[i] * c + s_x[i - half] * s;
     }
     if (is_query) {

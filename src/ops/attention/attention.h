@@ -7,13 +7,14 @@
 
 #include "core/dtype.h"
 #include "cuda/stream.h"
+#include "ops/attention/rope.h"
 #include "ops/step_layout.h"
 
 namespace vt::cpu {
 
 // x[T, heads, head_dim]: NeoX rotation of the first rotary_dim dims at positions[t].
 void rope_neox(float* x, const int64_t* positions, int64_t num_tokens, int64_t heads,
-               int64_t head_dim, int64_t rotary_dim, float theta);
+               int64_t head_dim, int64_t rotary_dim, const Rope& rope);
 
 // Causal GQA attention of T new queries over a contiguous cache holding positions [0, cached).
 // q[T, Hq, D]; k_cache, v_cache [capacity, Hkv, D]; query t sits at position start + t and sees
@@ -28,7 +29,8 @@ namespace vt::cuda {
 
 struct AttentionShape {
   int64_t num_heads, num_kv_heads, head_dim, rotary_dim, block_size;
-  float rope_theta, eps;
+  Rope rope;
+  float eps;
 };
 
 // Splits projected [T, Hq*2D + 2*Hkv*D] (per head [q | gate], then k, then v): q_norm/k_norm

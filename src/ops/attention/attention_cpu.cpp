@@ -9,17 +9,16 @@
 namespace vt::cpu {
 
 void rope_neox(float* x, const int64_t* positions, int64_t num_tokens, int64_t heads,
-               int64_t head_dim, int64_t rotary_dim, float theta) {
+               int64_t head_dim, int64_t rotary_dim, const Rope& rope) {
   const int64_t half = rotary_dim / 2;
-  // Same float32 arithmetic as HF: inv_freq = 1 / theta^(2i / rotary_dim); angle = pos * inv_freq.
+  // Same float32 arithmetic as HF: angle = pos * inv_freq; cos and sin times the attention factor.
   std::vector<float> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i)
-    inv_freq[i] = 1.0f / std::pow(theta, float(2 * i) / float(rotary_dim));
+  for (int64_t i = 0; i < half; ++i) inv_freq[i] = rope_inv_freq(rope, i, rotary_dim);
   parallel_for(num_tokens, 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       for (int64_t i = 0; i < half; ++i) {
         float angle = float(positions[t]) * inv_freq[i];
-        float cos = std::cos(angle), sin = std::sin(angle);
+        float cos = std::cos(angle) * rope.attention_factor, sin = std::sin(angle) * rope.attention_factor;
         for (int64_t h = 0; h < heads; ++h) {
           float* head = x + (t * heads + h) * head_dim;
           float x1 = head[i], x2 = head[i + half];
