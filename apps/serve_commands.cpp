@@ -1,8 +1,9 @@
 // `vt serve`: the OpenAI-compatible HTTP server on one model.
 //   vt serve --model FILE.gguf|DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--device cpu|cuda]
 //   vt serve --synthetic qwen3.5-27b --tokenizer DIR [--weights fp8|bf16]   (CUDA: real shapes, random weights)
-//   ... [--speculative ngram|mtp [--num-draft K] [--adaptive-draft]]   (speculative decoding in the batch;
-//       mtp: the checkpoint's MTP head drafts, on the CPU reference or one GPU)
+//   ... [--speculative ngram|mtp [--num-draft K] [--adaptive-draft] [--speculate-by-load]]   (speculative
+//       decoding in the batch; mtp: the checkpoint's MTP head drafts, on the CPU reference or one GPU;
+//       by load: requests draft only where the measured step costs say it pays at the running batch)
 //   ... [--device-sampling on|off]   (CUDA: tokens drawn on the GPU, the default; off for A/B runs)
 //   ... [--step-trace FILE]   (one JSON line per engine step: its times and tokens by kind)
 //   ... [--prefix-cache on|off] [--prefix-snapshot-stride N]   (requests start from the longest saved
@@ -114,8 +115,8 @@ void run_serve(ServeArgs args) {
   VT_CHECK(args.speculative != "mtp" || args.tensor_parallel == 1,
            "serve: --speculative mtp runs on one GPU (--tensor-parallel 1): the MTP head does not run on "
            "tensor-parallel ranks");
-  VT_CHECK(!args.speculative.empty() || (args.num_draft == 0 && !args.adaptive_draft),
-           "serve: --num-draft and --adaptive-draft go with --speculative");
+  VT_CHECK(!args.speculative.empty() || (args.num_draft == 0 && !args.adaptive_draft && !args.engine.speculation_by_load),
+           "serve: --num-draft, --adaptive-draft and --speculate-by-load go with --speculative");
   // A step carries every decoding request's token plus prompt chunks up to the budget. On the CPU a
   // step's time grows with its tokens (a 256-token chunk deep in a long prompt takes seconds), and
   // every decoding request waits for it: small chunks keep one long prompt from stalling the rest.
@@ -334,6 +335,8 @@ void add_serve_commands(CLI::App& app) {
   serve->add_option("--num-draft", args->num_draft, "--speculative: drafts verified per step, k (default 4)")
       ->check(CLI::Range(1, 32));
   serve->add_flag("--adaptive-draft", args->adaptive_draft, "--speculative: adapt k in [1, --num-draft] to the acceptance");
+  serve->add_flag("--speculate-by-load", args->engine.speculation_by_load,
+                  "--speculative: draft only where the measured step costs say it makes more tokens per second");
   serve->add_option("--device-sampling", args->device_sampling,
                     "CUDA: on (default): tokens are drawn on the GPU and only their ids come back (requests with "
                     "logprobs, logit_bias or drafts still get their logits); off: every step's logits go to the "

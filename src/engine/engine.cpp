@@ -52,6 +52,8 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& op
   watermark_blocks_ = options.admission_watermark_blocks >= 0 ? options.admission_watermark_blocks
                                                               : cache_.num_blocks() / 100;
   if (!options.step_trace.empty()) step_trace_ = std::make_unique<StepTrace>(options.step_trace);
+  if (options.speculation_by_load && options.max_num_draft > 0)
+    load_policy_ = std::make_unique<SpeculationLoadPolicy>(options.step_token_budget);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -272,6 +274,7 @@ void Engine::schedule(std::vector<Sequence*>& scheduled) {
 // head's steps do not depend on the load either). The sequence then holds at most the hidden
 // states of one step's tokens (a bound the CUDA model sizes its per-sequence rows by).
 void Engine::draft_running() {
+  if (load_policy_) choose_speculation_by_load();
   for (auto& entry : running_) {
     Sequence& sequence = *entry;
     if (sequence.finished || !sequence.drafter) continue;
@@ -284,7 +287,9 @@ void Engine::draft_running() {
       sequence.drafted_for = int64_t(sequence.tokens.size());
       draft.tokens.clear();
       draft.probs.clear();
-      ask = std::min(sequence.num_draft, sequence.params.max_tokens - sequence.completion_tokens() - 1);
+      ask = sequence.declined_by_load
+                ? 0
+                : std::min(sequence.num_draft, sequence.params.max_tokens - sequence.completion_tokens() - 1);
       if (ask <= 0 && !sequence.keep_hidden) continue;
     }
     try {
@@ -309,6 +314,36 @@ void Engine::draft_running() {
       fail(sequence, std::string("drafter: ") + error.what());  // leaves at the end of this step
     }
   }
+}
+
+// The sequences about to propose drafts are the policy's candidates, each with the drafts it would
+// ask for and its measured acceptance (a prior of half a draft per step until it has some); plain
+// decodes and seeded sampled speculation count as fixed tokens of the step.
+void Engine::choose_speculation_by_load() {
+  std::vector<SpeculationLoadPolicy::Candidate> candidates;
+  std::vector<Sequence*> members;
+  int64_t fixed_tokens = 0;
+  double fixed_emitted = 0.0;
+  for (auto& entry : running_) {
+    Sequence& sequence = *entry;
+    sequence.declined_by_load = false;
+    if (sequence.finished || !sequence.decoding()) continue;
+    const bool proposes = sequence.verifies_next() && sequence.drafted_for != int64_t(sequence.tokens.size());
+    const int64_t ask =
+        proposes ? std::min(sequence.num_draft, sequence.params.max_tokens - sequence.completion_tokens() - 1) : 0;
+    const double accepted =
+        (double(sequence.drafts_accepted) + 0.5) / double(sequence.verifies_with_drafts + 1);
+    const bool fixed = sequence.params.seeded && sequence.params.sampling.temperature > 0;
+    if (ask <= 0 || fixed) {
+      fixed_tokens += 1 + std::max<int64_t>(ask, 0);
+      fixed_emitted += 1 + (ask > 0 ? accepted : 0.0);
+      continue;
+    }
+    candidates.push_back({ask, accepted});
+    members.push_back(&sequence);
+  }
+  const std::vector<bool> drafts = load_policy_->choose(fixed_tokens, fixed_emitted, candidates);
+  for (size_t i = 0; i < members.size(); ++i) members[i]->declined_by_load = !drafts[i];
 }
 
 bool Engine::schedule_verify(Sequence& sequence, int64_t budget, bool* preempted_self) {
@@ -548,8 +583,12 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
   }
   record.wall_seconds = seconds(Clock::now() - step_start);
   if (step_trace_) step_trace_->write(record);
+  // Steps with prompt tokens would charge their cost to the decode tokens.
+  if (load_policy_ && record.prefill_tokens == 0)
+    load_policy_->observe_step(record.decode_tokens + record.verify_tokens, record.forward_seconds);
   std::lock_guard<std::mutex> lock(mutex_);
   totals_.step.add(record);
+  if (load_policy_) totals_.speculative.declined_by_load = load_policy_->declined();
   totals_.prompt_tokens_total += prompt_tokens;
   totals_.generation_tokens_total += generated_tokens;
   totals_.recomputed_tokens += recomputed_tokens;
@@ -658,6 +697,7 @@ int64_t Engine::advance_verified(Sequence& sequence, float* logits) {
     model_.rollback(*sequence.state, sequence.fed);
     model_.commit(*sequence.state);
   }
+  if (drafts > 0) ++sequence.verifies_with_drafts, sequence.drafts_accepted += accepted;
   if (sequence.params.adaptive_draft)
     sequence.num_draft = adapt_num_draft(sequence.num_draft, sequence.params.num_draft, drafts, accepted);
   return accepted;

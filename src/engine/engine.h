@@ -31,6 +31,7 @@
 #include "engine/token_constraint.h"
 #include "model/model.h"
 #include "ops/sampling/sampler.h"
+#include "speculative/load_policy.h"
 #include "speculative/speculative.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -70,6 +71,11 @@ struct EngineOptions {
   // tokens it has read keep nothing. For seeded outputs to be reproducible its drafts should
   // depend only on the request (a sampling drafter: seed it from the request's seed).
   std::function<std::unique_ptr<Drafter>(const RequestParams&)> make_drafter;
+  // Speculation by load (speculative/load_policy.h): each step, the speculating requests draft only
+  // as far as the measured step costs say it makes more tokens per second; the others verify their
+  // last token alone that step. Greedy output is unchanged, and sampled output keeps its
+  // distribution; a seeded sampled request (RequestParams::seeded) speculates as asked.
+  bool speculation_by_load = false;
   // Sample on the model's device when it can (Model::supports_device_sampling): only the token ids
   // come back from a step, not [rows, vocab] logits. Requests that need the logits on the host
   // (logprobs, logit_bias, speculative decoding) keep the host Sampler and get their rows. Greedy
@@ -111,6 +117,9 @@ struct RequestParams {
   // does not depend on what else runs: a verify step waits for room rather than shrinking.
   int64_t num_draft = 0;
   bool adaptive_draft = false;
+  // A sampled request whose output must repeat (the client gave a seed): speculation by load
+  // leaves its drafts as asked, since turning them off would change its draws.
+  bool seeded = false;
   // Prefix caching: a prompt position (0: none) to save a state at besides the prompt's end. A
   // chat server gives where the generation prompt starts: the next turn renders this turn's reply
   // without it (a Qwen template drops the opened <think>), so that turn's prompt extends the
@@ -206,6 +215,8 @@ class Engine {
   void preempt_youngest();                           // with mutex_ held
   // Drafts of every running sequence whose next step verifies (engine thread, no lock held).
   void draft_running();
+  // Speculation by load: which speculating sequences draft this step (Sequence::declined_by_load).
+  void choose_speculation_by_load();
   // Schedules a speculating sequence's verify within `budget` tokens and its KV blocks
   // (preempting as a decode does); false when it does not fit this step.
   bool schedule_verify(Sequence& sequence, int64_t budget, bool* preempted_self);
@@ -248,6 +259,7 @@ class Engine {
   std::unique_ptr<HybridCache> own_cache_;  // null when the model has a cache of its own
   HybridCache& cache_;  // the model's (Model::kv_cache()) or own_cache_: admission, growth, release
   std::unique_ptr<PrefixCache> prefix_;  // null: prefix caching off
+  std::unique_ptr<SpeculationLoadPolicy> load_policy_;  // null: speculation as each request asks
   Buffer logits_;  // F32 [rows, vocab]: a batched forward's rows (grows for verify steps)
   bool device_sampling_ = false;  // options_.device_sampling and the model supports it
   int64_t watermark_blocks_ = 0;

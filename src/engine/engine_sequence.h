@@ -33,6 +33,8 @@ struct Engine::Sequence {
   // The drafter reads the target's hidden states (MTP): forwards keep those it has yet to read.
   bool keep_hidden = false;
   int64_t num_draft = 0;
+  int64_t verifies_with_drafts = 0, drafts_accepted = 0;  // its acceptance, for speculation by load
+  bool declined_by_load = false;  // verifies its last token alone this step
   bool verifying = false;
   Draft draft;
   int64_t drafted_for = -1;  // the context length `draft` follows (a waiting verify keeps it)

@@ -378,6 +378,7 @@ struct Server::Impl {
     params.logprobs = job->request.logprobs;
     params.num_draft = job->request.num_speculative_tokens >= 0 ? job->request.num_speculative_tokens : options.num_draft;
     params.adaptive_draft = options.adaptive_draft;
+    params.seeded = job->request.seeded;
     params.make_constraint = make_constraint;
     auto first = std::make_shared<std::atomic<bool>>(false);
     try {

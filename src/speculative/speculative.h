@@ -29,6 +29,9 @@ struct SpeculativeStats {
   std::vector<int64_t> accepted_histogram;  // [num_draft + 1]: steps by drafts accepted
   // [num_draft]: steps that drafted a token at position i (0 = first), and accepted it
   std::vector<int64_t> drafted_at, accepted_at;
+  // Speculation by load (the serving engine's): a request's step verified its last token alone
+  // because drafting did not pay at that load.
+  int64_t declined_by_load = 0;
 
   double tokens_per_step() const { return steps ? double(emitted) / double(steps) : 0.0; }
   double acceptance_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include <mutex>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +31,7 @@
 #include "engine/engine.h"
 #include "engine/logprobs.h"
 #include "engine/stop_strings.h"
+#include "model/faulty_model.h"
 #include "model/generate.h"
 #include "models/qwen3_5/model.h"
 #include "models/registry.h"
@@ -420,6 +423,17 @@ class OracleDrafter final : public Drafter {
   bool make_wrong_;
 };
 
+// Proposes `max_tokens` copies of one token: drafts the target's greedy choice rarely accepts.
+class WrongDrafter final : public Drafter {
+ public:
+  std::string name() const override { return "wrong"; }
+  void start(std::span<const int32_t>, int64_t) override {}
+  void propose(std::span<const int32_t>, int64_t max_tokens, Draft& draft) override {
+    draft.tokens.assign(size_t(max_tokens), 3);
+    draft.probs.clear();
+  }
+};
+
 // Proposes the continuation a test already knows (the plain greedy output): always right.
 class ScriptedDrafter final : public Drafter {
  public:
@@ -656,6 +670,76 @@ TEST_F(EngineSpecTest, SixteenMixedRequestsEqualRunningAlone) {
       EXPECT_GT(stats.speculative.accepted, stats.speculative.drafted / 10);
     }
     EXPECT_GT(stats.speculative.steps, 0);
+  }
+}
+
+// A model whose batched forwards take `fixed` seconds plus `per_token` per token (sleeping before
+// the real forward): the two regimes of a step's cost, weights-bound and compute-bound.
+class TimedModel : public FaultyModel {
+ public:
+  TimedModel(Model& inner, double fixed, double per_token) : FaultyModel(inner, 0), fixed_(fixed), per_token_(per_token) {}
+  void forward_batch(std::span<const BatchItem> items, const TensorView& logits) override {
+    wait(items);
+    FaultyModel::forward_batch(items, logits);
+  }
+  void forward_batch_sample(std::span<const BatchItem> items, std::span<const RowOutput> rows,
+                            std::span<int32_t> tokens, const TensorView& logits) override {
+    wait(items);
+    FaultyModel::forward_batch_sample(items, rows, tokens, logits);
+  }
+
+ private:
+  void wait(std::span<const BatchItem> items) const {
+    int64_t tokens = 0;
+    for (const BatchItem& item : items) tokens += int64_t(item.tokens.size());
+    std::this_thread::sleep_for(std::chrono::duration<double>(fixed_ + per_token_ * double(tokens)));
+  }
+  double fixed_, per_token_;
+};
+
+// Speculation by load: where a step's cost is flat, requests whose drafts are often accepted (the
+// oracle drafter) draft (only the step that measures plain decoding declines, and explorations);
+// where the cost grows with the tokens, drafts that are rarely accepted (WrongDrafter) give fewer
+// tokens per second than they cost and the policy declines nearly every step. A seeded sampled request
+// drafts as asked either way; greedy outputs equal plain decoding's in both.
+TEST_F(EngineSpecTest, SpeculationByLoadDraftsWhereItPays) {
+  const int64_t vocab = model_->info().vocab_size;
+  std::mt19937 rng(47);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<RequestParams> params(4);
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(random_prompt(rng, 6, vocab));
+    params[i].max_tokens = 40;
+    params[i].num_draft = 4;
+  }
+  params[3].sampling = {0.9f, 0, 1.0f, 77};
+  params[3].seeded = true;
+  for (bool flat : {true, false}) {
+    SCOPED_TRACE(flat ? "flat cost" : "cost per token");
+    TimedModel timed(*model_, flat ? 0.020 : 0.0, flat ? 0.0 : 0.004);
+    EngineOptions options = spec_options(4, true);
+    if (!flat) options.make_drafter = [](const RequestParams&) { return std::make_unique<WrongDrafter>(); };
+    options.speculation_by_load = true;
+    EngineStats stats;
+    const auto outcomes = run_all(timed, options, prompts, params, &stats);
+    for (int i = 0; i < 3; ++i) {
+      RequestParams plain = params[i];
+      plain.num_draft = 0;
+      EXPECT_EQ(outcomes[i].ids, run_all(*model_, {}, {prompts[i]}, {plain})[0].ids) << "request " << i;
+    }
+    EXPECT_EQ(int64_t(outcomes[3].ids.size()), params[3].max_tokens);
+    const SpeculativeStats& spec = stats.speculative;
+    std::printf("%s: %lld verify steps, %lld declined, %lld drafted, %lld accepted\n", flat ? "flat" : "per token",
+                (long long)spec.steps, (long long)spec.declined_by_load, (long long)spec.drafted, (long long)spec.accepted);
+    if (flat) {
+      // Declined: the one step that measures plain decoding, and the periodic explorations.
+      EXPECT_LE(spec.declined_by_load, 3 * (spec.steps / SpeculationLoadPolicy::kExploreEvery + 2));
+      EXPECT_GT(spec.accepted, 3 * 15);
+    } else {
+      // Three candidates a step for ~40 steps; the first step (no cost measured yet) and the
+      // explorations draft.
+      EXPECT_GE(spec.declined_by_load, 3 * 40 * 3 / 4);
+    }
   }
 }
 
