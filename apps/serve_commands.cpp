@@ -5,7 +5,8 @@
 //       decoding in the batch; mtp: the checkpoint's MTP head drafts, on the CPU reference or one GPU;
 //       by load: requests draft only where the measured step costs say it pays at the running batch)
 //   ... [--device-sampling on|off]   (CUDA: tokens drawn on the GPU, the default; off for A/B runs)
-//   ... [--step-trace FILE]   (one JSON line per engine step: its times and tokens by kind)
+//   ... [--step-trace FILE]   (one JSON line per engine step: its times, tokens by kind and cost)
+//   ... [--step-cost-context C]   (a token at context p costs 1 + p/C: deep prompt chunks shrink)
 //   ... [--prefix-cache on|off] [--prefix-snapshot-stride N]   (requests start from the longest saved
 //       state their prompt extends; on by default)
 //   ... [--chat-template FILE.jinja]   (instead of the model's own; its tool-call format is used)
@@ -304,6 +305,11 @@ void add_serve_commands(CLI::App& app) {
   serve->add_option("--step-token-budget", args->step_token_budget,
                     "tokens per step: decoding requests' plus prompt chunks (default 4 chunks + --max-running on CUDA, 128 on the CPU)")
       ->check(CLI::Range(1, 1 << 20));
+  serve->add_option("--step-cost-context", args->engine.step_cost_context,
+                    "C of the step's cost, a token at context p costing 1 + p/C: past C prompt chunks shrink so "
+                    "a step costs what --step-token-budget tokens do at C (default: the model's, where a token's "
+                    "attention equals the rest of its work; 0: tokens alone)")
+      ->check(CLI::Range(0, 1 << 30));
   serve->add_option("--max-body-bytes", args->server.max_body_bytes, "largest request body (default 1 MiB)")
       ->check(CLI::PositiveNumber);
   serve->add_option("--threads-http", args->server.http.worker_threads,

@@ -13,7 +13,7 @@ Scenarios (each bounded in time; addresses are loopback only):
               with an HTTP status and a complete body (streams: a finish_reason and [DONE])
   soak        `status` repeated for S seconds with 10% hang-ups, the server's RSS sampled (needs --pid)
   sigterm     SIGTERM under load: in-flight requests end with 200 (cut streams properly) or 503 (needs --pid)
-  fairness    a short stream while a ~2,700-token prompt prefills: its TTFT and largest gap
+  fairness    a short stream while a ~2,700-token prompt prefills: its TTFT, largest and p99 gap
 Prints one line per check and exits 1 if any failed. tests/e2e/test_server_faults.py runs the CI set.
 """
 import argparse
@@ -345,11 +345,13 @@ def soak(target, seconds=300, clients=32):
         target.check(max(warm) - min(warm) < 100, "soak: RSS flat after warm-up (< 100 MB spread)")
 
 
-def fairness(target, prompt_words=2000, max_share=None):
+def fairness(target, prompt_words=2000, max_share=None, max_p99_share=None, max_tokens=16):
     """A short stream while a long prompt prefills: its time to first token and largest gap between
     tokens (one long prompt must not stall the others for a whole long step). `max_share`: the
     longest wait allowed, as a share of the long request's time (a step's share of the prefill is
-    one over its chunks, whatever the machine's speed)."""
+    one over its chunks, whatever the machine's speed). `max_p99_share`: the same for the p99 of
+    the gaps between tokens (the step budget by cost keeps steps deep in the prompt short).
+    Returns (p99 gap, the long request's seconds)."""
     long_result = {}
 
     def long_request():
@@ -360,7 +362,7 @@ def fairness(target, prompt_words=2000, max_share=None):
     thread.start()
     time.sleep(2.0)  # the long prompt is being fed
     connection = http.client.HTTPConnection(HOST, target.port, timeout=900)
-    body = {"model": target.model, "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0,
+    body = {"model": target.model, "prompt": "The capital of France is", "max_tokens": max_tokens, "temperature": 0,
             "stream": True}
     start = time.time()
     connection.request("POST", "/v1/completions", body=json.dumps(body), headers=target.headers())
@@ -375,13 +377,21 @@ def fairness(target, prompt_words=2000, max_share=None):
     thread.join()
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
     ttft = arrivals[0] - start if arrivals else float("inf")
+    ordered = sorted(gaps)
+    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
     print(f"fairness: {prompt_words}-word prompt took {long_result.get('seconds', 0):.1f} s "
           f"({long_result.get('status')}); the short stream's TTFT {ttft:.2f} s, largest gap "
-          f"{max(gaps) if gaps else 0:.2f} s, {len(arrivals)} chunks in {arrivals[-1] - start:.1f} s", flush=True)
+          f"{max(gaps) if gaps else 0:.2f} s, p99 gap {p99:.2f} s, median {ordered[len(ordered) // 2] if ordered else 0:.2f} s, "
+          f"{len(arrivals)} chunks in {arrivals[-1] - start:.1f} s", flush=True)
     if max_share is not None:
         longest, prefill = max(gaps + [ttft]), long_result.get("seconds", 0)
         target.check(longest < max_share * prefill, f"fairness: the longest wait, {longest:.2f} s, is under "
                                                     f"{max_share:.0%} of the long request's {prefill:.1f} s")
+    if max_p99_share is not None:
+        prefill = long_result.get("seconds", 0)
+        target.check(p99 < max_p99_share * prefill, f"fairness: the p99 gap between tokens, {p99:.2f} s, is under "
+                                                    f"{max_p99_share:.1%} of the long request's {prefill:.1f} s")
+    return p99, long_result.get("seconds", 0)
 
 
 def sigterm(target, clients=16, after=3.0):

@@ -1,6 +1,7 @@
-// The engine loop: cancel, admit, schedule under the token budget (growing KV reservations and
-// preempting the youngest request when blocks run out; drafting for speculating requests), forward
-// each scheduled sequence, sample (on the model's device when it can) or verify, stream, free.
+// The engine loop: cancel, admit, schedule under the token and cost budgets (growing KV
+// reservations and preempting the youngest request when blocks run out; drafting for speculating
+// requests), forward each scheduled sequence, sample (on the model's device when it can) or
+// verify, stream, free.
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -39,6 +40,11 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& op
            "can roll back a sequence; ", model.info().architecture, " on this backend cannot");
   VT_CHECK(options.step_token_budget >= 1 + options.max_num_draft, "engine: the step token budget (",
            options.step_token_budget, ") must hold a verify step of 1 + ", options.max_num_draft, " drafts");
+  VT_CHECK(options.step_cost_context >= -1 && options.min_prefill_chunk >= 1, "engine: step_cost_context (",
+           options.step_cost_context, ") must be >= -1 and min_prefill_chunk (", options.min_prefill_chunk, ") >= 1");
+  step_budget_ = StepBudget(
+      options.step_cost_context >= 0 ? options.step_cost_context : attention_cost_context(model.info()),
+      options.step_token_budget, options.prefill_chunk, options.min_prefill_chunk);
   totals_.speculative.reset(options.max_num_draft);
   device_sampling_ = options.device_sampling && model.supports_device_sampling();
   if (options.prefix_cache) {
@@ -216,16 +222,23 @@ void Engine::preempt_youngest() {
 
 // Decode tokens first (one each, or a speculating request's verify: its last token and drafts, in
 // admission order; each reserves the blocks it writes into, preempting the youngest when none is
-// free), then tokens a resumed request re-feeds, then prompt chunks while the budget lasts.
+// free), then tokens a resumed request re-feeds, then prompt chunks while the budget lasts. Every
+// token is charged its cost (step_budget.h): decode and verify tokens are held to the token budget
+// alone, so they always run; re-fed tokens and every prompt chunk after the step's first also to
+// the cost left.
 void Engine::schedule(std::vector<Sequence*>& scheduled) {
   int64_t budget = options_.step_token_budget;
+  double cost_left = step_budget_.step_limit();
   for (auto& sequence : running_) sequence->step_tokens = 0, sequence->verifying = false;
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence& sequence = *running_[i];
     if (sequence.finished || !sequence.decoding() || budget < 1) continue;
     bool preempted_self = false;
     if (sequence.verifies_next()) {
-      if (schedule_verify(sequence, budget, &preempted_self)) budget -= sequence.step_tokens;
+      if (schedule_verify(sequence, budget, &preempted_self)) {
+        budget -= sequence.step_tokens;
+        cost_left -= step_budget_.cost(sequence.fed, sequence.fed + sequence.step_tokens);
+      }
       if (preempted_self) break;
       continue;
     }
@@ -237,30 +250,36 @@ void Engine::schedule(std::vector<Sequence*>& scheduled) {
     if (preempted_self) break;  // everything after it is gone too
     sequence.step_tokens = 1;
     budget -= 1;
+    cost_left -= step_budget_.cost(sequence.fed, sequence.fed + 1);
   }
   for (auto& sequence : running_) {
     if (sequence->finished || !sequence->decoding() || sequence->verifying) continue;
     // A speculating request leaves its last token to a verify step, as before the preemption.
     const int64_t unfed = int64_t(sequence->tokens.size()) - (sequence->drafter ? 1 : 0);
     const int64_t refeed = unfed - sequence->fed - sequence->step_tokens;
-    const int64_t extra = std::min(refeed, budget);
+    const int64_t begin = sequence->fed + sequence->step_tokens;
+    const int64_t extra = step_budget_.tokens_within(begin, cost_left, std::min(refeed, budget));
     if (extra <= 0) continue;
     sequence->step_tokens += extra;  // blocks held since admission
     budget -= extra;
+    cost_left -= step_budget_.cost(begin, begin + extra);
   }
   for (auto& sequence : running_)
     if (sequence->step_tokens > 0) scheduled.push_back(sequence.get());
+  bool chunked = false;
   for (auto& sequence : running_) {
     if (sequence->decoding()) continue;
-    // Chunks end at multiples of prefill_chunk (a prompt restored from the prefix cache mid-chunk
+    // Chunk ends depend on the position alone (a prompt restored from the prefix cache mid-chunk
     // first completes its chunk), so the chunks are those of a prompt fed from token 0.
-    int64_t chunk = std::min(options_.prefill_chunk - sequence->fed % options_.prefill_chunk,
-                             sequence->prompt_size - sequence->fed);
+    int64_t chunk = std::min(step_budget_.chunk_end(sequence->fed), sequence->prompt_size) - sequence->fed;
     if (prefix_ && sequence->fed < sequence->params.cache_point)
       chunk = std::min(chunk, sequence->params.cache_point - sequence->fed);  // a state is saved there
-    if (chunk > budget && !scheduled.empty()) break;
+    const double cost = step_budget_.cost(sequence->fed, sequence->fed + chunk);
+    if (!scheduled.empty() && (chunk > budget || (chunked && cost > cost_left))) break;
+    chunked = true;
     sequence->step_tokens = chunk;
     budget -= chunk;
+    cost_left -= cost;
     scheduled.push_back(sequence.get());
   }
 }
@@ -451,6 +470,8 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
   StepRecord record;
   record.start_seconds = seconds(step_start - started_);
   record.sequences = int64_t(scheduled.size());
+  for (const Sequence* sequence : scheduled)
+    record.cost += step_budget_.cost(sequence->fed, sequence->fed + sequence->step_tokens);
   int64_t prompt_tokens = 0, generated_tokens = 0, recomputed_tokens = 0;
   struct VerifyRecord {
     int64_t drafts, accepted, emitted;

@@ -1,5 +1,5 @@
 // The serving engine: continuous batching on a background thread. Requests are admitted through
-// the HybridCache, prefilled in fixed-size chunks under a per-step token budget, then decoded one
+// the HybridCache, prefilled in chunks under a per-step token and cost budget, then decoded one
 // token per step; each new token reaches the request's callback (streaming). With on-demand
 // reservation a request holds KV blocks only for the tokens it has, and when the pool runs dry the
 // youngest running request is preempted (recompute: it re-queues and re-feeds its tokens later).
@@ -26,6 +26,7 @@
 #include "cache/prefix_cache.h"
 #include "core/tensor.h"
 #include "engine/logprobs.h"
+#include "engine/step_budget.h"
 #include "engine/step_record.h"
 #include "engine/stop_strings.h"
 #include "engine/token_constraint.h"
@@ -47,9 +48,18 @@ struct EngineOptions {
   int64_t cache_blocks = 2048;    // KV blocks in the pool
   int64_t block_size = 16;        // tokens per KV block
   int64_t step_token_budget = 512;  // prompt + decode tokens per step
-  // Prompts are fed in chunks of this many tokens at fixed offsets, so a request's arithmetic
-  // (hence its greedy output) does not depend on what else is running.
+  // Prompts are fed in chunks of at most this many tokens at offsets fixed by the position alone,
+  // so a request's arithmetic (hence its greedy output) does not depend on what else is running.
   int64_t prefill_chunk = 256;
+  // The step's cost (engine/step_budget.h): a token at context position p costs 1 + p / C units,
+  // C being where its attention costs as much as the rest of its forward. A step holds what
+  // step_token_budget tokens cost at context C, a prompt chunk what prefill_chunk tokens do: below
+  // context C only the token budget binds; past it a prompt's chunks shrink (to min_prefill_chunk
+  // at the least), so a step deep in a long prompt, and every decoding request in it, takes about
+  // as long as one at its start. A step's first prompt chunk is held to the token budget alone, so
+  // a prompt advances however much the decoding requests cost.
+  int64_t step_cost_context = -1;  // C; -1: from the model's shape (ModelInfo), 0: tokens alone
+  int64_t min_prefill_chunk = 16;  // also the granule a shrunk chunk is rounded up to
   // kFull: blocks for prompt + max_tokens at admission, so a running request never waits for
   // memory (nor is preempted). kOnDemand: blocks for the tokens a request has, one more block when
   // it grows into it; preemption by recompute when none is free.
@@ -263,6 +273,7 @@ class Engine {
   Buffer logits_;  // F32 [rows, vocab]: a batched forward's rows (grows for verify steps)
   bool device_sampling_ = false;  // options_.device_sampling and the model supports it
   int64_t watermark_blocks_ = 0;
+  StepBudget step_budget_;
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

@@ -18,6 +18,7 @@ struct StepRecord {
   int64_t prefill_tokens = 0;  // prompt tokens, and tokens fed again after a preemption
   int64_t decode_tokens = 0;   // one-token forwards of sequences past their prompt
   int64_t verify_tokens = 0;   // speculative verify items: the last token and its drafts
+  double cost = 0;             // the scheduled tokens' cost (engine/step_budget.h)
 };
 
 // The steps' totals: a Prometheus-style histogram of the wall time (upper bounds in seconds).

@@ -87,6 +87,12 @@ struct ModelInfo {
   std::string architecture;
   int64_t vocab_size = 0;
   int64_t max_positions = 0;
+  // A token's work, for the engine's step cost (engine/step_budget.h); 0: not known. The weights
+  // a token multiplies through in the layers (MoE: the router and its active experts; neither the
+  // embedding nor the LM head, which a prompt chunk runs for one row), and the layers that attend
+  // over the whole context with their query heads and head size.
+  int64_t layer_weights_per_token = 0;
+  int64_t attention_layers = 0, attention_heads = 0, attention_head_dim = 0;
 };
 
 class Model {

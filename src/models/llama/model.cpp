@@ -161,6 +161,14 @@ LlamaModel::LlamaModel(const std::string& gguf_path, const LoadProgress& progres
   info_.architecture = "llama";
   info_.vocab_size = config_.vocab_size;
   info_.max_positions = config_.max_position_embeddings;
+  const int64_t H = config_.hidden_size, q_width = config_.num_heads * config_.head_dim;
+  // q, k, v, o and the SwiGLU MLP of every layer.
+  info_.layer_weights_per_token =
+      config_.num_layers * (2 * H * q_width + 2 * H * config_.num_kv_heads * config_.head_dim +
+                            3 * H * config_.intermediate_size);
+  info_.attention_layers = config_.num_layers;
+  info_.attention_heads = config_.num_heads;
+  info_.attention_head_dim = config_.head_dim;
 }
 
 std::unique_ptr<SequenceState> LlamaModel::new_sequence(int64_t capacity) const {

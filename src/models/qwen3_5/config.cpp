@@ -113,6 +113,30 @@ bool Qwen35Config::layer_is_moe(int64_t layer) const {
   return (layer + 1) % decoder_sparse_step == 0;
 }
 
+int64_t Qwen35Config::full_attention_layers() const {
+  return int64_t(std::count(layer_types.begin(), layer_types.end(), LayerKind::kFullAttention));
+}
+
+int64_t Qwen35Config::layer_weights_per_token() const {
+  const int64_t H = hidden_size;
+  // Gated attention: q and its gate, k, v, o.
+  const int64_t attention = H * (2 * num_heads * head_dim) + 2 * H * num_kv_heads * head_dim + num_heads * head_dim * H;
+  // Gated DeltaNet: in_proj_qkvz, in_proj_ba, the short convolution, out_proj, and the [k, v]
+  // state each value head reads and updates once per token.
+  const int64_t key_dim = linear_num_key_heads * linear_key_head_dim;
+  const int64_t delta_net = H * (2 * key_dim + 2 * linear_value_dim()) + H * 2 * linear_num_value_heads +
+                            conv_dim() * linear_conv_kernel + linear_value_dim() * H +
+                            2 * linear_num_value_heads * linear_key_head_dim * linear_value_head_dim;
+  int64_t total = 0;
+  for (int64_t layer = 0; layer < num_layers; ++layer) {
+    total += layer_types[size_t(layer)] == LayerKind::kFullAttention ? attention : delta_net;
+    total += layer_is_moe(layer) ? H * num_experts + num_experts_per_tok * 3 * H * moe_intermediate_size +
+                                       3 * H * shared_expert_intermediate_size + H
+                                 : 3 * H * intermediate_size;
+  }
+  return total;
+}
+
 Qwen35Config parse_qwen35_config(const std::string& path) {
   nlohmann::json json = read_json_file(path);
   JsonObject root(json, path);

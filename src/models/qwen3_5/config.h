@@ -60,6 +60,10 @@ struct Qwen35Config {
   }
   int64_t linear_value_dim() const { return linear_num_value_heads * linear_value_head_dim; }
   bool layer_is_moe(int64_t layer) const;
+  // Weights a token multiplies through in the layers (projections, the delta rule's state, the
+  // MLP or the router and its active experts), for ModelInfo.
+  int64_t layer_weights_per_token() const;
+  int64_t full_attention_layers() const;
 };
 
 // Parses config.json at `path`; throws naming the file and key on anything missing or invalid.

@@ -119,6 +119,10 @@ Qwen35Model::Qwen35Model(const std::string& dir, const Qwen35LoadOptions& option
   weights_ = load_qwen35_weights(store_, config_, options);
   info_.architecture = config_.architecture;
   info_.vocab_size = config_.vocab_size;
+  info_.layer_weights_per_token = config_.layer_weights_per_token();
+  info_.attention_layers = config_.full_attention_layers();
+  info_.attention_heads = config_.num_heads;
+  info_.attention_head_dim = config_.head_dim;
   info_.max_positions = config_.max_position_embeddings;
 }
 
@@ -126,6 +130,10 @@ Qwen35Model::Qwen35Model(Qwen35Config rank_config, Qwen35Weights weights, AllRed
     : config_(std::move(rank_config)), weights_(std::move(weights)), all_reduce_(std::move(all_reduce)) {
   info_.architecture = config_.architecture;
   info_.vocab_size = config_.vocab_size;
+  info_.layer_weights_per_token = config_.layer_weights_per_token();
+  info_.attention_layers = config_.full_attention_layers();
+  info_.attention_heads = config_.num_heads;
+  info_.attention_head_dim = config_.head_dim;
   info_.max_positions = config_.max_position_embeddings;
 }
 

@@ -1,0 +1,299 @@
+// The step budget by cost (engine/step_budget.h): C from a model's shape; chunk boundaries fixed
+// by the position alone, every multiple of prefill_chunk among them; on the tiny golden Qwen3.5
+// model, a long prompt's chunks shrink with depth so that every step stays within the cost budget
+// while the decoding requests beside it keep one token per step, outputs equal to running alone,
+// and a prompt restored from a prefix snapshot in the shrunk chunks gives the same tokens.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "engine/engine.h"
+#include "engine/step_budget.h"
+#include "models/registry.h"
+
+namespace vt {
+namespace {
+
+const std::string kModelDir = std::string(VT_SOURCE_DIR) + "/tests/golden/qwen3_5_dense";
+
+// The cost of positions [begin, end) at context C, summed token by token (not StepBudget's sum).
+double cost_of(int64_t begin, int64_t end, double context) {
+  double cost = 0;
+  for (int64_t p = begin; p < end; ++p) cost += 1.0 + double(p) / context;
+  return cost;
+}
+
+TEST(StepBudget, ContextFromTheModelsShape) {
+  ModelInfo info;
+  EXPECT_EQ(attention_cost_context(info), 0);  // nothing known: tokens alone
+  // SmolLM2-135M: 30 layers of H 576, 9 heads of 64, 3 KV heads, MLP 1536.
+  info.layer_weights_per_token = 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536);
+  info.attention_layers = 30, info.attention_heads = 9, info.attention_head_dim = 64;
+  EXPECT_EQ(attention_cost_context(info), 3072);
+}
+
+TEST(StepBudget, ChunkBoundariesDependOnThePositionAlone) {
+  for (int64_t context : {0, 64, 3072}) {
+    const StepBudget budget(context, 128, 64, 16);
+    EXPECT_NEAR(budget.cost(100, 164), context ? cost_of(100, 164, double(context)) : 64.0, 1e-6);
+    std::vector<int64_t> boundaries;  // a prompt fed from token 0
+    for (int64_t fed = 0; fed < 4096; fed = budget.chunk_end(fed)) boundaries.push_back(fed);
+    for (int64_t multiple = 0; multiple < 4096; multiple += 64)
+      EXPECT_TRUE(std::binary_search(boundaries.begin(), boundaries.end(), multiple)) << multiple;
+    for (size_t i = 0; i + 1 < boundaries.size(); ++i) {
+      const int64_t size = boundaries[i + 1] - boundaries[i];
+      EXPECT_GE(size, 16);
+      EXPECT_LE(size, 64);
+      // Within the chunk limit unless already the smallest chunk.
+      if (size > 16) EXPECT_LE(budget.cost(boundaries[i], boundaries[i + 1]), budget.chunk_limit() + 1e-9);
+      // Fed from anywhere inside a chunk (a restored prefix), it ends where it would from 0.
+      for (int64_t fed = boundaries[i]; fed < boundaries[i + 1]; ++fed)
+        ASSERT_EQ(budget.chunk_end(fed), boundaries[i + 1]) << "context " << context << " fed " << fed;
+    }
+    if (context == 0) EXPECT_EQ(boundaries.size(), 4096u / 64);  // tokens alone: whole chunks
+  }
+  // Below context C a chunk is whole; past it chunks shrink.
+  const StepBudget budget(3072, 128, 64, 16);
+  EXPECT_EQ(budget.piece(0), 64);
+  EXPECT_EQ(budget.piece(3008), 64);
+  EXPECT_EQ(budget.piece(8192 - 64), 32);
+  EXPECT_EQ(budget.piece(16384), 16);
+}
+
+// Runs the golden model and records each batched forward: the sequences' states, where each
+// item starts and how many tokens it runs.
+class RecordingModel final : public Model {
+ public:
+  struct Item {
+    const SequenceState* state;
+    int64_t begin, tokens;
+  };
+  explicit RecordingModel(Model& inner) : inner_(inner) {}
+  const ModelInfo& info() const override { return inner_.info(); }
+  std::unique_ptr<SequenceState> new_sequence(int64_t capacity) const override {
+    return inner_.new_sequence(capacity);
+  }
+  void forward(std::span<const int32_t> tokens, SequenceState& state, const TensorView& logits,
+               const ForwardOptions& options) override {
+    inner_.forward(tokens, state, logits, options);
+  }
+  void forward_batch(std::span<const BatchItem> items, const TensorView& logits) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& step = steps_.emplace_back();
+      for (const BatchItem& item : items) step.push_back({item.state, item.state->length(), int64_t(item.tokens.size())});
+    }
+    inner_.forward_batch(items, logits);
+  }
+  std::string describe() const override { return inner_.describe(); }
+  bool supports_prefix_cache() const override { return inner_.supports_prefix_cache(); }
+  std::unique_ptr<StateSnapshot> save_state(const SequenceState& state) override { return inner_.save_state(state); }
+  void restore_state(const StateSnapshot& snapshot, SequenceState& state) override {
+    inner_.restore_state(snapshot, state);
+  }
+  std::vector<std::vector<Item>> steps() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return steps_;
+  }
+
+ private:
+  Model& inner_;
+  std::mutex mutex_;
+  std::vector<std::vector<Item>> steps_;
+};
+
+struct Outcome {
+  std::mutex mutex;
+  std::condition_variable done_signal;
+  std::vector<int32_t> ids;
+  TokenEvent last;
+  bool done = false;
+
+  TokenCallback callback() {
+    return [this](const TokenEvent& event) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (event.token_id >= 0) ids.push_back(event.token_id);
+      if (event.finished) {
+        last = event;
+        done = true;
+        done_signal.notify_all();
+      }
+    };
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    ASSERT_TRUE(done_signal.wait_for(lock, std::chrono::seconds(120), [&] { return done; }));
+  }
+};
+
+std::vector<int32_t> prompt_of(uint32_t seed, int64_t length, int64_t vocab) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(length));
+  for (auto& id : ids) id = int32_t(rng() % vocab);
+  return ids;
+}
+
+class EngineStepBudget : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { model_ = load_model(kModelDir, {}).release(); }
+  static void TearDownTestSuite() { delete model_; }
+  static Model* model_;
+
+  // Chunks of 32, 48 tokens a step, C = 64 (the golden model's own C is past its 512 positions):
+  // a step may cost 96 units, a chunk 64.
+  static EngineOptions options() {
+    EngineOptions options;
+    options.prefill_chunk = 32;
+    options.step_token_budget = 48;
+    options.min_prefill_chunk = 4;
+    options.step_cost_context = 64;
+    options.max_running = 8;
+    options.cache_blocks = 256;
+    return options;
+  }
+  static std::vector<int32_t> alone(const EngineOptions& options, const std::vector<int32_t>& prompt,
+                                    int64_t max_tokens) {
+    Engine engine(*model_, nullptr, options);
+    Outcome outcome;
+    RequestParams params;
+    params.max_tokens = max_tokens;
+    engine.submit(prompt, params, outcome.callback());
+    outcome.wait();
+    return outcome.ids;
+  }
+
+  struct Run {
+    std::vector<std::vector<RecordingModel::Item>> steps;
+    std::vector<std::vector<int32_t>> outputs;  // the short requests', then the long one's
+  };
+  // Three short requests decode while a 448-token prompt is fed.
+  static Run short_streams_beside_a_long_prompt(const EngineOptions& options) {
+    RecordingModel recording(*model_);
+    const int64_t vocab = model_->info().vocab_size;
+    std::vector<Outcome> outcomes(4);
+    {
+      Engine engine(recording, nullptr, options);
+      RequestParams params;
+      params.max_tokens = 100;
+      for (int i = 0; i < 3; ++i) engine.submit(prompt_of(10 + i, 6, vocab), params, outcomes[size_t(i)].callback());
+      params.max_tokens = 4;
+      engine.submit(prompt_of(20, 448, vocab), params, outcomes[3].callback());
+      for (auto& outcome : outcomes) outcome.wait();
+    }
+    Run run;
+    run.steps = recording.steps();
+    for (auto& outcome : outcomes) run.outputs.push_back(outcome.ids);
+    return run;
+  }
+};
+Model* EngineStepBudget::model_ = nullptr;
+
+TEST_F(EngineStepBudget, LongPromptChunksShrinkSoEveryStepStaysWithinTheCost) {
+  const EngineOptions engine_options = options();
+  const double step_limit = 2.0 * double(engine_options.step_token_budget);
+  const double chunk_limit = 2.0 * double(engine_options.prefill_chunk);
+  const double context = double(engine_options.step_cost_context);
+  const Run run = short_streams_beside_a_long_prompt(engine_options);
+
+  // The long prompt's state is the one fed past 200 tokens; the others decode (to 106).
+  const SequenceState* long_state = nullptr;
+  for (const auto& step : run.steps)
+    for (const auto& item : step)
+      if (item.begin >= 200) long_state = item.state;
+  ASSERT_NE(long_state, nullptr);
+  std::vector<std::pair<int64_t, int64_t>> chunks;  // the long prompt's: where each starts, its tokens
+  std::vector<size_t> chunk_steps;
+  std::map<const SequenceState*, std::vector<size_t>> decode_steps;  // the short requests' steps
+  double most = 0;
+  for (size_t index = 0; index < run.steps.size(); ++index) {
+    double cost = 0;
+    for (const auto& item : run.steps[index]) {
+      cost += cost_of(item.begin, item.begin + item.tokens, context);
+      if (item.state == long_state && item.begin < 448) {
+        chunks.push_back({item.begin, item.tokens});
+        chunk_steps.push_back(index);
+        EXPECT_LE(cost_of(item.begin, item.begin + item.tokens, context), chunk_limit) << "chunk at " << item.begin;
+      } else if (item.state != long_state && item.begin >= 6) {
+        decode_steps[item.state].push_back(index);
+        EXPECT_EQ(item.tokens, 1);
+      }
+    }
+    most = std::max(most, cost);
+    EXPECT_LE(cost, step_limit) << "step " << index;
+  }
+  // Each short request decodes in every step from its first token to its last (99 after the one
+  // its prompt gave), through the whole of the long prompt's feed.
+  ASSERT_EQ(decode_steps.size(), 3u);
+  for (const auto& [state, steps] : decode_steps) {
+    ASSERT_EQ(steps.size(), 99u);
+    EXPECT_EQ(steps.back() - steps.front(), 98u) << "a decoding request skipped a step";
+  }
+  int64_t fed = 0;
+  std::map<int64_t, int64_t> widest;  // per 32-token window, its widest chunk
+  for (const auto& [begin, tokens] : chunks) {
+    EXPECT_EQ(begin, fed);
+    fed += tokens;
+    EXPECT_GE(tokens, 4);  // never below min_prefill_chunk
+    widest[begin / 32] = std::max(widest[begin / 32], tokens);
+  }
+  EXPECT_EQ(fed, 448);
+  ASSERT_GE(chunk_steps.size(), 2u);
+  EXPECT_EQ(widest[0], 32);   // the prompt's start: whole chunks
+  EXPECT_EQ(widest[13], 8);   // 416 and more deep a token costs 7.5 units and more
+  for (const auto& [window, tokens] : widest)
+    if (window > 0) EXPECT_LE(tokens, widest[window - 1]) << "window " << window;
+  // The short requests decoded beside all of it but the first chunk (which may share a step with
+  // their prompts, as they arrive).
+  for (const auto& [state, steps] : decode_steps)
+    EXPECT_TRUE(steps.front() <= chunk_steps[1] && chunk_steps.back() <= steps.back());
+  std::printf("%zu chunks, %lld steps, most costly step %.1f of %.0f\n", chunks.size(), (long long)run.steps.size(),
+              most, step_limit);
+
+  // Each request gives what it gives alone.
+  const int64_t vocab = model_->info().vocab_size;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(run.outputs[size_t(i)], alone(engine_options, prompt_of(10 + i, 6, vocab), 100));
+  EXPECT_EQ(run.outputs[3], alone(engine_options, prompt_of(20, 448, vocab), 4));
+
+  // Tokens alone (C = 0): whole chunks, and steps deep in the prompt cost far past the limit.
+  EngineOptions tokens_alone = engine_options;
+  tokens_alone.step_cost_context = 0;
+  const Run before = short_streams_beside_a_long_prompt(tokens_alone);
+  double most_before = 0;
+  for (const auto& step : before.steps) {
+    double cost = 0;
+    for (const auto& item : step) cost += cost_of(item.begin, item.begin + item.tokens, context);
+    most_before = std::max(most_before, cost);
+  }
+  EXPECT_GT(most_before, 2 * step_limit);
+}
+
+// Prefix snapshots every 64 tokens land on chunk boundaries however far the chunks shrank; a
+// prompt that extends one starts there and gives the tokens it gives computed from token 0.
+TEST_F(EngineStepBudget, PrefixSnapshotsInShrunkChunks) {
+  EngineOptions engine_options = options();
+  const int64_t vocab = model_->info().vocab_size;
+  const std::vector<int32_t> first = prompt_of(30, 400, vocab);
+  std::vector<int32_t> second(first.begin(), first.begin() + 300);
+  for (int32_t id : prompt_of(31, 20, vocab)) second.push_back(id);
+  const std::vector<int32_t> expected = alone(engine_options, second, 8);
+  engine_options.prefix_cache = true;
+  engine_options.prefix_snapshot_stride = 64;
+  Engine engine(*model_, nullptr, engine_options);
+  Outcome one, two;
+  RequestParams params;
+  params.max_tokens = 4;
+  engine.submit(first, params, one.callback());
+  one.wait();
+  params.max_tokens = 8;
+  engine.submit(second, params, two.callback());
+  two.wait();
+  EXPECT_EQ(two.last.cached_tokens, 256);  // the last multiple of 64 the two prompts share
+  EXPECT_EQ(two.ids, expected);
+}
+
+}  // namespace
+}  // namespace vt
