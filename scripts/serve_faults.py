@@ -9,6 +9,7 @@ Scenarios (each bounded in time; addresses are loopback only):
   chunked     a chunked body of M MB must get 413 with the server's RSS growing < 200 MB (needs --pid)
   hangup      a non-streaming request whose client hangs up must be cancelled within 10 s
   storm       C streams that hang up after a few tokens; running, waiting and KV blocks back to 0
+              (with --under-load, another load is running: only every request's outcome is checked)
   status      C clients x R requests (streamed or not, new connection or kept alive): each must end
               with an HTTP status and a complete body (streams: a finish_reason and [DONE])
   soak        `status` repeated for S seconds with 10% hang-ups, the server's RSS sampled (needs --pid)
@@ -39,9 +40,11 @@ def raise_descriptor_limit(wanted):
 
 
 class Target:
-    def __init__(self, port, key=None, pid=None, model="smollm2"):
-        self.port, self.key, self.pid, self.model = port, key, pid, model
+    def __init__(self, port, key=None, pid=None, model=None):
+        self.port, self.key, self.pid = port, key, pid
         self.failures = []
+        # The served model's name unless given: the server refuses any other (404).
+        self.model = model or json.loads(self.request("GET", "/v1/models")[1])["data"][0]["id"]
 
     def check(self, condition, message):
         print(("ok:   " if condition else "FAIL: ") + message, flush=True)
@@ -320,9 +323,10 @@ def status(target, clients=32, requests=2, hang_fraction=0.0, seconds=None, keep
     return outcomes
 
 
-def storm(target, clients=32):
+def storm(target, clients=32, under_load=False):
     status(target, clients=clients, requests=1, hang_fraction=1.0, max_tokens=64)
-    target.check(target.wait_idle(30), "storm: running, waiting and KV blocks back to 0")
+    if not under_load:
+        target.check(target.wait_idle(30), "storm: running, waiting and KV blocks back to 0")
 
 
 def soak(target, seconds=300, clients=32):
@@ -446,17 +450,20 @@ def main():
     parser.add_argument("--requests", type=int, default=2)
     parser.add_argument("--keep-alive", action="store_true")
     parser.add_argument("--seconds", type=float, default=300)
+    parser.add_argument("--model", help="the model name to ask for (default: the server's, from /v1/models)")
+    parser.add_argument("--under-load", action="store_true",
+                        help="another load runs beside: storm checks outcomes only, not that the server went idle")
     parser.add_argument("scenarios", nargs="+", choices=sorted(SCENARIOS))
     args = parser.parse_args()
     raise_descriptor_limit(4096)
-    target = Target(args.port, args.key, args.pid)
+    target = Target(args.port, args.key, args.pid, args.model)
     for name in args.scenarios:
         if name == "status":
             status(target, clients=args.clients, requests=args.requests, keep_alive=args.keep_alive)
         elif name == "soak":
             soak(target, seconds=args.seconds, clients=args.clients)
         elif name == "storm":
-            storm(target, clients=args.clients)
+            storm(target, clients=args.clients, under_load=args.under_load)
         else:
             SCENARIOS[name](target)
     sys.exit(1 if target.failures else 0)

@@ -5,7 +5,7 @@ export PKG_CONFIG_PATH="$VT_DEPS/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH
 export LD_LIBRARY_PATH="$VT_DEPS/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 OUT=${OUT:-/tmp/vt-out}
 mkdir -p "$OUT"
-VT=build-gpu/apps/vt
+VT=${VT:-build-gpu/apps/vt}
 # The round scripts need the build scripts/gpu/cuda_tests.sh makes.
 require_build() { [ -x "$VT" ] || { echo "build first: scripts/gpu/cuda_tests.sh" >&2; exit 1; }; }
 

@@ -72,21 +72,8 @@ Engine::~Engine() {
   thread_.join();
   // The model's cache outlives the engine: its entries go back for the next user.
   for (auto& sequence : running_) cache_.release(sequence->id);
-  TokenEvent event;
-  event.finished = true;
-  event.finish_reason = FinishReason::kCancelled;
-  for (auto& sequence : running_) {
-    event.prompt_tokens = sequence->prompt_size;
-    event.cached_tokens = sequence->cached;
-    event.completion_tokens = sequence->completion_tokens();
-    sequence->callback(event);
-  }
-  for (auto& sequence : waiting_) {
-    event.prompt_tokens = sequence->prompt_size;
-    event.cached_tokens = sequence->cached;
-    event.completion_tokens = sequence->completion_tokens();  // preempted ones have some
-    sequence->callback(event);
-  }
+  for (auto& sequence : running_) sequence->callback(sequence->ending(FinishReason::kCancelled));
+  for (auto& sequence : waiting_) sequence->callback(sequence->ending(FinishReason::kCancelled));
 }
 
 int64_t Engine::max_request_tokens() const {
@@ -390,13 +377,7 @@ void Engine::drop_cancelled(std::vector<TokenEvent>& events, std::vector<TokenCa
         continue;
       }
       if (cached) cache_.release(sequence.id);
-      TokenEvent event;
-      event.finished = true;
-      event.finish_reason = FinishReason::kCancelled;
-      event.prompt_tokens = sequence.prompt_size;
-      event.cached_tokens = sequence.cached;
-      event.completion_tokens = sequence.completion_tokens();
-      events.push_back(event);
+      events.push_back(sequence.ending(FinishReason::kCancelled));
       callbacks.push_back(std::move(sequence.callback));
       ++totals_.requests_cancelled;
       it = queue.erase(it);
@@ -618,15 +599,8 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
 }
 
 void Engine::fail(Sequence& sequence, const std::string& error) {
-  TokenEvent event;
-  event.finished = true;
-  event.finish_reason = FinishReason::kStop;
-  event.prompt_tokens = sequence.prompt_size;
-  event.cached_tokens = sequence.cached;
-  event.completion_tokens = sequence.completion_tokens();
-  event.error = error;
   sequence.finished = true;
-  sequence.final_event = std::move(event);
+  sequence.final_event = sequence.ending(FinishReason::kStop, error);
 }
 
 void Engine::fail_engine(const std::string& error) {
@@ -640,13 +614,7 @@ void Engine::fail_remaining(std::vector<TokenEvent>& events, std::vector<TokenCa
   for (auto& sequence : running_)
     if (!sequence->finished) fail(*sequence, failure_);  // released with the finished ones, after the step
   for (auto& sequence : waiting_) {
-    TokenEvent event;
-    event.finished = true;
-    event.finish_reason = FinishReason::kStop;
-    event.prompt_tokens = sequence->prompt_size;
-    event.cached_tokens = sequence->cached;
-    event.completion_tokens = sequence->completion_tokens();
-    event.error = failure_;
+    TokenEvent event = sequence->ending(FinishReason::kStop, failure_);
     // A preempted request has streamed tokens already: it cannot simply be sent elsewhere.
     event.retryable = sequence->completion_tokens() == 0;
     events.push_back(std::move(event));
@@ -726,13 +694,10 @@ int64_t Engine::advance_verified(Sequence& sequence, float* logits) {
 
 bool Engine::emit(Sequence& sequence, int32_t id, const float* logits) {
   sequence.tokens.push_back(id);
-  TokenEvent event;
+  TokenEvent event = sequence.counted();
   event.token_id = id;
   if (sequence.params.logprobs >= 0)
     event.logprob = token_logprobs(logits, vocab_size_, id, sequence.params.logprobs, event.top_logprobs).logprob;
-  event.prompt_tokens = sequence.prompt_size;
-  event.cached_tokens = sequence.cached;
-  event.completion_tokens = sequence.completion_tokens();
   const auto& stop_ids = sequence.params.stop_token_ids;
   bool string_stop = false;
   if (std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end()) {

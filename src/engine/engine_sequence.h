@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/engine.h"
@@ -46,6 +47,21 @@ struct Engine::Sequence {
     if (tokenizer) detokenizer = std::make_unique<StreamingDetokenizer>(*tokenizer, /*skip_special_tokens=*/true);
   }
   int64_t completion_tokens() const { return int64_t(tokens.size()) - prompt_size; }
+  // An event carrying the request's token counts (its usage so far); `ending` is its last one.
+  TokenEvent counted() const {
+    TokenEvent event;
+    event.prompt_tokens = prompt_size;
+    event.cached_tokens = cached;
+    event.completion_tokens = completion_tokens();  // preempted and cancelled ones may have some
+    return event;
+  }
+  TokenEvent ending(FinishReason reason, std::string error = {}) const {
+    TokenEvent event = counted();
+    event.finished = true;
+    event.finish_reason = reason;
+    event.error = std::move(error);
+    return event;
+  }
   // Past the prompt, tokens are fed one per forward (as decode fed them), so after a preemption
   // the re-fed generated tokens give the same state, bit for bit, as the first time (the CPU
   // reference's verify steps compute each token as a one-token forward does).

@@ -117,6 +117,18 @@ int64_t Qwen35Config::full_attention_layers() const {
   return int64_t(std::count(layer_types.begin(), layer_types.end(), LayerKind::kFullAttention));
 }
 
+ModelInfo Qwen35Config::model_info() const {
+  ModelInfo info;
+  info.architecture = architecture;
+  info.vocab_size = vocab_size;
+  info.max_positions = max_position_embeddings;
+  info.layer_weights_per_token = layer_weights_per_token();
+  info.attention_layers = full_attention_layers();
+  info.attention_heads = num_heads;
+  info.attention_head_dim = head_dim;
+  return info;
+}
+
 int64_t Qwen35Config::layer_weights_per_token() const {
   const int64_t H = hidden_size;
   // Gated attention: q and its gate, k, v, o.

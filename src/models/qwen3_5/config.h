@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "io/json_config.h"
+#include "model/model.h"
 #include "ops/attention/rope.h"
 
 namespace vt {
@@ -64,6 +65,8 @@ struct Qwen35Config {
   // MLP or the router and its active experts), for ModelInfo.
   int64_t layer_weights_per_token() const;
   int64_t full_attention_layers() const;
+  // What the engine reads of the model (positions: max_position_embeddings).
+  ModelInfo model_info() const;
 };
 
 // Parses config.json at `path`; throws naming the file and key on anything missing or invalid.

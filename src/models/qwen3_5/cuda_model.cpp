@@ -53,12 +53,7 @@ Qwen35CudaForward::Qwen35CudaForward(Qwen35Config config, CudaWeights weights, c
       description_(std::move(description)) {
   VT_CHECK(options_.activations == DType::kF32 || options_.activations == DType::kBF16, "CUDA activations f32 or bf16");
   VT_CUDA_CHECK(cudaSetDevice(options_.device));
-  info_.architecture = config_.architecture;
-  info_.vocab_size = config_.vocab_size;
-  info_.layer_weights_per_token = config_.layer_weights_per_token();
-  info_.attention_layers = config_.full_attention_layers();
-  info_.attention_heads = config_.num_heads;
-  info_.attention_head_dim = config_.head_dim;
+  info_ = config_.model_info();
   info_.max_positions = std::min(config_.max_position_embeddings, options_.max_context);
   VT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (options_.side_stream) {

@@ -117,24 +117,12 @@ float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 Qwen35Model::Qwen35Model(const std::string& dir, const Qwen35LoadOptions& options)
     : config_(parse_qwen35_config(dir + "/config.json")), store_(WeightStore::open(dir)) {
   weights_ = load_qwen35_weights(store_, config_, options);
-  info_.architecture = config_.architecture;
-  info_.vocab_size = config_.vocab_size;
-  info_.layer_weights_per_token = config_.layer_weights_per_token();
-  info_.attention_layers = config_.full_attention_layers();
-  info_.attention_heads = config_.num_heads;
-  info_.attention_head_dim = config_.head_dim;
-  info_.max_positions = config_.max_position_embeddings;
+  info_ = config_.model_info();
 }
 
 Qwen35Model::Qwen35Model(Qwen35Config rank_config, Qwen35Weights weights, AllReduceHook all_reduce)
     : config_(std::move(rank_config)), weights_(std::move(weights)), all_reduce_(std::move(all_reduce)) {
-  info_.architecture = config_.architecture;
-  info_.vocab_size = config_.vocab_size;
-  info_.layer_weights_per_token = config_.layer_weights_per_token();
-  info_.attention_layers = config_.full_attention_layers();
-  info_.attention_heads = config_.num_heads;
-  info_.attention_head_dim = config_.head_dim;
-  info_.max_positions = config_.max_position_embeddings;
+  info_ = config_.model_info();
 }
 
 std::unique_ptr<SequenceState> Qwen35Model::new_sequence(int64_t capacity) const {

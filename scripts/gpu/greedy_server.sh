@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Run ON the GPU machine (after scripts/gpu/cuda_tests.sh built build-gpu/): greedy text through
+# `vt serve --device cuda` against `vt generate --device cuda` on a real model, the trained small
+# Qwen3.5 (tests/golden/qwen3_5_trained; real weights, so greedy steps are not the near-ties of a
+# random model): each of its 32 held-out prompts alone, then 64 requests at once (each prompt
+# twice, streamed and not), and HF's float32 greedy text beside (reference.json). Logs in
+# $OUT/greedy_server.tar.gz; the table last. DEVICE=cpu: a dry run here (VT=build-cpu/apps/vt).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/gpu/env.sh
+require_build
+LOGS=$(mktemp -d)
+PORT=${PORT:-18950}
+DIR=tests/golden/qwen3_5_trained
+status=0
+
+"$VT" serve --model "$DIR" --device "${DEVICE:-cuda}" --port "$PORT" --max-running 64 --max-context 1024 \
+  --served-model-name trained 2>"$LOGS/serve.err" &
+server=$!
+for _ in $(seq 1 120); do grep -q "listening on" "$LOGS/serve.err" && break; sleep 1; done
+grep -q "listening on" "$LOGS/serve.err" || { echo "server did not start"; tail -20 "$LOGS/serve.err"; exit 1; }
+
+python3 - "$PORT" "$DIR/reference.json" "$LOGS/server.json" <<'PY' || status=1
+import concurrent.futures, http.client, json, sys
+port, reference, out = int(sys.argv[1]), json.load(open(sys.argv[2])), sys.argv[3]
+prompts = [p["text"] for p in reference["prompts"]]
+tokens = reference["n_new_tokens"]
+
+def complete(prompt, stream=False):
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    body = {"model": "trained", "prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": stream}
+    connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    if not stream:
+        return json.loads(response.read())["choices"][0]["text"]
+    text = ""
+    for line in response:
+        line = line.strip()
+        if line.startswith(b"data: ") and line != b"data: [DONE]":
+            chunk = json.loads(line[6:])
+            if chunk.get("choices"):
+                text += chunk["choices"][0].get("text") or ""
+    return text
+
+alone = [complete(p) for p in prompts]
+with concurrent.futures.ThreadPoolExecutor(64) as pool:
+    together = list(pool.map(lambda i: complete(prompts[i % len(prompts)], stream=i % 2 == 1), range(64)))
+json.dump({"prompts": prompts, "alone": alone, "together": together}, open(out, "w"))
+PY
+kill -TERM $server
+wait $server || status=1
+
+# vt generate of each prompt alone (python passes the prompt as is: a shell would strip its trailing newlines).
+python3 - "$VT" "$DIR" "${DEVICE:-cuda}" "$LOGS" <<'PY' || status=1
+import json, subprocess, sys
+vt, folder, device, logs = sys.argv[1:]
+for i, prompt in enumerate(p["text"] for p in json.load(open(f"{folder}/reference.json"))["prompts"]):
+    result = subprocess.run([vt, "generate", "--model", folder, "--device", device, "--prompt", prompt,
+                             "--max-new-tokens", "24", "--temperature", "0", "--json"], capture_output=True, text=True)
+    open(f"{logs}/generate_{i}.json", "w").write(result.stdout)
+    if result.returncode != 0:
+        sys.exit(f"vt generate failed on prompt {i}: {result.stderr[-500:]}")
+PY
+
+tar -czf "$OUT/greedy_server.tar.gz" -C "$LOGS" .
+python3 - "$LOGS" "$DIR/reference.json" "${DEVICE:-cuda}" <<'PY' || status=1
+import json, sys
+logs, reference, device = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3]
+server = json.load(open(f"{logs}/server.json"))
+count = len(server["prompts"])
+generate = [json.load(open(f"{logs}/generate_{i}.json"))["text"] for i in range(count)]
+hf = [p["greedy_text"] for p in reference["prompts"]]
+alone_vs_generate = sum(a == g for a, g in zip(server["alone"], generate))
+together_vs_alone = sum(t == server["alone"][i % count] for i, t in enumerate(server["together"]))
+generate_vs_hf = sum(g == h for g, h in zip(generate, hf))
+for i in range(count):
+    if server["alone"][i] != generate[i]:
+        print(f"prompt {i}: server alone {server['alone'][i]!r} != vt generate {generate[i]!r}")
+for i, text in enumerate(server["together"]):
+    if text != server["alone"][i % count]:
+        print(f"request {i}: at 64 {text!r} != alone {server['alone'][i % count]!r}")
+print(f"| check (trained Qwen3.5, {device}; CUDA: bf16 activations) | equal |")
+print("|---|---|")
+print(f"| server alone = vt generate | {alone_vs_generate} / {count} |")
+print(f"| server, 64 at once = server alone | {together_vs_alone} / {len(server['together'])} |")
+print(f"| vt generate = HF float32 (informative: bf16 vs f32 at margins down to 0.001) | {generate_vs_hf} / {count} |")
+sys.exit(0 if alone_vs_generate == count and together_vs_alone == len(server["together"]) else 1)
+PY
+exit $status
