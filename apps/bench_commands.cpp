@@ -608,6 +608,10 @@ void add_bench_commands(CLI::App& app) {
                       "the engine path prefills this many prompts of each length at once, packed as the engine "
                       "packs steps (--step-tokens per step; tok/s counts them all)");
   prefill->add_option("--kernels", prefill_args->kernels, "print the N kernels that took longest in the profiled runs");
+  prefill->add_option("--paths", prefill_args->prefill_paths,
+                      "paths per length: chunked, token-by-token, engine (comma-separated; long prompts: chunked)");
+  prefill->add_option("--decode-after", prefill_args->decode_after,
+                      "decode N tokens after the chunked path's prompt and report ms per token");
   prefill->add_option("--prefill-attention", prefill_args->prefill_attention,
                       "flashinfer: long sequences' attention on FlashInfer's sm90 prefill kernel (default); "
                       "paged: every token on the flash-decoding kernels (A/B runs)")

@@ -32,6 +32,10 @@ struct BenchArgs {
   int64_t prompts = 1;
   // bench prefill: "flashinfer" (CudaModelOptions::prefill_attention) or "paged".
   std::string prefill_attention = "flashinfer";
+  // bench prefill: the paths run per length (chunked, token-by-token, engine), and decode steps
+  // timed on the chunked path's sequence after its prompt (a long prompt that then decodes).
+  std::string prefill_paths = "chunked,token-by-token,engine";
+  int64_t decode_after = 0;
 };
 
 // A benchmark's token for position `sequence` (spread over the vocabulary; the values do not

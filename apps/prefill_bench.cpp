@@ -1,22 +1,28 @@
 // `vt bench prefill`: prompt tokens/s, the chunked GDN delta rule against the token-by-token one
-// in the same run, with the GDN kernels' share of the time (CUPTI); and the benchmark model that
-// the decode and prefill benches open.
+// in the same run, with the GDN kernels' share of the time and each part's MFU (CUPTI and the
+// launches' intents, against the measured GEMM peaks); and the benchmark model that the decode and
+// prefill benches open.
 #include "apps/bench_model.h"
 
 #ifdef VT_WITH_CUDA
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <sstream>
 
 #include "apps/cli_lists.h"
 #include "core/error.h"
 #include "cuda/device.h"
 #include "models/registry.h"
+#include "ops/gemm/gemm.h"
 #include "profile/kernel_recorder.h"
+#include "profile/step_report.h"
+#include "trace/intent.h"
 
 namespace vt::apps {
 
@@ -73,7 +79,7 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
   VT_CHECK(args.max_running >= 1 && args.prefill_chunk >= 1 && args.kernels >= 0,
            "--max-running and --prefill-chunk must be positive, --kernels >= 0");
   vt::CudaModelOptions options = bench_model_options(args, {args.max_running});
-  options.max_context = args.max_context > 0 ? args.max_context : longest + 8;
+  options.max_context = args.max_context > 0 ? args.max_context : longest + args.decode_after + 8;
   options.prefill_attention = args.prefill_attention == "flashinfer";
   VT_CHECK(options.max_context > longest, "--max-context ", options.max_context, " must exceed the longest prompt");
   VT_CHECK(args.prompts >= 1 && args.decoding >= 0 && args.prompts + args.decoding <= args.max_running,
@@ -98,22 +104,39 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
     vt::Buffer decoder_logits(vt::DType::kF32, {1, vocab});
     model->forward(decoder_prompt, *decoders.back(), decoder_logits, {});
   }
+  // chunked / token-by-token: Model::forward with the delta rule forced; engine: as the serving
+  // engine feeds a prompt, forward_batch of --prefill-chunk tokens at a time, the delta rule
+  // chosen by the step (kAuto).
+  const std::map<std::string, vt::DeltaRuleChoice> known_paths = {{"chunked", vt::DeltaRuleChoice::kChunked},
+                                                                  {"token-by-token", vt::DeltaRuleChoice::kRecurrent},
+                                                                  {"engine", vt::DeltaRuleChoice::kAuto}};
   std::vector<std::pair<std::string, vt::DeltaRuleChoice>> paths;
-  paths.emplace_back("chunked", vt::DeltaRuleChoice::kChunked);
-  paths.emplace_back("token-by-token", vt::DeltaRuleChoice::kRecurrent);
-  // As the serving engine feeds a prompt: forward_batch of --prefill-chunk tokens at a time, the
-  // delta rule chosen by the step (kAuto).
-  paths.emplace_back("engine", vt::DeltaRuleChoice::kAuto);
+  {
+    std::stringstream list(args.prefill_paths);
+    for (std::string item; std::getline(list, item, ',');) {
+      const auto known = known_paths.find(item);
+      VT_CHECK(known != known_paths.end(), "--paths: '", item, "' is not chunked, token-by-token or engine");
+      paths.emplace_back(*known);
+    }
+  }
+  VT_CHECK(!paths.empty(), "--paths: give at least one path");
+  VT_CHECK(args.decode_after >= 0, "--decode-after must be >= 0");
+  // MFU's ceilings, measured on this device before the model's work: cuBLASLt at 8192^3.
+  const double bf16_peak = vt::cuda::measure_gemm_peak_tflops(vt::DType::kBF16);
+  const bool fp8_weights = args.synthetic.empty() ? config.fp8.has_value() : args.weights == "fp8";
+  const double gemm_peak = fp8_weights ? vt::cuda::measure_gemm_peak_tflops(vt::DType::kF8E4M3) : bf16_peak;
   nlohmann::json report = {{"model", name},
                            {"device", "cuda"},
                            {"step_tokens", options.max_step_tokens},
                            {"prefill_attention", args.prefill_attention},
                            {"repeats", args.repeats},
+                           {"peak_tflops", {{"gemm", gemm_peak}, {"bf16", bf16_peak}}},
                            {"rows", nlohmann::json::array()}};
   if (!args.json) {
-    std::printf("%s, prompt prefill in steps of %lld tokens, %s prefill attention, median of %lld runs\n\n",
+    std::printf("%s, prompt prefill in steps of %lld tokens, %s prefill attention, median of %lld runs; "
+                "measured peaks (cuBLASLt 8192^3): GEMM %.0f TFLOP/s, bf16 %.0f TFLOP/s\n\n",
                 name.c_str(), (long long)options.max_step_tokens, args.prefill_attention.c_str(),
-                (long long)args.repeats);
+                (long long)args.repeats, gemm_peak, bf16_peak);
     std::printf("| tokens | GDN delta rule | ms | tok/s | GDN kernels ms | GDN share | speedup |\n"
                 "|---|---|---|---|---|---|---|\n");
     std::fflush(stdout);
@@ -128,11 +151,14 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
       vt::ForwardOptions forward_options;
       forward_options.delta_rule = choice;
       const bool engine_path = path == "engine";
-      // One prefill from a fresh (zeroed) sequence; the zeroing is not timed.
-      const auto run_once = [&] {
-        auto state = model->new_sequence(length + 1);
+      // One prefill of the first `tokens` prompt tokens from a fresh (zeroed) sequence; the zeroing
+      // is not timed. `decode_ms`: per token of --decode-after decode steps after it (chunked path).
+      double decode_ms = 0;
+      const auto run_once = [&](int64_t tokens, bool decode) {
+        auto state = model->new_sequence(length + std::max<int64_t>(1, args.decode_after));
         std::vector<std::unique_ptr<vt::SequenceState>> others;  // --prompts beyond the first
         for (int64_t p = 1; engine_path && p < args.prompts; ++p) others.push_back(model->new_sequence(length + 1));
+        const std::span<const int32_t> tokens_in = std::span<const int32_t>(prompt).first(size_t(tokens));
         vt::cuda::synchronize();
         const auto start = std::chrono::steady_clock::now();
         if (engine_path) {
@@ -145,32 +171,56 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
             items.clear();
             int64_t budget = prompt_budget;
             for (size_t p = first; p < prompts.size() && budget > 0; ++p) {
-              const int64_t begin = prompts[p]->length(), count = std::min({args.prefill_chunk, length - begin, budget});
-              if (count < std::min(args.prefill_chunk, length - begin) && !items.empty()) break;
-              items.push_back({std::span<const int32_t>(prompt).subspan(size_t(begin), size_t(count)), prompts[p]});
+              const int64_t begin = prompts[p]->length(), count = std::min({args.prefill_chunk, tokens - begin, budget});
+              if (count < std::min(args.prefill_chunk, tokens - begin) && !items.empty()) break;
+              items.push_back({tokens_in.subspan(size_t(begin), size_t(count)), prompts[p]});
               budget -= count;
             }
             for (auto& decoder : decoders)
               if (decoder->length() < decoder->capacity()) items.push_back({std::span<const int32_t>(prompt).first(1), decoder.get()});
             model->forward_batch(items, step_logits.view().rows(0, int64_t(items.size())));
-            while (first < prompts.size() && prompts[first]->length() >= length) ++first;
+            while (first < prompts.size() && prompts[first]->length() >= tokens) ++first;
           }
         } else {
-          model->forward(prompt, *state, logits, forward_options);
+          model->forward(tokens_in, *state, logits, forward_options);
         }
-        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        if (decode && args.decode_after > 0) {
+          const auto decode_start = std::chrono::steady_clock::now();
+          for (int64_t d = 0; d < args.decode_after; ++d)
+            model->forward(std::span<const int32_t>(prompt).first(1), *state, logits, {});
+          decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - decode_start).count() /
+                      double(args.decode_after);
+        }
+        return ms;
       };
-      run_once();  // warm-up: lazy module loads, cuBLASLt plans
+      // Warm-up (lazy module loads, cuBLASLt plans): two steps' worth of the prompt cover every
+      // kernel and shape a longer one runs.
+      run_once(std::min(length, 2 * options.max_step_tokens), false);
       std::vector<double> times;
-      for (int64_t r = 0; r < args.repeats; ++r) times.push_back(run_once());
+      for (int64_t r = 0; r < args.repeats; ++r) times.push_back(run_once(length, path == "chunked"));
       std::sort(times.begin(), times.end());
       const double ms = times[times.size() / 2];
+      // One more run under CUPTI with its launches' intents: kernel times, the GDN share, MFU.
       vt::profile::KernelRecorder recorder;
+      vt::trace::begin_intents();
       recorder.start();
-      const double profiled_ms = run_once();
+      const double profiled_ms = run_once(length, false);
+      const std::vector<vt::profile::KernelRecord> records = recorder.stop();
+      const std::vector<vt::trace::Intent> intents = vt::trace::end_intent_records();
+      const vt::profile::StepReport step_report = vt::profile::build_step_report(
+          vt::profile::spans_from_kernels(records, intents), {1, profiled_ms * 1e3, 0.0});
+      nlohmann::json parts = nlohmann::json::array();
+      for (const auto& part : vt::profile::part_utilisation(step_report, gemm_peak, bf16_peak))
+        parts.push_back({{"part", part.part},
+                         {"ms", part.us_per_step / 1e3},
+                         {"tflop", part.flops_per_step / 1e12},
+                         {"tflops_per_s", part.tflops_per_s},
+                         {"peak_tflops", part.peak_tflops},
+                         {"mfu", part.mfu}});
       double gdn_ns = 0;
       std::map<std::string, std::pair<double, int64_t>> by_kernel;  // ns, launches
-      for (const auto& record : recorder.stop()) {
+      for (const auto& record : records) {
         const double ns = double(record.end_ns - record.start_ns);
         if (record.name.find("sm90_gdn_") != std::string::npos) gdn_ns += ns;
         auto& [total, launches] = by_kernel[record.name.substr(0, 90)];
@@ -196,7 +246,9 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
                                 {"tokens_per_second", double(length * (engine_path ? args.prompts : 1)) * 1e3 / ms},
                                 {"gdn_kernel_ms", gdn_ms},
                                 {"gdn_share", share},
-                                {"profiled_ms", profiled_ms}});
+                                {"profiled_ms", profiled_ms},
+                                {"parts", parts}});
+      if (path == "chunked" && args.decode_after > 0) report["rows"].back()["decode_ms_per_token_after"] = decode_ms;
     }
     // Speedup of each path over the token-by-token one, printed once all ran.
     const double baseline = path_ms[1];
@@ -214,6 +266,22 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
   if (args.json) {
     std::cout << report.dump(2) << std::endl;
     return;
+  }
+  std::printf("\nWhere the profiled runs' time went, and MFU (FLOP rate over the measured peak of the part's "
+              "precision; total: all FLOPs over the wall time)\n\n| tokens | path | part | ms | TFLOP | TFLOP/s | MFU |\n"
+              "|---|---|---|---|---|---|---|\n");
+  for (const auto& row : report["rows"]) {
+    for (const auto& part : row["parts"])
+      std::printf("| %lld | %s | %s | %.1f | %.2f | %.0f | %s |\n", (long long)row["tokens"].get<int64_t>(),
+                  row["delta_rule"].get<std::string>().c_str(), part["part"].get<std::string>().c_str(),
+                  part["ms"].get<double>(), part["tflop"].get<double>(), part["tflops_per_s"].get<double>(),
+                  part["peak_tflops"].get<double>() > 0
+                      ? (std::to_string(int(std::lround(100 * part["mfu"].get<double>()))) + "%").c_str()
+                      : "-");
+    if (row.contains("decode_ms_per_token_after"))
+      std::printf("| %lld | %s | decode after the prompt | %.2f ms per token | | | |\n",
+                  (long long)row["tokens"].get<int64_t>(), row["delta_rule"].get<std::string>().c_str(),
+                  row["decode_ms_per_token_after"].get<double>());
   }
   for (const auto& run : top_kernels) {
     std::printf("\n%lld tokens, %s: top kernels of one profiled run (%.1f ms)\n\n| kernel | ms | launches |\n"

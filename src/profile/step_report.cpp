@@ -262,6 +262,31 @@ StepReport build_step_report(const std::vector<StepSpan>& spans, const ReportOpt
   return report;
 }
 
+std::vector<PartUtilisation> part_utilisation(const StepReport& report, double gemm_peak_tflops,
+                                              double bf16_peak_tflops) {
+  std::vector<PartUtilisation> parts = {{"gemm"}, {"attention"}, {"gdn"}, {"other"}};
+  parts[0].peak_tflops = gemm_peak_tflops;
+  parts[1].peak_tflops = parts[2].peak_tflops = bf16_peak_tflops;
+  for (const ReportRow& group : report.groups) {
+    const size_t index = group.group.rfind("gemm.", 0) == 0 ? 0
+                         : group.group == "attention"        ? 1
+                         : group.group == "gdn"              ? 2
+                                                             : 3;
+    parts[index].us_per_step += group.us_per_step;
+    parts[index].flops_per_step += group.flops_per_step;
+  }
+  PartUtilisation total{"total"};
+  total.us_per_step = report.step_us;
+  total.peak_tflops = gemm_peak_tflops;
+  for (PartUtilisation& part : parts) total.flops_per_step += part.flops_per_step;
+  parts.push_back(total);
+  for (PartUtilisation& part : parts) {
+    part.tflops_per_s = part.us_per_step > 0 ? part.flops_per_step / (part.us_per_step * 1e-6) / 1e12 : 0;
+    part.mfu = part.peak_tflops > 0 ? part.tflops_per_s / part.peak_tflops : 0;
+  }
+  return parts;
+}
+
 nlohmann::json report_json(const StepReport& report) {
   nlohmann::json out = {{"step_us", report.step_us},
                         {"kernel_us_per_step", report.span_us},

@@ -84,6 +84,18 @@ struct StepReport {
 
 StepReport build_step_report(const std::vector<StepSpan>& spans, const ReportOptions& options);
 
+// A prefill's parts from a report's groups: "gemm" (every gemm.* group), "attention", "gdn" and
+// "other", with their time, FLOPs (the launches' intents) and MFU: the FLOP rate over the peak of
+// the precision the part runs at (its GEMMs' `gemm_peak_tflops`, FP8 or bf16; attention and the
+// delta rule on bf16 tensor cores: `bf16_peak_tflops`; none for "other"), then "total" (all FLOPs
+// over the wall time, against the GEMM peak).
+struct PartUtilisation {
+  std::string part;
+  double us_per_step = 0, flops_per_step = 0, tflops_per_s = 0, peak_tflops = 0, mfu = 0;
+};
+std::vector<PartUtilisation> part_utilisation(const StepReport& report, double gemm_peak_tflops,
+                                              double bf16_peak_tflops);
+
 // {"step_us", "kernel_us_per_step", "busy_us_per_step", "overlap_us_per_step", "kernels_per_step",
 // "idle_fraction",
 //  "share_sum", "shares_consistent", "graph_launched_fraction", "bandwidth_gbps",

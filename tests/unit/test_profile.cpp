@@ -130,6 +130,44 @@ TEST(StepReport, SharesIdleBandwidthAndGroups) {
   EXPECT_NE(text.find("within 2%"), std::string::npos);
 }
 
+// MFU per part: two GEMM groups add into "gemm" against the GEMM peak, attention and the delta
+// rule against bf16's, norms into "other" with no peak, and the total over the wall time.
+TEST(StepReport, PartUtilisationAddsGroupsIntoPartsAgainstTheirPeaks) {
+  // One step of 100 us: GEMMs 20 + 10 us (4e9 and 2e9 FLOPs), attention 30 us (3e9), the delta
+  // rule 10 us (0.5e9), a norm 5 us (no FLOPs), 25 us idle.
+  std::vector<KernelRecord> records = {record("gemm_a", 0, 20'000), record("gemm_b", 20'000, 30'000),
+                                       record("attn", 30'000, 60'000), record("gdn", 60'000, 70'000),
+                                       record("norm", 70'000, 75'000)};
+  auto with_flops = [](Intent in, double flops) {
+    in.flops = flops;
+    return in;
+  };
+  std::vector<Intent> intents = {with_flops(intent("gemm_a", "mlp", OpGroup::kGemmMlp, "cublaslt", 0), 4e9),
+                                 with_flops(intent("gemm_b", "qkv", OpGroup::kGemmAttnQkv, "wgmma", 0), 2e9),
+                                 with_flops(intent("attn", "attention", OpGroup::kAttention, "flashinfer", 0), 3e9),
+                                 with_flops(intent("gdn", "delta", OpGroup::kGdn, "cuda", 0), 0.5e9),
+                                 with_flops(intent("norm", "rms_norm", OpGroup::kNorm, "cuda", 0), 0)};
+  const StepReport report = build_step_report(spans_from_kernels(records, intents), {1, 100.0, 100.0});
+  const auto parts = part_utilisation(report, /*gemm_peak_tflops=*/1000, /*bf16_peak_tflops=*/500);
+  ASSERT_EQ(parts.size(), 5u);
+  EXPECT_EQ(parts[0].part, "gemm");
+  EXPECT_NEAR(parts[0].us_per_step, 30.0, 1e-9);
+  EXPECT_NEAR(parts[0].tflops_per_s, 200.0, 1e-6);  // 6e9 FLOPs in 30 us
+  EXPECT_NEAR(parts[0].mfu, 0.2, 1e-9);
+  EXPECT_EQ(parts[1].part, "attention");
+  EXPECT_NEAR(parts[1].mfu, 0.2, 1e-9);  // 100 TFLOP/s of 500
+  EXPECT_EQ(parts[2].part, "gdn");
+  EXPECT_NEAR(parts[2].tflops_per_s, 50.0, 1e-6);
+  EXPECT_NEAR(parts[2].mfu, 0.1, 1e-9);
+  EXPECT_EQ(parts[3].part, "other");
+  EXPECT_NEAR(parts[3].us_per_step, 5.0, 1e-9);
+  EXPECT_DOUBLE_EQ(parts[3].mfu, 0.0);
+  EXPECT_EQ(parts[4].part, "total");
+  EXPECT_NEAR(parts[4].flops_per_step, 9.5e9, 1);
+  EXPECT_NEAR(parts[4].tflops_per_s, 95.0, 1e-6);  // over the 100 us wall, idle included
+  EXPECT_NEAR(parts[4].mfu, 0.095, 1e-9);
+}
+
 TEST(StepReport, OverlapIsCountedOnceForTheKernelThatStartedFirst) {
   // b is launched early (PDL) and waits 30 us for a: a keeps 60 us, b owns 40 of its 70 us.
   const std::vector<KernelRecord> records = {record("a", 0, 60'000), record("b", 30'000, 100'000)};

@@ -93,6 +93,10 @@ void dense_gemv(void* y, DType out_dtype, const void* x, const void* w, int64_t 
 
 // Reads `bytes` of device memory once; returns GB/s (read-only bandwidth for the floor).
 double measure_read_bandwidth(size_t bytes);
+// The device's achievable tensor-core rate in TFLOP/s, the ceiling MFU is taken against: the best
+// of a few cuBLASLt GEMMs of size^3 (kF8E4M3: FP8 with the checkpoints' 128x128 weight and 1x128
+// activation block scales, bf16 out; kBF16: bf16 in and out, fp32 compute).
+double measure_gemm_peak_tflops(DType dtype, int64_t size = 8192);
 // A kernel of one CTA per SM that runs about `microseconds` after the previous kernel (it may
 // overlap the next one's start, PDL): the stand-in for the op before a GEMM when the GEMM registry
 // and `vt bench gemm` time GEMMs as a decode step runs them. `sink`: one float, never written.
