@@ -76,7 +76,9 @@ def main():
                 check(0 < turn["reusable_tokens"] <= turn["prompt_tokens"],
                       f"{where}, turn {turn['turn']}: {turn['reusable_tokens']} reusable of {turn['prompt_tokens']}")
         if setting == "on":
-            check(multiturn["cached_tokens"] > 0 and multiturn["reusable_hit_rate"] > 0,
+            # The prefix-cache issue's acceptance: >= 90% of the reusable prompt tokens hit (99.7%
+            # measured here: the cache point at each prompt's end, so only the new message misses).
+            check(multiturn["cached_tokens"] > 0 and multiturn["reusable_hit_rate"] >= 0.9,
                   f"{where}: {multiturn['cached_tokens']} cached tokens, reusable hit rate {multiturn['reusable_hit_rate']}")
             check(run["prefix_cache"]["hits"] > 0, f"{where}: server hits {run['prefix_cache']}")
         if setting == "off":
@@ -84,6 +86,15 @@ def main():
     comparison = report["prefix_cache_comparison"]
     check(len(comparison) == 1 and all(p in comparison[0]["ttft_3plus_off_over_on"] for p in ("p50", "p90", "p99")),
           f"prefix_cache_comparison: {comparison}")
+    # Turns 3+ are faster to their first token with the cache: 6.2x at p50 measured on 2 shared
+    # cores (2026-12-05; the 8K-history GPU run: 32x). With ~200-token histories the ratio is bounded
+    # by the prompt sizes, and queueing on a loaded CI machine moves it: 2x catches a cache that
+    # does not serve (~1x) without failing on that noise.
+    if comparison:
+        ratio = comparison[0]["ttft_3plus_off_over_on"].get("p50", 0)
+        check(ratio >= 2, f"TTFT p50 of turns 3+ only {ratio}x lower with the cache on")
+        print(f"reusable hit rate {runs['on']['multiturn']['reusable_hit_rate']:.3f}, "
+              f"TTFT p50 turns 3+ {ratio}x lower with the cache on")
     check([server["prefix_cache"] for server in report["servers"]] == ["on", "off"], f"servers: {report['servers']}")
     for server in report["servers"]:
         after = server["server_after"]
