@@ -55,7 +55,7 @@ struct ServeArgs {
   int tensor_parallel = 1;
   vt::server::ServerOptions server;
   vt::EngineOptions engine;
-  int64_t cache_tokens = 65536;
+  int64_t cache_tokens = 0;  // 0: 65,536, or on CUDA at least one sequence of --max-context
   double drain_timeout_seconds = 30;
   double header_timeout_seconds = 10;
   int64_t prefill_chunk = 0, step_token_budget = 0;  // 0: the device's default
@@ -147,7 +147,11 @@ void run_serve(ServeArgs args) {
   const auto lm_head = vt::apps::lm_head_quantization(args.lm_head);
   auto text = vt::apps::load_model_text(args.tokenizer.empty() ? args.model : args.tokenizer);
   std::unique_ptr<vt::Model> model;
-  if (args.device == "cuda" || !args.synthetic.empty()) {
+  const bool cuda = args.device == "cuda" || !args.synthetic.empty();
+  // The default pool holds one request of the longest context a CUDA server is started for (a
+  // 262,144-token sequence of the 27B: 16 GiB of KV), so that a --max-context alone is served.
+  if (args.cache_tokens == 0) args.cache_tokens = cuda ? std::max<int64_t>(65536, args.max_context) : 65536;
+  if (cuda) {
 #ifdef VT_WITH_CUDA
     // One CUDA slot per running request; a step holds the engine's token budget (prompt chunks
     // plus decode tokens), batched into one forward.
@@ -297,7 +301,8 @@ void add_serve_commands(CLI::App& app) {
   serve->add_option("--max-running", args->engine.max_running, "requests processed at once; more wait (default 64)")
       ->check(CLI::Range(1, 4096));
   serve->add_option("--cache-tokens", args->cache_tokens,
-                    "KV cache size in tokens (default 65536; CUDA: the device's pool all requests share)")
+                    "KV cache size in tokens (default 65536; CUDA: the device's pool all requests share, "
+                    "at least --max-context)")
       ->check(CLI::PositiveNumber);
   serve->add_option("--prefill-chunk", args->prefill_chunk,
                     "prompt tokens fed per request per step, at fixed offsets (default 256 on CUDA, 64 on the CPU)")
