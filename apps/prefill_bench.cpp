@@ -201,6 +201,11 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
       for (int64_t r = 0; r < args.repeats; ++r) times.push_back(run_once(length, path == "chunked"));
       std::sort(times.begin(), times.end());
       const double ms = times[times.size() / 2];
+      // Progress before the profiled run (a long prompt's runs take minutes each).
+      std::fprintf(stderr, "bench prefill: %lld tokens, %s: %.1f ms (%.0f tok/s)", (long long)length, path.c_str(), ms,
+                   double(length * (engine_path ? args.prompts : 1)) * 1e3 / ms);
+      if (path == "chunked" && args.decode_after > 0) std::fprintf(stderr, ", then %.2f ms per decoded token", decode_ms);
+      std::fprintf(stderr, "\n");
       // One more run under CUPTI with its launches' intents: kernel times, the GDN share, MFU.
       vt::profile::KernelRecorder recorder;
       vt::trace::begin_intents();
