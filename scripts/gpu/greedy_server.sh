@@ -3,7 +3,8 @@
 # `vt serve --device cuda` against `vt generate --device cuda` on a real model, the trained small
 # Qwen3.5 (tests/golden/qwen3_5_trained; real weights, so greedy steps are not the near-ties of a
 # random model): each of its 32 held-out prompts alone, then 64 requests at once (each prompt
-# twice, streamed and not), and HF's float32 greedy text beside (reference.json). Logs in
+# twice, streamed and not), with the prefix cache on and off, and HF's float32 greedy text beside
+# (reference.json). Logs in
 # $OUT/greedy_server.tar.gz; the table last. DEVICE=cpu: a dry run here (VT=build-cpu/apps/vt).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,13 +15,16 @@ PORT=${PORT:-18950}
 DIR=tests/golden/qwen3_5_trained
 status=0
 
+# The server twice: prefix cache on (the default) and off, so a difference at 64 can be told
+# apart from a cache hit's numerics (the hits are counted from /metrics).
+for setting in on off; do
 "$VT" serve --model "$DIR" --device "${DEVICE:-cuda}" --port "$PORT" --max-running 64 --max-context 1024 \
-  --served-model-name trained 2>"$LOGS/serve.err" &
+  --served-model-name trained --prefix-cache "$setting" 2>"$LOGS/serve_$setting.err" &
 server=$!
-for _ in $(seq 1 120); do grep -q "listening on" "$LOGS/serve.err" && break; sleep 1; done
-grep -q "listening on" "$LOGS/serve.err" || { echo "server did not start"; tail -20 "$LOGS/serve.err"; exit 1; }
+for _ in $(seq 1 120); do grep -q "listening on" "$LOGS/serve_$setting.err" && break; sleep 1; done
+grep -q "listening on" "$LOGS/serve_$setting.err" || { echo "server did not start"; tail -20 "$LOGS/serve_$setting.err"; exit 1; }
 
-python3 - "$PORT" "$DIR/reference.json" "$LOGS/server.json" <<'PY' || status=1
+python3 - "$PORT" "$DIR/reference.json" "$LOGS/server_$setting.json" <<'PY' || status=1
 import concurrent.futures, http.client, json, sys
 port, reference, out = int(sys.argv[1]), json.load(open(sys.argv[2])), sys.argv[3]
 prompts = [p["text"] for p in reference["prompts"]]
@@ -47,8 +51,10 @@ with concurrent.futures.ThreadPoolExecutor(64) as pool:
     together = list(pool.map(lambda i: complete(prompts[i % len(prompts)], stream=i % 2 == 1), range(64)))
 json.dump({"prompts": prompts, "alone": alone, "together": together}, open(out, "w"))
 PY
+curl -s "http://127.0.0.1:$PORT/metrics" >"$LOGS/metrics_$setting.txt"
 kill -TERM $server
 wait $server || status=1
+done
 
 # vt generate of each prompt alone (python passes the prompt as is: a shell would strip its trailing newlines).
 python3 - "$VT" "$DIR" "${DEVICE:-cuda}" "$LOGS" <<'PY' || status=1
@@ -64,26 +70,33 @@ PY
 
 tar -czf "$OUT/greedy_server.tar.gz" -C "$LOGS" .
 python3 - "$LOGS" "$DIR/reference.json" "${DEVICE:-cuda}" <<'PY' || status=1
-import json, sys
+import json, re, sys
 logs, reference, device = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3]
-server = json.load(open(f"{logs}/server.json"))
-count = len(server["prompts"])
-generate = [json.load(open(f"{logs}/generate_{i}.json"))["text"] for i in range(count)]
 hf = [p["greedy_text"] for p in reference["prompts"]]
-alone_vs_generate = sum(a == g for a, g in zip(server["alone"], generate))
-together_vs_alone = sum(t == server["alone"][i % count] for i, t in enumerate(server["together"]))
-generate_vs_hf = sum(g == h for g, h in zip(generate, hf))
-for i in range(count):
-    if server["alone"][i] != generate[i]:
-        print(f"prompt {i}: server alone {server['alone'][i]!r} != vt generate {generate[i]!r}")
-for i, text in enumerate(server["together"]):
-    if text != server["alone"][i % count]:
-        print(f"request {i}: at 64 {text!r} != alone {server['alone'][i % count]!r}")
-print(f"| check (trained Qwen3.5, {device}; CUDA: bf16 activations) | equal |")
-print("|---|---|")
-print(f"| server alone = vt generate | {alone_vs_generate} / {count} |")
-print(f"| server, 64 at once = server alone | {together_vs_alone} / {len(server['together'])} |")
-print(f"| vt generate = HF float32 (informative: bf16 vs f32 at margins down to 0.001) | {generate_vs_hf} / {count} |")
-sys.exit(0 if alone_vs_generate == count and together_vs_alone == len(server["together"]) else 1)
+count = len(hf)
+generate = [json.load(open(f"{logs}/generate_{i}.json"))["text"] for i in range(count)]
+rows, ok = [], True
+for setting in ("on", "off"):
+    server = json.load(open(f"{logs}/server_{setting}.json"))
+    metrics = open(f"{logs}/metrics_{setting}.txt").read()
+    hits = re.search(r"^vt_prefix_cache_hits_tokens_total (\S+)", metrics, re.M)
+    alone_vs_generate = sum(a == g for a, g in zip(server["alone"], generate))
+    together_vs_alone = sum(t == server["alone"][i % count] for i, t in enumerate(server["together"]))
+    for i in range(count):
+        if server["alone"][i] != generate[i]:
+            print(f"cache {setting}, prompt {i}: server alone {server['alone'][i]!r} != vt generate {generate[i]!r}")
+    for i, text in enumerate(server["together"]):
+        if text != server["alone"][i % count]:
+            print(f"cache {setting}, request {i} (prompt {i % count}): at 64 {text!r} != alone {server['alone'][i % count]!r}")
+    rows.append((setting, alone_vs_generate, together_vs_alone, len(server["together"]), hits.group(1) if hits else "?"))
+    ok &= alone_vs_generate == count and together_vs_alone == len(server["together"])
+print(f"| trained Qwen3.5, {device} (CUDA: bf16 activations) | prefix cache | server alone = vt generate | "
+      f"64 at once = alone | cache hit tokens |")
+print("|---|---|---|---|---|")
+for setting, alone, together, total, hits in rows:
+    print(f"| | {setting} | {alone} / {count} | {together} / {total} | {hits} |")
+print(f"vt generate = HF float32 (bf16 vs f32 at margins down to 0.001, informative): "
+      f"{sum(g == h for g, h in zip(generate, hf))} / {count}")
+sys.exit(0 if ok else 1)
 PY
 exit $status
