@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""HF transformers references for the trained small model (tests/golden/qwen3_5_trained/).
+"""HF transformers references for the trained small models (tests/golden/qwen3_5_trained/ and its
+MoE twin tests/golden/qwen3_5_moe_trained/).
 
 Usage:  python3 scripts/golden/make_trained_references.py [--dir tests/golden/qwen3_5_trained]
 
@@ -11,7 +12,9 @@ Reads the checkpoint that scripts/golden/train_small_model.py wrote, reloads it 
     continuation is one repeated token, are skipped;
   - perplexity: the first PPL_CHARS characters of the first held-out file (cut at a paragraph end),
     its ids, and HF's perplexity over non-overlapping windows of CONTEXT tokens (as vt's).
-Deterministic; about a minute.
+For a MoE checkpoint each prompt also records min_router_gap: over every layer, every token of the
+last greedy step's full forward, the gap between the router's k-th and (k+1)-th logits (an expert
+choice flips under rounding only where this gap is tiny). Deterministic; about a minute.
 
 --fp8-out DIR also writes the checkpoint block-quantised to FP8 as make_goldens.py's qwen3_5_fp8
 (128x128 blocks, partial where a dimension is not a multiple of 128; same tensors quantised), with
@@ -30,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
-from transformers import Qwen3_5ForCausalLM  # noqa: E402
+from transformers import Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM  # noqa: E402
 
 import train_small_model as recipe  # noqa: E402
 
@@ -55,6 +58,28 @@ def greedy(model, ids):
         out.append(int(top.indices[0]))
         seq.append(out[-1])
     return out, margins
+
+
+@torch.no_grad()
+def min_router_gap(model, ids):
+    """Smallest router logit gap between the k-th and (k+1)-th expert over all layers and tokens."""
+    k = model.config.num_experts_per_tok
+    out = model(input_ids=torch.tensor([ids]), use_cache=False, output_router_logits=True)
+    gap = math.inf
+    for logits in out.router_logits:
+        top = logits.double().topk(k + 1, dim=-1).values
+        gap = min(gap, (top[:, k - 1] - top[:, k]).min().item())
+    return gap
+
+
+def load_model(path):
+    with open(os.path.join(path, "config.json")) as f:
+        arch = json.load(f)["architectures"][0]
+    if arch == "Qwen3_5MoeForCausalLM":
+        return arch, Qwen3_5MoeForCausalLM.from_pretrained(
+            path, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager"
+        ).eval()
+    return arch, Qwen3_5ForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
 
 
 @torch.no_grad()
@@ -172,7 +197,8 @@ def main():
 
     _, held_files, corpus_sha = recipe.load_corpus(args.cache)
     tok = Tokenizer.from_file(os.path.join(args.dir, "tokenizer.json"))
-    model = Qwen3_5ForCausalLM.from_pretrained(args.dir, dtype=torch.float32, attn_implementation="eager").eval()
+    arch, model = load_model(args.dir)
+    moe = arch == "Qwen3_5MoeForCausalLM"
 
     prompts, skipped = [], 0
     for rel, text, ids in candidates(tok, held_files):
@@ -193,6 +219,8 @@ def main():
                 "greedy_distinct": len(set(out)),
             }
         )
+        if moe:
+            prompts[-1]["min_router_gap"] = min_router_gap(model, ids + out[:-1])
         print(f"  {rel}: {len(ids)} ids, min margin {m:.4g}, -> {tok.decode(out)!r}", flush=True)
         if len(prompts) == N_PROMPTS:
             break
@@ -208,8 +236,8 @@ def main():
     print(f"  perplexity of {rel}[:{len(cut)}]: {ppl:.6f} over {predicted} predicted tokens; {skipped} prompts skipped")
 
     ref = {
-        "case": "qwen3_5_trained",
-        "architecture": "Qwen3_5ForCausalLM",
+        "case": os.path.basename(os.path.normpath(args.dir)),
+        "architecture": arch,
         "weights_dtype": "bfloat16 (trained by scripts/golden/train_small_model.py)",
         "corpus_files_sha256": corpus_sha,
         "n_new_tokens": N_NEW,
@@ -231,7 +259,8 @@ def main():
             "script": "scripts/golden/make_trained_references.py",
             "torch": torch.__version__.split("+")[0],
             "transformers": transformers.__version__,
-            "compute": "cpu float32 (the bf16 checkpoint reloaded as float32), 1 thread, attn_implementation=eager",
+            "compute": "cpu float32 (the bf16 checkpoint reloaded as float32), 1 thread, attn_implementation=eager"
+            + (", experts_implementation=eager" if moe else ""),
             "greedy": f"{N_NEW} tokens, full forward without cache each step",
         },
     }

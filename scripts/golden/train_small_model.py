@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
-"""Train a small real Qwen3.5 dense model (GDN + gated attention, 3:1) on English documentation text.
+"""Train a small real Qwen3.5 model (GDN + gated attention, 3:1; dense or MoE) on English documentation text.
 
-Usage:  python3 scripts/golden/train_small_model.py [--out tests/golden/qwen3_5_trained] [--steps N]
+Usage:  python3 scripts/golden/train_small_model.py [--moe] [--out DIR] [--steps N]
+
+Without --moe: the dense model, tests/golden/qwen3_5_trained. With --moe: its MoE twin,
+tests/golden/qwen3_5_moe_trained (Qwen3_5MoeForCausalLM, MOE_DIMS), which reuses the dense model's
+tokenizer.json byte for byte (same vocabulary and ids) instead of training one.
 
 Corpus: the reStructuredText sources of the Python 3.11 documentation in Debian's python3.11-doc
 3.11.2-6+deb12u9 (bookworm-security; also on snapshot.debian.org), sha256-checked, from the folders
@@ -36,7 +40,12 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
-from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig  # noqa: E402
+from transformers import (  # noqa: E402
+    Qwen3_5ForCausalLM,
+    Qwen3_5MoeForCausalLM,
+    Qwen3_5MoeTextConfig,
+    Qwen3_5TextConfig,
+)
 
 torch.set_num_threads(1)
 torch.use_deterministic_algorithms(True)
@@ -85,6 +94,22 @@ MODEL_DIMS = dict(
     eos_token_id=0,
     pad_token_id=0,
 )
+
+# The MoE twin: same attention / GDN / embeddings; each MLP becomes 8 routed experts (top-2) plus a
+# gated shared expert. Active MLP width 2 x 48 + 64 = 160 (dense: 320); the total is held to about
+# 3.5 M parameters so that the bf16 checkpoint stays under 7 MB in git.
+MOE_DIMS = dict(
+    MODEL_DIMS,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=48,
+    shared_expert_intermediate_size=64,
+    router_aux_loss_coef=0.001,
+)
+del MOE_DIMS["intermediate_size"]
+DENSE_DIR = os.path.join(REPO, "tests/golden/qwen3_5_trained")
+MOE_DIR = os.path.join(REPO, "tests/golden/qwen3_5_moe_trained")
+MOE_STEPS = 1200
 
 SEED = 20261205
 SEQ_LEN = 128
@@ -188,15 +213,31 @@ def token_stream(tok, files):
 # --------------------------------------------------------------------------------------------
 # Model and training
 # --------------------------------------------------------------------------------------------
-def make_config():
-    cfg = Qwen3_5TextConfig(**MODEL_DIMS)
-    cfg.architectures = ["Qwen3_5ForCausalLM"]
+def make_config(moe):
+    if moe:
+        cfg = Qwen3_5MoeTextConfig(**MOE_DIMS)
+        cfg.architectures = ["Qwen3_5MoeForCausalLM"]
+    else:
+        cfg = Qwen3_5TextConfig(**MODEL_DIMS)
+        cfg.architectures = ["Qwen3_5ForCausalLM"]
     return cfg
+
+
+def model_class(cfg):
+    return Qwen3_5MoeForCausalLM if getattr(cfg, "num_experts", 0) else Qwen3_5ForCausalLM
+
+
+def model_kwargs(cfg, attn):
+    # The eager expert loop: deterministic on the CPU, and the path HF's references use.
+    kw = {"attn_implementation": attn}
+    if getattr(cfg, "num_experts", 0):
+        kw["experts_implementation"] = "eager"
+    return kw
 
 
 def init_model(cfg):
     torch.manual_seed(SEED)
-    model = Qwen3_5ForCausalLM._from_config(cfg, attn_implementation="sdpa")
+    model = model_class(cfg)._from_config(cfg, **model_kwargs(cfg, "sdpa"))
     return model.train()
 
 
@@ -207,10 +248,17 @@ def lr_at(step):
     return LR_MIN + 0.5 * (LR - LR_MIN) * (1 + math.cos(math.pi * t))
 
 
-def lm_loss(model, windows):
-    """Mean next-token NLL over the windows (labels already shifted by hand)."""
-    logits = model(input_ids=windows[:, :-1], use_cache=False).logits
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), windows[:, 1:].reshape(-1))
+def lm_loss(model, windows, aux=False):
+    """Mean next-token NLL over the windows (labels already shifted by hand); with aux, plus the MoE
+    load-balancing loss times router_aux_loss_coef (keeps all experts in use)."""
+    moe = aux and getattr(model.config, "num_experts", 0)
+    kw = {"output_router_logits": True} if moe else {}
+    out = model(input_ids=windows[:, :-1], use_cache=False, **kw)
+    logits = out.logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), windows[:, 1:].reshape(-1))
+    if moe:
+        loss = loss + model.config.router_aux_loss_coef * out.aux_loss
+    return loss
 
 
 @torch.no_grad()
@@ -246,7 +294,7 @@ def train(model, train_ids, held_windows, steps, log):
             g["lr"] = lr_at(step)
         starts = torch.randint(0, len(train_ids) - n, (BATCH,), generator=gen)
         windows = torch.stack([train_ids[s : s + n] for s in starts.tolist()])
-        loss = lm_loss(model, windows)
+        loss = lm_loss(model, windows, aux=True)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
@@ -266,12 +314,16 @@ def train(model, train_ids, held_windows, steps, log):
 
 def save(model, tok, cfg, out_dir, log):
     os.makedirs(out_dir, exist_ok=True)
-    bf16 = Qwen3_5ForCausalLM._from_config(cfg, attn_implementation="eager")
+    bf16 = model_class(cfg)._from_config(cfg, **model_kwargs(cfg, "eager"))
     bf16.load_state_dict(model.state_dict())
     bf16 = bf16.to(torch.bfloat16).eval()
     bf16.generation_config = transformers.GenerationConfig(eos_token_id=0, pad_token_id=0, do_sample=False)
     bf16.save_pretrained(out_dir)
-    tok.save(os.path.join(out_dir, "tokenizer.json"))
+    if isinstance(tok, bytes):
+        with open(os.path.join(out_dir, "tokenizer.json"), "wb") as f:
+            f.write(tok)
+    else:
+        tok.save(os.path.join(out_dir, "tokenizer.json"))
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
         json.dump(
             {
@@ -295,15 +347,23 @@ def save(model, tok, cfg, out_dir, log):
 def main():
     global STEPS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.path.join(REPO, "tests/golden/qwen3_5_trained"))
-    ap.add_argument("--steps", type=int, default=STEPS, help=f"training steps (default {STEPS})")
+    ap.add_argument("--moe", action="store_true", help="train the MoE twin (reuses the dense model's tokenizer)")
+    ap.add_argument("--out", help=f"default {DENSE_DIR}, with --moe {MOE_DIR}")
+    ap.add_argument("--steps", type=int, help=f"training steps (default {STEPS}, with --moe {MOE_STEPS})")
+    ap.add_argument("--tokenizer-from", default=DENSE_DIR, help="with --moe: the folder whose tokenizer.json is reused")
     ap.add_argument("--cache", default=os.path.join(REPO, ".cache"))
     args = ap.parse_args()
-    STEPS = args.steps
+    STEPS = args.steps or (MOE_STEPS if args.moe else STEPS)
+    out_dir = args.out or (MOE_DIR if args.moe else DENSE_DIR)
 
     t0 = time.time()
     train_files, held_files, corpus_sha = load_corpus(args.cache)
-    tok = train_tokenizer(train_files)
+    if args.moe:
+        with open(os.path.join(args.tokenizer_from, "tokenizer.json"), "rb") as f:
+            tok_bytes = f.read()
+        tok = Tokenizer.from_str(tok_bytes.decode("utf-8"))
+    else:
+        tok = train_tokenizer(train_files)
     train_ids = token_stream(tok, train_files)
     held_ids = token_stream(tok, held_files)
     train_chars = sum(len(t) for _, t in train_files)
@@ -312,7 +372,7 @@ def main():
         f"{len(held_files)} held out ({len(held_ids)} tokens); tokenizer {time.time() - t0:.1f} s",
         flush=True,
     )
-    cfg = make_config()
+    cfg = make_config(args.moe)
     model = init_model(cfg)
     params = sum(p.numel() for p in model.parameters())
     print(f"model: {params} parameters, layer types {cfg.layer_types}", flush=True)
@@ -337,8 +397,8 @@ def main():
         "held_out": [],
     }
     train(model, train_ids, eval_windows(held_ids), STEPS, log)
-    save(model, tok, cfg, args.out, log)
-    print(f"wrote {args.out} in {time.time() - t0:.0f} s", flush=True)
+    save(model, tok_bytes if args.moe else tok, cfg, out_dir, log)
+    print(f"wrote {out_dir} in {time.time() - t0:.0f} s", flush=True)
 
 
 if __name__ == "__main__":
