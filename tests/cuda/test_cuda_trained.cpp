@@ -52,7 +52,9 @@ class CudaTrained : public testing::GpuTest, public ::testing::WithParamInterfac
       GenerateOptions options;
       options.max_new_tokens = int64_t(want.size());
       auto got = generate(model, ids, options).output_ids;
-      if (expect_each) EXPECT_EQ(got, want) << prompt["text"].get<std::string>();
+      if (expect_each) {
+        EXPECT_EQ(got, want) << prompt["text"].get<std::string>();
+      }
       result.equal += got == want;
       result.first_token_equal += !got.empty() && got[0] == want[0];
       ++result.total;
