@@ -293,9 +293,7 @@ void Engine::draft_running() {
       sequence.drafted_for = int64_t(sequence.tokens.size());
       draft.tokens.clear();
       draft.probs.clear();
-      ask = sequence.declined_by_load
-                ? 0
-                : std::min(sequence.num_draft, sequence.params.max_tokens - sequence.completion_tokens() - 1);
+      ask = sequence.declined_by_load ? 0 : sequence.drafts_wanted();
       if (ask <= 0 && !sequence.keep_hidden) continue;
     }
     try {
@@ -335,8 +333,7 @@ void Engine::choose_speculation_by_load() {
     sequence.declined_by_load = false;
     if (sequence.finished || !sequence.decoding()) continue;
     const bool proposes = sequence.verifies_next() && sequence.drafted_for != int64_t(sequence.tokens.size());
-    const int64_t ask =
-        proposes ? std::min(sequence.num_draft, sequence.params.max_tokens - sequence.completion_tokens() - 1) : 0;
+    const int64_t ask = proposes ? sequence.drafts_wanted() : 0;
     const double accepted =
         (double(sequence.drafts_accepted) + 0.5) / double(sequence.verifies_with_drafts + 1);
     const bool fixed = sequence.params.seeded && sequence.params.sampling.temperature > 0;

@@ -2,6 +2,7 @@
 // stream filters and speculative drafts.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,8 @@ struct Engine::Sequence {
     if (tokenizer) detokenizer = std::make_unique<StreamingDetokenizer>(*tokenizer, /*skip_special_tokens=*/true);
   }
   int64_t completion_tokens() const { return int64_t(tokens.size()) - prompt_size; }
+  // Drafts the next verify would ask for: k, less what max_tokens leaves room for.
+  int64_t drafts_wanted() const { return std::min(num_draft, params.max_tokens - completion_tokens() - 1); }
   // An event carrying the request's token counts (its usage so far); `ending` is its last one.
   TokenEvent counted() const {
     TokenEvent event;
