@@ -5,21 +5,27 @@
 // prompt's greedy ids, perplexity within kTrainedPerplexityRelative). bf16 activations (the served
 // configuration) are held to a bound set before the first GPU run from the reference's margins:
 // a greedy step flips only where HF's top-1/top-2 gap is below the bf16 logits' error (~1% of a
-// logit of ~10, so ~0.1), and 10 of the 32 prompts have a step with a gap under 0.012.
+// logit of ~10, so ~0.1), and 10 of the 32 prompts have a step with a gap under 0.012. The MTP
+// heads (CudaTrainedMtp) against the training script's PyTorch head and the CPU reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "../models/trained_mtp_check.h"
 #include "../numerics.h"
 #include "cuda_test_support.h"
 #include "io/json_config.h"
 #include "model/generate.h"
 #include "model/perplexity.h"
+#include "models/qwen3_5/model.h"
 #include "runtime/qwen3_5_cuda.h"
+#include "speculative/mtp_drafter.h"
+#include "speculative/speculative.h"
 
 namespace vt {
 namespace {
@@ -101,6 +107,90 @@ TEST_P(CudaTrained, Bf16ActivationsWithinTheMarginBound) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Folders, CudaTrained, ::testing::Values("qwen3_5_trained", "qwen3_5_moe_trained"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// The trained MTP head on the CUDA model, f32 activations: its logits against the training script's
+// PyTorch head (mtp_reference.json, as tests/models/test_trained_mtp.cpp checks the CPU's), then
+// greedy speculation with it on 8 held-out prompts: exactly the plain greedy tokens for k = 1, 2
+// and 4, drafts accepted at least 90% as often as on the CPU reference (f32 on both; a draft
+// accepted on one and not the other needs a near-tie in the head's or the target's argmax).
+class CudaTrainedMtp : public testing::GpuTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(CudaTrainedMtp, HeadMatchesPyTorchAndSpeculationIsExact) {
+  const std::string dir = dir_of(GetParam());
+  const auto reference = read_json_file(dir + "/mtp_reference.json");
+  CudaModelOptions options;
+  options.activations = DType::kF32;
+  options.tune_gemms = false;
+  options.max_sequences = 3;  // the target and a head sequence at a time (a drafter frees its last)
+  options.max_context = 1024;
+  options.max_step_tokens = 256;
+  options.max_logit_rows = 5;
+  options.max_rollback_tokens = 5;  // a verify of up to 4 drafts
+  options.load_mtp = true;
+  auto model = load_qwen35_cuda(dir, options);
+  ASSERT_TRUE(model->has_mtp());
+  const int64_t vocab = model->info().vocab_size;
+
+  const auto ids = reference["ids"].get<std::vector<int32_t>>();
+  const auto& pairs = reference["pairs"];
+  ASSERT_EQ(pairs.size() + 1, ids.size());
+  model->set_keep_hidden_states(true);
+  {
+    auto target = model->new_sequence(int64_t(ids.size()));
+    Buffer logits(DType::kF32, {1, vocab});
+    model->forward(ids, *target, logits, {});
+    auto head = model->new_mtp_sequence(int64_t(ids.size()) + 4);
+    testing::MtpRowCheck check;
+    for (size_t p = 0; p + 1 < ids.size(); ++p) {
+      SCOPED_TRACE("pair " + std::to_string(p));
+      model->mtp_forward_from_target(std::span<const int32_t>(&ids[p + 1], 1), int64_t(p), *head, logits);
+      testing::check_mtp_row(logits.f32(), vocab, pairs[p], check);
+    }
+    for (const auto& step : reference["chained"]) {
+      SCOPED_TRACE("chained draft");
+      const int32_t token = step["token"].get<int32_t>();
+      EXPECT_EQ(int32_t(std::max_element(logits.f32(), logits.f32() + vocab) - logits.f32()), token);
+      model->mtp_forward_chained(token, *head, logits);
+      testing::check_mtp_row(logits.f32(), vocab, step, check);
+    }
+    std::printf("cuda %s MTP head f32: %zu pairs + %zu chained, max |logit - PyTorch| %.3g, %d argmaxes checked\n",
+                GetParam().c_str(), pairs.size(), reference["chained"].size(), check.worst, check.argmax_checked);
+  }
+  model->set_keep_hidden_states(false);
+
+  const auto prompts = read_json_file(dir + "/reference.json")["prompts"];
+  Qwen35LoadOptions cpu_options;
+  cpu_options.load_mtp = true;
+  Qwen35Model cpu(dir, cpu_options);
+  GenerateOptions generate_options;
+  generate_options.max_new_tokens = 32;
+  for (int64_t k : {1, 2, 4}) {
+    SpeculativeOptions speculative;
+    speculative.num_draft = k;
+    int64_t drafted = 0, accepted = 0, cpu_drafted = 0, cpu_accepted = 0;
+    for (size_t i = 0; i < 8 && i < prompts.size(); ++i) {
+      const auto prompt = prompts[i]["ids"].get<std::vector<int32_t>>();
+      SCOPED_TRACE("k " + std::to_string(k) + ", prompt " + std::to_string(i));
+      const auto plain = generate(*model, prompt, generate_options).output_ids;
+      MtpDrafter drafter(*model, {});
+      const auto result = generate_speculative(*model, drafter, prompt, generate_options, speculative);
+      EXPECT_EQ(result.output_ids, plain);
+      drafted += result.stats.drafted;
+      accepted += result.stats.accepted;
+      MtpDrafter cpu_drafter(cpu, {});
+      const auto cpu_stats = generate_speculative(cpu, cpu_drafter, prompt, generate_options, speculative).stats;
+      cpu_drafted += cpu_stats.drafted;
+      cpu_accepted += cpu_stats.accepted;
+    }
+    std::printf("cuda %s MTP k=%lld: accepted %lld of %lld drafts (CPU reference: %lld of %lld)\n", GetParam().c_str(),
+                (long long)k, (long long)accepted, (long long)drafted, (long long)cpu_accepted, (long long)cpu_drafted);
+    EXPECT_GE(double(accepted), 0.9 * double(cpu_accepted)) << "k " << k;
+    EXPECT_GT(accepted, 0) << "k " << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Folders, CudaTrainedMtp, ::testing::Values("qwen3_5_trained"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

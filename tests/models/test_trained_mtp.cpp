@@ -4,7 +4,7 @@
 // vt's definition (src/models/qwen3_5/mtp.cpp) with HF's decoder layer, norms, rotary embedding
 // and the base's embed / lm_head, and records, for one held-out prompt, the top-16 logits of every
 // pair (hidden at p, token at p + 1) and of two chained drafts (the head's own output with its own
-// argmax). Every recorded logit is held to kRealModelLogitAbs, every clear argmax must agree.
+// argmax), checked by trained_mtp_check.h. The CUDA twin is tests/cuda/test_cuda_trained.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../numerics.h"
+#include "trained_mtp_check.h"
 #include "io/json_config.h"
 #include "models/qwen3_5/model.h"
 
@@ -24,27 +25,6 @@ namespace {
 std::string dir_of(const std::string& folder) { return std::string(VT_SOURCE_DIR) + "/tests/golden/" + folder; }
 
 class TrainedMtp : public ::testing::TestWithParam<std::string> {};
-
-struct RowCheck {
-  double worst = 0;  // max |vt - reference| over the recorded logits
-  int argmax_checked = 0;
-};
-
-// One row of vt's logits against a recorded top-16 row.
-void check_row(const float* logits, int64_t vocab, const nlohmann::json& want, RowCheck& check) {
-  const auto ids = want["ids"].get<std::vector<int32_t>>();
-  const auto values = want["logits"].get<std::vector<double>>();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const double diff = std::abs(double(logits[ids[i]]) - values[i]);
-    check.worst = std::max(check.worst, diff);
-    EXPECT_LE(diff, numerics::kRealModelLogitAbs) << "token " << ids[i];
-  }
-  // A top-1 that leads by more than twice the bound cannot swap with any logit within the bound.
-  if (values[0] - values[1] > 2 * numerics::kRealModelLogitAbs) {
-    EXPECT_EQ(int32_t(std::max_element(logits, logits + vocab) - logits), ids[0]);
-    ++check.argmax_checked;
-  }
-}
 
 TEST_P(TrainedMtp, HeadLogitsMatchPyTorch) {
   const std::string dir = dir_of(GetParam());
@@ -64,11 +44,11 @@ TEST_P(TrainedMtp, HeadLogitsMatchPyTorch) {
   model.forward(ids, *target, logits, {});
 
   auto head = model.new_mtp_sequence(int64_t(ids.size()) + 4);
-  RowCheck check;
+  testing::MtpRowCheck check;
   for (size_t p = 0; p + 1 < ids.size(); ++p) {
     SCOPED_TRACE("pair " + std::to_string(p));
     model.mtp_forward_from_target(std::span<const int32_t>(&ids[p + 1], 1), int64_t(p), *head, logits);
-    check_row(logits.f32(), vocab, pairs[p], check);
+    testing::check_mtp_row(logits.f32(), vocab, pairs[p], check);
   }
   for (const auto& step : reference["chained"]) {
     SCOPED_TRACE("chained draft");
@@ -76,7 +56,7 @@ TEST_P(TrainedMtp, HeadLogitsMatchPyTorch) {
     // The script chains on its own argmax; vt's previous row must pick the same token.
     EXPECT_EQ(int32_t(std::max_element(logits.f32(), logits.f32() + vocab) - logits.f32()), token);
     model.mtp_forward_chained(token, *head, logits);
-    check_row(logits.f32(), vocab, step, check);
+    testing::check_mtp_row(logits.f32(), vocab, step, check);
   }
   std::printf("%s MTP head: %zu pairs + %zu chained, max |logit - PyTorch| %.3g, %d argmaxes checked\n",
               GetParam().c_str(), pairs.size(), reference["chained"].size(), check.worst, check.argmax_checked);
