@@ -15,7 +15,8 @@ void add_op_bench_commands(CLI::App& app);  // bench op <name> (after add_bench_
 void add_profile_commands(CLI::App& app);  // profile decode
 void add_tokenizer_commands(CLI::App& app);  // tokenize, detokenize
 void add_chat_commands(CLI::App& app);  // chat
-void add_eval_commands(CLI::App& app);  // eval perplexity
+void add_eval_commands(CLI::App& app);  // eval perplexity, drift, layers
+void add_eval_layers_command(CLI::App& eval);  // eval layers (apps/eval_layers.cpp)
 void add_serve_commands(CLI::App& app);  // serve
 void add_parse_output_commands(CLI::App& app);  // parse-output
 

@@ -222,6 +222,7 @@ void add_eval_commands(CLI::App& app) {
   perplexity->add_option("--max-tokens", args->max_tokens, "score only the first N tokens")->check(CLI::NonNegativeNumber);
   perplexity->add_flag("--json", args->json, "print one JSON object");
   perplexity->callback([args] { run_perplexity(*args); });
+  add_eval_layers_command(*eval);
 
   auto drift_args = std::make_shared<DriftArgs>();
   auto* drift = eval->add_subcommand("drift", "Greedy outputs and perplexity with the output layer as stored vs FP8");

@@ -117,6 +117,9 @@ struct CudaStep {
   int64_t longest_seq = 0, shortest_seq = 0;  // tokens of the step's longest and shortest sequence
   DeltaRuleChoice delta_rule = DeltaRuleChoice::kAuto;
   std::span<const LayerCache> cache;  // one per layer
+  // Model::set_tap's sink during a forward() (never a batched or graph-replayed step): the model
+  // copies named activations to the host for it, waiting for the stream each time.
+  const TapSink* tap = nullptr;
 };
 
 class CudaForward {

@@ -240,6 +240,7 @@ class Model {
   void tap(const char* name, int layer, const TensorView& tensor) const {
     if (tap_) tap_(name, layer, tensor);
   }
+  const TapSink& tap_sink() const { return tap_; }
 
  private:
   TapSink tap_;

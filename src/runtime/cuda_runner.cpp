@@ -211,6 +211,7 @@ CudaStep CudaRunner::step(int64_t num_tokens, int64_t num_seqs, int64_t logit_ro
   step.shortest_seq = shortest_seq_;
   step.delta_rule = delta_rule_;
   step.cache = cache_.layers();
+  if (tapping_ && tap_sink()) step.tap = &tap_sink();
   return step;
 }
 
@@ -241,9 +242,11 @@ void CudaRunner::forward(std::span<const int32_t> tokens, SequenceState& base_st
   // The delta rule asked for holds for this forward's steps only.
   struct DeltaRuleScope {
     DeltaRuleChoice& choice;
-    ~DeltaRuleScope() { choice = DeltaRuleChoice::kAuto; }
-  } delta_rule_scope{delta_rule_};
+    bool& tapping;
+    ~DeltaRuleScope() { choice = DeltaRuleChoice::kAuto, tapping = false; }
+  } delta_rule_scope{delta_rule_, tapping_};
   delta_rule_ = options.delta_rule;
+  tapping_ = true;
   // The MTP drafter's hidden states: every position's final-norm output, chunk after chunk, kept
   // in the sequence (keep_hidden) or else, with keeping on, for the model's last forward.
   const bool keep_hidden = keep_hidden_states_ && !options.keep_hidden;

@@ -192,6 +192,7 @@ class CudaRunner : public Model, public MtpHead {
   bool writes_window_ = false;
   int64_t kv_tokens_ = 0, longest_seq_ = 0, shortest_seq_ = 0;
   DeltaRuleChoice delta_rule_ = DeltaRuleChoice::kAuto;
+  bool tapping_ = false;  // inside forward(): its steps carry the tap sink
   Layout scratch_layout_;  // reused: no step allocates
 
   uint16_t* host_logits_ = nullptr;  // pinned staging for bf16 logits on their way to f32

@@ -69,6 +69,7 @@ void Qwen35CudaForward::gated_delta_net(const CudaLayer& layer, const LayerCache
     cuda::gdn_chunked(core, act, stream_, w.gdn_chunk_scratch.as<float>(), w.gdn_chunk_scratch.shape().numel(),
                       chunked_from);
   }
+  tap(step, "gdn_out", int(&layer - weights_.layers.data()), w.mixer_out.data(), c.linear_value_dim());
   trace::OpScope out_op("gdn.out_proj", OpGroup::kGemmOut);
   project_branch(layer.out_proj, w.mixer_out.data(), T, out_in);
 }

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "cuda/check.h"
+#include "cuda/device.h"
 #include "models/qwen3_5/cuda_workspace.h"
 #include "ops/activation/activation.h"
 #include "ops/attention/attention.h"
@@ -174,6 +175,7 @@ void Qwen35CudaForward::run_step(const CudaStep& step) {
   const int64_t T = step.num_tokens, H = c.hidden_size;
   const float eps = c.rms_norm_eps;
   embed("embed", step);
+  tap(step, "embed", -1, w.x.data(), H);
   cuda::Branch pending = nullptr;  // the previous block's output, added to x by the next norm
   // GDN: sequences of >= chunked_from tokens take the chunked delta rule; 0: all token by token
   // (decode steps and their graphs, steps that save rollback windows).
@@ -188,6 +190,7 @@ void Qwen35CudaForward::run_step(const CudaStep& step) {
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     const CudaLayer& layer = weights_.layers[i];
     const Fp8Rows mixer_in = input_norm(layer, T, pending);
+    if (i > 0) tap(step, "layer_out", int(i) - 1, w.x.data(), H);  // the norm added the last block's output
     if (layer.kind == LayerKind::kLinearAttention) {
       gated_delta_net(layer, step.cache[i], step, mixer_in, chunked_from);
     } else {
@@ -199,6 +202,7 @@ void Qwen35CudaForward::run_step(const CudaStep& step) {
   trace::OpScope final_op("final_norm", OpGroup::kNorm);
   cuda::add_rms_norm(w.normed.data(), w.x.data(), pending, weights_.final_norm.as<float>(), T, H, eps, 1.0f, act,
                      stream_);
+  tap(step, "layer_out", int(weights_.layers.size()) - 1, w.x.data(), H);
   // last_index selects the rows that need logits (the last token of each sequence, or all).
   const int64_t rows = step.logit_rows;
   cuda::gather_rows(w.last_hidden.data(), w.normed.data(), step.last_index, rows, H, act, stream_);
@@ -208,6 +212,21 @@ void Qwen35CudaForward::run_step(const CudaStep& step) {
   }
   trace::OpScope sampling_op("argmax", OpGroup::kSampling);
   cuda::argmax_rows(w.next_tokens.as<int32_t>(), w.logits.data(), rows, c.vocab_size, act, stream_);
+}
+
+void Qwen35CudaForward::tap(const CudaStep& step, const char* name, int layer, const void* data, int64_t cols) const {
+  if (!step.tap || !*step.tap) return;
+  const int64_t count = step.num_tokens * cols;
+  Buffer host(DType::kF32, {step.num_tokens, cols});
+  VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (options_.activations == DType::kF32) {
+    cuda::copy_to_host(host.f32(), data, size_t(count) * sizeof(float));
+  } else {
+    std::vector<uint16_t> bits(static_cast<size_t>(count));
+    cuda::copy_to_host(bits.data(), data, bits.size() * sizeof(uint16_t));
+    for (int64_t i = 0; i < count; ++i) host.f32()[i] = bf16_to_f32(bits[size_t(i)]);
+  }
+  (*step.tap)(name, layer, host.view());
 }
 
 void Qwen35CudaForward::embed(const char* op, const CudaStep& step) {

@@ -180,6 +180,9 @@ class Qwen35CudaForward final : public CudaForward {
   Fp8Rows input_norm(const CudaLayer& layer, int64_t num_tokens, cuda::Branch pending);
   // x [T, H] = the embeddings of the step's tokens (`op`: the profile's name for it).
   void embed(const char* op, const CudaStep& step);
+  // The step's rows of a named activation [num_tokens, cols] act to step.tap (as f32), where a
+  // forward() installed one: the CPU model's names and layers, for `vt eval layers`.
+  void tap(const CudaStep& step, const char* name, int layer, const void* data, int64_t cols) const;
   cuda::AttentionShape attention_shape() const;
   // Prefill attention's buffers and plan, where cuda::prefill_attention serves the model
   // (CudaModelOptions::prefill_attention; cuda_attention.cpp).

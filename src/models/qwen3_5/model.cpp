@@ -242,6 +242,7 @@ void Qwen35Model::gated_delta_net(const TensorView& out, const TensorView& x, in
 
   Buffer normed(DType::kF32, {T, hv * dv});
   ops::gated_rms_norm(normed, core, z, w.norm, config_.rms_norm_eps);
+  tap("gdn_out", layer, normed);
   w.out_proj.forward(out, normed);
 }
 
