@@ -231,7 +231,9 @@ TEST_F(PrefixCacheEngine, LaterTurnsStartWhereTheLastEndedWithTheSameOutputs) {
   const auto cold = converse(options(false), system, 3, 3, params);
   expect_same(cold, warm);
   for (const auto& session : warm) {
-    EXPECT_EQ(session[0].cached, 0) << "the sessions' first turns run at once: nothing saved yet";
+    // The first turns are submitted at once: nothing saved yet, unless (a loaded machine) one
+    // session's prompt passed the shared system prompt's stride point before the next one came.
+    EXPECT_TRUE(session[0].cached == 0 || session[0].cached == 16) << session[0].cached;
     for (size_t t = 1; t < session.size(); ++t) {
       const int64_t history = session[t - 1].prompt + int64_t(session[t - 1].ids.size());
       EXPECT_EQ(session[t].cached, history - 1) << "turn " << t;
