@@ -1,5 +1,6 @@
 // `vt eval perplexity`: perplexity of a text file under a model. Scripted use depends on this:
-//   vt eval perplexity --model FILE.gguf|DIR --file TEXT [--context 512] [--max-tokens N] [--json]
+//   vt eval perplexity --model FILE.gguf|DIR --file TEXT [--context 512] [--max-tokens N]
+//                      [--fp8-activations quantized|float] [--json]
 // The text is tokenized with the model's own tokenizer (no BOS added); windows of --context
 // tokens are scored independently (src/engine/perplexity.h).
 // `vt eval drift`: what the FP8 output layer changes. The same prompts run greedily with the
@@ -31,7 +32,7 @@
 namespace {
 
 struct PerplexityArgs {
-  std::string model, file;
+  std::string model, file, fp8_activations = "quantized";
   int64_t context = 512, max_tokens = 0;
   bool json = false;
   vt::apps::LmHeadArgs lm_head;
@@ -48,7 +49,10 @@ void run_perplexity(const PerplexityArgs& args) {
   std::vector<int32_t> ids = text.tokenizer->encode(buffer.str(), encode);
   if (args.max_tokens > 0 && int64_t(ids.size()) > args.max_tokens) ids.resize(size_t(args.max_tokens));
   const auto lm_head = vt::apps::lm_head_quantization(args.lm_head);
-  auto model = vt::apps::load_model_with_progress(args.model);
+  vt::LoadOptions load_options;
+  load_options.fp8_activations =
+      args.fp8_activations == "float" ? vt::Fp8Activations::kFloat : vt::Fp8Activations::kQuantized;
+  auto model = vt::apps::load_model_with_progress(args.model, load_options);
   if (lm_head) model->quantize_lm_head_fp8(*lm_head);
   auto result = vt::perplexity(*model, ids, args.context, [&](int64_t done, int64_t total) {
     if (!args.json) std::fprintf(stderr, "\rwindow %lld / %lld", (long long)done, (long long)total), std::fflush(stderr);
@@ -220,6 +224,9 @@ void add_eval_commands(CLI::App& app) {
   perplexity->add_option("--file", args->file, "text file (UTF-8)")->required();
   perplexity->add_option("--context", args->context, "tokens per window (default 512)")->check(CLI::Range(2, 1 << 20));
   perplexity->add_option("--max-tokens", args->max_tokens, "score only the first N tokens")->check(CLI::NonNegativeNumber);
+  perplexity->add_option("--fp8-activations", args->fp8_activations,
+                         "an FP8 checkpoint's linears: quantized (W8A8, default) or float (weight-only)")
+      ->check(CLI::IsMember({"quantized", "float"}));
   perplexity->add_flag("--json", args->json, "print one JSON object");
   perplexity->callback([args] { run_perplexity(*args); });
   add_eval_layers_command(*eval);

@@ -62,7 +62,7 @@ TEST_P(TrainedMtp, HeadLogitsMatchPyTorch) {
               GetParam().c_str(), pairs.size(), reference["chained"].size(), check.worst, check.argmax_checked);
 }
 
-INSTANTIATE_TEST_SUITE_P(Folders, TrainedMtp, ::testing::Values("qwen3_5_trained"),
+INSTANTIATE_TEST_SUITE_P(Folders, TrainedMtp, ::testing::Values("qwen3_5_trained", "qwen3_5_moe_trained"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
