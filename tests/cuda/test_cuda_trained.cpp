@@ -190,7 +190,7 @@ TEST_P(CudaTrainedMtp, HeadMatchesPyTorchAndSpeculationIsExact) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Folders, CudaTrainedMtp, ::testing::Values("qwen3_5_trained"),
+INSTANTIATE_TEST_SUITE_P(Folders, CudaTrainedMtp, ::testing::Values("qwen3_5_trained", "qwen3_5_moe_trained"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
