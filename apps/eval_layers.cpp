@@ -16,7 +16,6 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,27 +103,13 @@ Distance distance(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    try {
-      ids.push_back(int32_t(std::stoi(item)));
-    } catch (const std::exception&) {
-      VT_FAIL("--prompt-ids: '", item, "' is not an integer");
-    }
-  }
-  return ids;
-}
-
 void run_layers(const LayersArgs& args) {
   VT_CHECK(args.prompt.empty() != args.prompt_ids.empty(), "eval layers: give exactly one of --prompt and --prompt-ids");
   std::vector<int32_t> ids;
   if (!args.prompt.empty()) {
     ids = vt::apps::load_model_text(args.model).tokenizer->encode(args.prompt);
   } else {
-    ids = parse_ids(args.prompt_ids);
+    ids = vt::apps::parse_prompt_ids(args.prompt_ids);
   }
   VT_CHECK(!ids.empty(), "eval layers: the prompt has no tokens");
   const Run a = run_side(args.a, args.model, ids);

@@ -12,7 +12,6 @@
 #include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "apps/commands.h"
 #include "apps/lm_head_options.h"
@@ -33,26 +32,6 @@
 #endif
 
 namespace {
-
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    size_t used = 0;
-    long long value = 0;
-    try {
-      value = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      VT_FAIL("--prompt-ids: '", item, "' is not an integer");
-    }
-    VT_CHECK(used == item.size() && value >= 0 && value <= INT32_MAX, "--prompt-ids: '", item,
-             "' is not a valid token id");
-    ids.push_back(int32_t(value));
-  }
-  VT_CHECK(!ids.empty(), "--prompt-ids: no ids given");
-  return ids;
-}
 
 struct GenerateArgs {
   std::string model, prompt_ids, prompt, logits_out, device = "cpu", fp8_activations = "quantized", activations = "bf16";
@@ -125,7 +104,7 @@ void run_generate(const GenerateArgs& args) {
     prompt = text->tokenizer->encode(args.prompt);
     VT_CHECK(!prompt.empty(), "--prompt: the text gives no tokens");
   } else {
-    prompt = parse_ids(args.prompt_ids);
+    prompt = vt::apps::parse_prompt_ids(args.prompt_ids);
   }
   auto model = open_model(args, int64_t(prompt.size()) + std::max<int64_t>(args.max_new_tokens, 1));
 

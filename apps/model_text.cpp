@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 
 #include "core/error.h"
 #include "io/gguf.h"
@@ -61,6 +62,26 @@ ModelText load_model_text(const std::string& path) {
   const std::string& eos = text.tokenizer->config().eos_token;
   if (!eos.empty() && text.tokenizer->token_to_id(eos) >= 0) text.stop_ids.push_back(text.tokenizer->token_to_id(eos));
   return text;
+}
+
+std::vector<int32_t> parse_prompt_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      VT_FAIL("--prompt-ids: '", item, "' is not an integer");
+    }
+    VT_CHECK(used == item.size() && value >= 0 && value <= INT32_MAX, "--prompt-ids: '", item,
+             "' is not a valid token id");
+    ids.push_back(int32_t(value));
+  }
+  VT_CHECK(!ids.empty(), "--prompt-ids: no ids given");
+  return ids;
 }
 
 }  // namespace vt::apps

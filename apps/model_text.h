@@ -25,4 +25,7 @@ struct ModelText {
 
 ModelText load_model_text(const std::string& path);
 
+// --prompt-ids "1,2,3": token ids, each a non-negative int32 (vt::Error otherwise, or if none).
+std::vector<int32_t> parse_prompt_ids(const std::string& text);
+
 }  // namespace vt::apps
