@@ -90,11 +90,11 @@ void gdn_recurrent(const GdnArgs& args, DType act, cudaStream_t stream, const Gd
 // UT-transform form (cpu::gated_delta_rule_chunked) for the sequences of the step with at least
 // min_tokens (>= 1) tokens; the others are untouched (run gdn_recurrent with chunked_from =
 // min_tokens for them). Same arguments, outputs, final states and FP8 codes as gdn_recurrent,
-// never a rollback window; deterministic (fixed reduction orders, no atomics). Needs dk a
-// multiple of 4, dk and dv <= 128. scratch: gdn_chunked_scratch_floats(num_tokens, num_seqs,
-// min_tokens, shape) floats of device memory (per token and value head ~(dk + dv + 66) floats,
-// per chunk and value head dk * dv + 1). Three kernels: per (chunk, value head) norms, gating and
-// the triangular solve; per (sequence, value head, 32 state columns) the state from chunk to
+// never a rollback window; deterministic (fixed reduction orders, no atomics). Needs dk and dv
+// multiples of 4 up to 128, conv_out and the scratch 16-byte aligned. scratch:
+// gdn_chunked_scratch_floats(num_tokens, num_seqs, min_tokens, shape) floats of device memory
+// (per token and value head ~(dk + dv + 66) floats, per chunk and value head dk * dv + 1).
+// Three kernels: per (chunk, value head) norms, gating and the triangular solve; per (sequence, value head, 32 state columns) the state from chunk to
 // chunk; per (chunk, value head) the outputs with the gated RMSNorm epilogue.
 constexpr int64_t kGdnChunk = 64;
 bool gdn_chunked_supports(const DeltaNetShape& shape);  // the head dims gdn_chunked takes

@@ -5,18 +5,21 @@
 //     A = strictly_lower((beta_i k_i.k_j) e^{c_i - c_j}), attn = lower((q_i.k_j) e^{c_i - c_j}),
 //     the unit lower-triangular solve U = (I + A)^-1 (beta v), W = (I + A)^-1 (beta k e^c);
 //   state (sequence, value head, 32 state columns), chunk after chunk:
-//     saves S (the chunk's start state), V' = U - W S, S = e^{c_last} S + (k e^{c_last - c})^T V';
+//     saves S (the chunk's start state), V' = U - W S, S = e^{c_last} S + (k e^{c_last - c})^T V',
+//     the next chunk's rows copied (cp.async) while this one's products run;
 //   output (chunk, value head): O = (q e^c) S_start + attn V', then the gated RMSNorm epilogue
 //     (and the optional FP8 codes) exactly as sm90_gdn_recurrent writes them.
 // fp32 throughout, fixed reduction orders, no atomics: bit-identical run to run.
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/launch.cuh"
+#include "cuda/mbarrier.cuh"
 #include "ops/gdn/gdn.h"
 #include "ops/step_layout.h"
 
@@ -122,17 +125,28 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_prepare(ChunkedArgs a
   const int64_t key_head = head / (hv / hk), conv_dim = 2 * hk * dk + hv * dv, t0 = chunk.first;
   const Scratch& scratch = args.scratch;
 
-  // Raw q and k rows (zero past the chunk's tokens and past dk).
-  for (int idx = tid; idx < kChunk * kMaxDk; idx += kThreads) {
-    const int i = idx / kMaxDk, d = idx % kMaxDk;
-    float q = 0.0f, k = 0.0f;
-    if (i < L && d < dk) {
-      const float* row = args.conv_out + (t0 + i) * conv_dim;
-      q = row[key_head * dk + d];
-      k = row[hk * dk + key_head * dk + d];
+  // Raw q and k rows (zero past the chunk's tokens and past dk), 8 rows' loads in flight at once
+  // (the padded rows are not 16-byte aligned for cp.async).
+  constexpr int kBatch = 8, kLoads = kChunk * kMaxDk / kThreads;
+#pragma unroll
+  for (int b = 0; b < kLoads; b += kBatch) {
+    float q[kBatch], k[kBatch];
+#pragma unroll
+    for (int n = 0; n < kBatch; ++n) {
+      const int idx = tid + (b + n) * kThreads, i = idx / kMaxDk, d = idx % kMaxDk;
+      q[n] = k[n] = 0.0f;
+      if (i < L && d < dk) {
+        const float* row = args.conv_out + (t0 + i) * conv_dim;
+        q[n] = row[key_head * dk + d];
+        k[n] = row[hk * dk + key_head * dk + d];
+      }
     }
-    s_q[i * kRowPad + d] = q;
-    s_k[i * kRowPad + d] = k;
+#pragma unroll
+    for (int n = 0; n < kBatch; ++n) {
+      const int idx = tid + (b + n) * kThreads, i = idx / kMaxDk, d = idx % kMaxDk;
+      s_q[i * kRowPad + d] = q[n];
+      s_k[i * kRowPad + d] = k[n];
+    }
   }
   __syncthreads();
   // Per token: the L2 norms (one warp per row, fixed order), beta and g.
@@ -243,9 +257,35 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_prepare(ChunkedArgs a
   }
 }
 
+// 16 bytes from global to shared memory without waiting; zeros where !valid (nothing is read).
+__device__ __forceinline__ void copy_16(float* destination, const float* source, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(device::smem_address(destination)),
+               "l"(source), "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+// The state walk's copies of one chunk: L rows of dk floats (row t of the step at rows + t *
+// stride) into shared [64][128], each thread its float4s tid, tid + 256, ... (kCopies at most),
+// without waiting. The same thread later scales the same float4s (no barrier in between).
+constexpr int kCopies = kChunk * kMaxDk / 4 / kThreads;
+__device__ __forceinline__ void copy_chunk_rows(float* shared, const float* rows, int64_t stride, int64_t t0, int L,
+                                                int dk) {
+  const int quads = dk / 4;
+#pragma unroll
+  for (int n = 0; n < kCopies; ++n) {
+    const int idx = int(threadIdx.x) + n * kThreads;
+    if (idx < L * quads) {
+      const int i = idx / quads, q = idx - i * quads;
+      copy_16(shared + i * kMaxDk + 4 * q, rows + (t0 + i) * stride + 4 * q, true);
+    }
+  }
+}
+
 // Grid (sequence, value head, column group of 32), kThreads threads: the state S[:, 32 columns]
 // chunk after chunk. Lane = column; in the V' product warp w owns rows 8w..8w+7 of the chunk, in
-// the state update rows 16w..16w+15 of S (held in registers between chunks).
+// the state update rows 16w..16w+15 of S (held in registers between chunks). The next chunk's W
+// rows are copied (cp.async) while this chunk's state update runs, its k rows while its V'
+// product runs, so the walk waits on L2 once per chunk at most rather than once per row.
 __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs args) {
   extern __shared__ float4 shared_f4[];
   float* s_s = reinterpret_cast<float*>(shared_f4);  // [128][32] S at the chunk's start
@@ -257,7 +297,8 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs 
   const int32_t seq_first = args.layout.seq_start[seq], seq_end = args.layout.seq_start[seq + 1];
   if (seq_end - seq_first < args.min_tokens) return;  // token by token (gdn_recurrent)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  // Columns past dk stay zero (the state rows past dk then stay finite); locate_chunk syncs.
+  // Columns past dk stay zero (the state rows past dk then stay finite); locate_chunk syncs
+  // before the first copy lands there.
   for (int idx = tid; idx < 2 * kChunk * kMaxDk; idx += kThreads) s_w[idx] = 0.0f;  // s_w and s_kd
   const ChunkRef first_chunk = locate_chunk(args.layout, args.min_tokens, -1, int32_t(seq));
   const auto& shape = args.shape;
@@ -268,6 +309,27 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs 
   const bool owns_column = col < dv;
   const Scratch& scratch = args.scratch;
   float* state = args.recurrent + (int64_t(args.layout.slots[seq]) * hv + head) * dk * dv;
+  const float* w_rows = scratch.w + head * dk;                               // row t: + t * hv * dk
+  const float* k_rows = args.conv_out + hk * dk + key_head * dk;             // row t: + t * conv_dim
+  const int quads = dk / 4;
+
+  // The k rows' factors (rnorm e^{c_last - c}) of this thread's float4s, read as the copies go.
+  float k_factor[kCopies];
+  const auto copy_k = [&](int64_t t0, int L) {
+    copy_chunk_rows(s_kd, k_rows, conv_dim, t0, L, dk);
+#pragma unroll
+    for (int n = 0; n < kCopies; ++n) {
+      const int idx = tid + n * kThreads;
+      if (idx < L * quads) k_factor[n] = scratch.factors[((t0 + idx / quads) * hv + head) * 2 + 1];
+    }
+  };
+  const auto load_u = [&](float (&u)[kSolveRows], int64_t t0, int L) {
+#pragma unroll
+    for (int r = 0; r < kSolveRows; ++r) {
+      const int i = warp * kSolveRows + r;
+      u[r] = owns_column && i < L ? scratch.u[((t0 + i) * hv + head) * dv + col] : 0.0f;
+    }
+  };
 
   float r_s[kStateRows];
 #pragma unroll
@@ -275,8 +337,17 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs 
     const int d = warp * kStateRows + r;
     r_s[r] = owns_column && d < dk ? state[d * dv + col] : 0.0f;
   }
+  // Groups of copies in flight, oldest first: W(chunk), k(chunk), W(chunk + 1), k(chunk + 1)...
+  copy_chunk_rows(s_w, w_rows, hv * dk, seq_first, min(kChunk, seq_end - seq_first), dk);
+  device::cp_async_commit();
+  copy_k(seq_first, min(kChunk, seq_end - seq_first));
+  device::cp_async_commit();
+  float u[kSolveRows];
+  load_u(u, seq_first, min(kChunk, seq_end - seq_first));
   for (int32_t t0 = seq_first, index = first_chunk.index; t0 < seq_end; t0 += kChunk, ++index) {
     const int L = min(kChunk, seq_end - t0);
+    const int32_t next = t0 + kChunk;
+    const int next_L = next < seq_end ? min(kChunk, seq_end - next) : 0;
     // The chunk's start state: to shared memory for V', to the scratch for the output kernel.
     float* saved = scratch.states + (int64_t(index) * hv + head) * dk * dv;
 #pragma unroll
@@ -285,21 +356,8 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs 
       s_s[d * kStateCols + lane] = r_s[r];
       if (owns_column && d < dk) saved[d * dv + col] = r_s[r];
     }
-#pragma unroll 1
-    for (int idx = tid; idx < L * dk; idx += kThreads) {
-      const int i = idx / dk, d = idx - i * dk;
-      const int64_t t = t0 + i;
-      s_w[i * kMaxDk + d] = scratch.w[(t * hv + head) * dk + d];
-      s_kd[i * kMaxDk + d] =
-          args.conv_out[t * conv_dim + hk * dk + key_head * dk + d] * scratch.factors[(t * hv + head) * 2 + 1];
-    }
-    float u[kSolveRows];
-#pragma unroll
-    for (int r = 0; r < kSolveRows; ++r) {
-      const int i = warp * kSolveRows + r;
-      u[r] = owns_column && i < L ? scratch.u[((t0 + i) * hv + head) * dv + col] : 0.0f;
-    }
     const float chunk_decay = scratch.decay[int64_t(index) * hv + head];
+    device::cp_async_wait<1>();  // this chunk's W (its k rows may still be in flight)
     __syncthreads();
 
     // V' = U - W S for this warp's rows.
@@ -324,6 +382,26 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs 
       s_v[i * kStateCols + lane] = v_new;
       if (owns_column && i < L) scratch.u[((t0 + i) * hv + head) * dv + col] = v_new;
     }
+    __syncthreads();  // W read: the next chunk's rows may land
+    if (next_L > 0) copy_chunk_rows(s_w, w_rows, hv * dk, next, next_L, dk);
+    device::cp_async_commit();
+    if (next_L > 0) load_u(u, next, next_L);
+    device::cp_async_wait<1>();  // this chunk's k rows (the next W may still be in flight)
+    // k e^{c_last - c}: this thread's own float4s, then the barrier shows them to all.
+#pragma unroll
+    for (int n = 0; n < kCopies; ++n) {
+      const int idx = tid + n * kThreads;
+      if (idx < L * quads) {
+        const int i = idx / quads, q = idx - i * quads;
+        float4* k4 = reinterpret_cast<float4*>(&s_kd[i * kMaxDk + 4 * q]);
+        float4 value = *k4;
+        value.x *= k_factor[n];
+        value.y *= k_factor[n];
+        value.z *= k_factor[n];
+        value.w *= k_factor[n];
+        *k4 = value;
+      }
+    }
     __syncthreads();
 
     // S = e^{c_last} S + (k e^{c_last - c})^T V' for this warp's rows of S.
@@ -341,8 +419,11 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs 
         r_s[4 * q + 3] = fmaf(k4.w, v, r_s[4 * q + 3]);
       }
     }
-    __syncthreads();  // s_s, s_w, s_kd and s_v are rewritten by the next chunk
+    __syncthreads();  // s_s, s_kd and s_v are rewritten by the next chunk
+    if (next_L > 0) copy_k(next, next_L);
+    device::cp_async_commit();
   }
+  device::cp_async_wait_all();
 #pragma unroll
   for (int r = 0; r < kStateRows; ++r) {
     const int d = warp * kStateRows + r;
@@ -381,16 +462,38 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs ar
   const int64_t key_head = head / (hv / hk), conv_dim = 2 * hk * dk + hv * dv, t0 = chunk.first;
   const Scratch& scratch = args.scratch;
 
+  // Phase 1's rows, copied all at once (cp.async) and waited for once: S [dk][dv] (zeros past
+  // them) and the raw q rows, then each thread scales its own q float4s.
   const float* saved = scratch.states + (int64_t(chunk.index) * hv + head) * dk * dv;
-  for (int idx = tid; idx < kMaxDk * kMaxDv; idx += kThreads) {
-    const int d = idx / kMaxDv, c = idx % kMaxDv;
-    s_s[idx] = d < dk && c < dv ? saved[d * dv + c] : 0.0f;
+  constexpr int kRowQuads = kMaxDv / 4;  // float4s per shared row (kMaxDk == kMaxDv)
+#pragma unroll
+  for (int n = 0; n < kMaxDk * kRowQuads / kThreads; ++n) {
+    const int idx = tid + n * kThreads, d = idx / kRowQuads, c = 4 * (idx % kRowQuads);
+    const bool valid = d < dk && c < dv;
+    copy_16(s_s + d * kMaxDv + c, valid ? saved + d * dv + c : saved, valid);
   }
-  for (int idx = tid; idx < kChunk * kMaxDk; idx += kThreads) {
-    const int i = idx / kMaxDk, d = idx % kMaxDk;
-    s_q[idx] = i < L && d < dk ? args.conv_out[(t0 + i) * conv_dim + key_head * dk + d] *
-                                     scratch.factors[((t0 + i) * hv + head) * 2]
-                               : 0.0f;
+  constexpr int kQCopies = kChunk * kRowQuads / kThreads;
+  const float* q_rows = args.conv_out + key_head * dk;
+  float q_factor[kQCopies];
+#pragma unroll
+  for (int n = 0; n < kQCopies; ++n) {
+    const int idx = tid + n * kThreads, i = idx / kRowQuads, d = 4 * (idx % kRowQuads);
+    const bool valid = i < L && d < dk;
+    copy_16(s_q + i * kMaxDk + d, valid ? q_rows + (t0 + i) * conv_dim + d : q_rows, valid);
+    q_factor[n] = valid ? scratch.factors[((t0 + i) * hv + head) * 2] : 0.0f;
+  }
+  device::cp_async_commit();
+  device::cp_async_wait<0>();
+#pragma unroll
+  for (int n = 0; n < kQCopies; ++n) {
+    const int idx = tid + n * kThreads, i = idx / kRowQuads, d = 4 * (idx % kRowQuads);
+    float4* q4 = reinterpret_cast<float4*>(&s_q[i * kMaxDk + d]);
+    float4 value = *q4;
+    value.x *= q_factor[n];
+    value.y *= q_factor[n];
+    value.z *= q_factor[n];
+    value.w *= q_factor[n];
+    *q4 = value;
   }
   __syncthreads();
   float o[kOutRows][kOutCols] = {};
@@ -406,14 +509,22 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs ar
     }
   }
   __syncthreads();  // phase 2 reuses the shared memory
-  for (int idx = tid; idx < kChunk * kMaxDv; idx += kThreads) {
-    const int i = idx / kMaxDv, c = idx % kMaxDv;
-    s_v[idx] = i < L && c < dv ? scratch.u[((t0 + i) * hv + head) * dv + c] : 0.0f;
+  // V' rows and attn rows (zeros past the chunk's tokens and past dv), copied at once.
+#pragma unroll
+  for (int n = 0; n < kChunk * kRowQuads / kThreads; ++n) {
+    const int idx = tid + n * kThreads, i = idx / kRowQuads, c = 4 * (idx % kRowQuads);
+    const bool valid = i < L && c < dv;
+    copy_16(s_v + i * kMaxDv + c, valid ? scratch.u + ((t0 + i) * hv + head) * dv + c : scratch.u, valid);
   }
-  for (int idx = tid; idx < kChunk * kChunk; idx += kThreads) {
-    const int i = idx / kChunk;
-    s_attn[idx] = i < L ? scratch.attn[((t0 + i) * hv + head) * kChunk + idx % kChunk] : 0.0f;
+#pragma unroll
+  for (int n = 0; n < kChunk * kChunk / 4 / kThreads; ++n) {
+    const int idx = tid + n * kThreads, i = idx / (kChunk / 4), j = 4 * (idx % (kChunk / 4));
+    const bool valid = i < L;
+    copy_16(s_attn + i * kChunk + j, valid ? scratch.attn + ((t0 + i) * hv + head) * kChunk + j : scratch.attn,
+            valid);
   }
+  device::cp_async_commit();
+  device::cp_async_wait<0>();
   __syncthreads();
   // attn[i][j] is zero for j > i: this warp's rows need j < 8 (w + 1) only.
   const int j_end = min(L, (warp + 1) * kOutRows);
@@ -485,8 +596,8 @@ int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
 }  // namespace
 
 bool gdn_chunked_supports(const DeltaNetShape& shape) {
-  return shape.k_dim >= 4 && shape.k_dim <= kMaxDk && shape.k_dim % 4 == 0 && shape.v_dim >= 1 &&
-         shape.v_dim <= kMaxDv && shape.num_k_heads >= 1 && shape.num_v_heads % shape.num_k_heads == 0;
+  return shape.k_dim >= 4 && shape.k_dim <= kMaxDk && shape.k_dim % 4 == 0 && shape.v_dim >= 4 &&
+         shape.v_dim <= kMaxDv && shape.v_dim % 4 == 0 && shape.num_k_heads >= 1 && shape.num_v_heads % shape.num_k_heads == 0;
 }
 
 int64_t gdn_chunked_max_chunks(int64_t tokens, int64_t seqs, int64_t min_tokens) {
@@ -513,6 +624,9 @@ void gdn_chunked(const GdnArgs& core, DType act, cudaStream_t stream, float* scr
            ", value heads a multiple of key heads)");
   VT_CHECK(!q_codes || shape.v_dim == 128, "gdn_chunked: fused FP8 output needs v_dim == 128, got ", shape.v_dim);
   VT_CHECK(min_tokens >= 1 && min_tokens <= (int64_t(1) << 30), "gdn_chunked: min_tokens ", min_tokens);
+  // The kernels copy rows of conv_out and of the scratch in 16-byte pieces.
+  VT_CHECK(reinterpret_cast<uintptr_t>(core.conv_out) % 16 == 0 && reinterpret_cast<uintptr_t>(scratch) % 16 == 0,
+           "gdn_chunked: conv_out and the scratch must be 16-byte aligned");
   if (layout.num_seqs == 0 || layout.num_tokens == 0) return;
   const int64_t step_tokens = layout.num_tokens, hv = shape.num_v_heads, dk = shape.k_dim, dv = shape.v_dim;
   const int64_t chunks = gdn_chunked_max_chunks(step_tokens, layout.num_seqs, min_tokens);
