@@ -50,10 +50,15 @@ struct GdnWindow {
 
 // Causal depthwise conv1d + SiLU over each sequence's tokens with the rolling state
 // conv_state [slots, conv_dim, K-1] f32: mixed [T, conv_dim] (column block of `projected`, row
-// stride `projected_stride`) -> conv_out [T, conv_dim] f32.
+// stride `projected_stride`) -> conv_out [T, conv_dim] f32. Two schedules, the same bits:
+// kChannels, one thread per (sequence, channel) walking its tokens (decode, rollback windows);
+// kTokens, the tokens in parallel and the state after them (prefill: a 2,048-token sequence
+// walked token by token waits on 2,048 loads in a row; K = 4 only, no window). kAuto: kTokens for
+// window-less steps with more tokens than sequences and K = 4, else kChannels.
+enum class ConvSchedule { kAuto, kChannels, kTokens };
 void gdn_conv(float* conv_out, float* conv_state, const void* projected, int64_t projected_stride,
               const float* conv_weight, const StepLayout& layout, const DeltaNetShape& shape, DType act,
-              cudaStream_t stream, const GdnWindow& window = {});
+              cudaStream_t stream, const GdnWindow& window = {}, ConvSchedule schedule = ConvSchedule::kAuto);
 
 // The Gated DeltaNet core's inputs and outputs, the same for the recurrent and the chunked kernels:
 // conv_out [T, conv_dim] f32; z: column block z_offset of `projected` [T, projected_stride] act;

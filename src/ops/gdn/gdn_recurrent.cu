@@ -80,6 +80,82 @@ __global__ void sm90_gdn_conv(float* __restrict__ g_out, float* __restrict__ g_s
   for (int j = 0; j < history; ++j) state[j] = r_window[j];
 }
 
+// Prefill steps: the same conv with the tokens in parallel. Grid (tiles of kConvTokens tokens of
+// the step, channel blocks): a thread's kConvTokens + K - 1 inputs are loaded at once (the serial
+// walk above waits on one load per token); a token among the first K - 1 of its sequence takes the
+// inputs before it from the sequence's conv state. The same products in the same order as the
+// walk, so the same bits. The state is left to sm90_gdn_conv_state, after this kernel.
+constexpr int kConvTokens = 16;
+
+template <typename T, int K>
+__global__ void __launch_bounds__(kConvThreads) sm90_gdn_conv_tokens(float* __restrict__ g_out,
+                                                                     const float* __restrict__ g_state,
+                                                                     const T* __restrict__ g_projected, int64_t stride,
+                                                                     const float* __restrict__ g_weight,
+                                                                     StepLayout layout, int64_t channels) {
+  constexpr int kHistory = K - 1;
+  const int64_t channel = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  const bool active = channel < channels;
+  float r_weight[K];
+  if (active) {
+#pragma unroll
+    for (int j = 0; j < K; ++j) r_weight[j] = g_weight[channel * K + j];
+  }
+  device::pdl_wait();
+  device::pdl_trigger();
+  if (!active) return;
+  const int64_t t_begin = int64_t(blockIdx.x) * kConvTokens, num_tokens = layout.num_tokens;
+  float r_in[kConvTokens + kHistory];  // the step's rows t_begin - kHistory + i
+#pragma unroll
+  for (int i = 0; i < kConvTokens + kHistory; ++i) {
+    const int64_t t = t_begin - kHistory + i;
+    r_in[i] = t >= 0 && t < num_tokens ? device::to_float(g_projected[t * stride + channel]) : 0.0f;
+  }
+#pragma unroll
+  for (int r = 0; r < kConvTokens; ++r) {
+    const int64_t t = t_begin + r;
+    if (t >= num_tokens) break;
+    const int32_t seq = layout.token_seq[t];
+    const int64_t first = layout.seq_start[seq];
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      const int64_t p = t - kHistory + j;  // the input's row; before `first`: the state's
+      const float x = p >= first ? r_in[r + j]
+                                 : g_state[(int64_t(layout.slots[seq]) * channels + channel) * kHistory +
+                                           (kHistory - (first - p))];
+      sum += r_weight[j] * x;
+    }
+    g_out[t * channels + channel] = device::silu(sum);
+  }
+}
+
+// Grid (sequence, channel block), after sm90_gdn_conv_tokens (which read the old state): each
+// sequence's state becomes its last K - 1 inputs (a sequence of fewer tokens keeps the newest of
+// its old state before them).
+template <typename T, int K>
+__global__ void __launch_bounds__(kConvThreads) sm90_gdn_conv_state(float* __restrict__ g_state,
+                                                                    const T* __restrict__ g_projected, int64_t stride,
+                                                                    StepLayout layout, int64_t channels) {
+  constexpr int kHistory = K - 1;
+  device::pdl_wait();
+  device::pdl_trigger();
+  const int64_t channel = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (channel >= channels) return;
+  const int64_t seq = blockIdx.x, first = layout.seq_start[seq], end = layout.seq_start[seq + 1];
+  float* state = g_state + (int64_t(layout.slots[seq]) * channels + channel) * kHistory;
+  float old[kHistory], next[kHistory];
+#pragma unroll
+  for (int j = 0; j < kHistory; ++j) old[j] = state[j];
+#pragma unroll
+  for (int j = 0; j < kHistory; ++j) {
+    const int64_t p = end - kHistory + j;
+    next[j] = p >= first ? device::to_float(g_projected[p * stride + channel]) : old[kHistory - (first - p)];
+  }
+#pragma unroll
+  for (int j = 0; j < kHistory; ++j) state[j] = next[j];
+}
+
 struct RecurrentArgs : GdnArgs {
   GdnWindow window;  // read by the kWindow instantiation only
   int32_t chunked_from;  // read by the kSkipChunked instantiation only
@@ -353,7 +429,7 @@ void check_window(const GdnWindow& window) {
 
 void gdn_conv(float* conv_out, float* conv_state, const void* projected, int64_t projected_stride,
               const float* conv_weight, const StepLayout& layout, const DeltaNetShape& shape, DType act,
-              cudaStream_t stream, const GdnWindow& window) {
+              cudaStream_t stream, const GdnWindow& window, ConvSchedule schedule) {
   check_shape(shape);
   check_window(window);
   if (layout.num_seqs == 0) return;
@@ -369,6 +445,35 @@ void gdn_conv(float* conv_out, float* conv_state, const void* projected, int64_t
                                            (window.states ? tokens * double(channels) * history * 4 : 0.0),
                                        2.0 * tokens * double(channels * shape.conv_kernel),
                                        ::vt::trace::OpGroup::kGdn};
+  const bool by_token = schedule == ConvSchedule::kTokens ||
+                        (schedule == ConvSchedule::kAuto && !window.states && shape.conv_kernel == 4 &&
+                         layout.num_tokens > layout.num_seqs);
+  if (by_token) {
+    VT_CHECK(!window.states, "gdn_conv: the per-token schedule keeps no rollback window");
+    VT_CHECK(shape.conv_kernel == 4, "gdn_conv: the per-token schedule is built for a kernel of 4 (the family's), got ",
+             shape.conv_kernel);
+    const dim3 token_grid(unsigned((layout.num_tokens + kConvTokens - 1) / kConvTokens), grid.y);
+    const ::vt::trace::LaunchCost tokens_cost{"cuda",
+                                              {layout.num_tokens, channels, shape.conv_kernel, 0},
+                                              tokens * double(channels) * (double(dtype_size(act)) + 4) +
+                                                  seqs * double(channels) * history * 4 +
+                                                  double(channels * shape.conv_kernel) * 4,
+                                              2.0 * tokens * double(channels * shape.conv_kernel),
+                                              ::vt::trace::OpGroup::kGdn};
+    const ::vt::trace::LaunchCost state_cost{"cuda",
+                                             {layout.num_seqs, channels, shape.conv_kernel, 0},
+                                             seqs * double(channels) * history * (8 + double(dtype_size(act))),
+                                             0.0,
+                                             ::vt::trace::OpGroup::kGdn};
+    VT_DISPATCH_ACT(act, T, {
+      launch("sm90_gdn_conv_tokens", tokens_cost, sm90_gdn_conv_tokens<T, 4>, token_grid, dim3(kConvThreads), 0,
+             stream, conv_out, static_cast<const float*>(conv_state), static_cast<const T*>(projected),
+             projected_stride, conv_weight, layout, channels);
+      launch("sm90_gdn_conv_state", state_cost, sm90_gdn_conv_state<T, 4>, grid, dim3(kConvThreads), 0, stream,
+             conv_state, static_cast<const T*>(projected), projected_stride, layout, channels);
+    });
+    return;
+  }
   VT_DISPATCH_ACT(act, T, {
     if (window.states)
       launch("sm90_gdn_conv", cost, sm90_gdn_conv<T, true>, grid, dim3(kConvThreads), 0, stream, conv_out, conv_state,
