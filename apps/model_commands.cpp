@@ -41,6 +41,7 @@ struct GenerateArgs {
   std::string speculative, draft_model;  // speculative: "", "ngram", "draft" or "mtp"
   int64_t num_draft = 4;
   bool adaptive_draft = false;
+  bool batch_invariant = false;
   vt::apps::LmHeadArgs lm_head;
 };
 
@@ -63,6 +64,7 @@ nlohmann::json speculative_json(const vt::SpeculativeStats& stats, const std::st
 }
 
 std::unique_ptr<vt::Model> open_model(const GenerateArgs& args, [[maybe_unused]] int64_t context) {
+  VT_CHECK(!args.batch_invariant || args.device == "cuda", "--batch-invariant is a CUDA option (--device cuda)");
   if (args.device == "cuda") {
 #ifdef VT_WITH_CUDA
     VT_CHECK(args.fp8_activations == "quantized", "--device cuda runs FP8 weights W8A8 only");
@@ -75,6 +77,7 @@ std::unique_ptr<vt::Model> open_model(const GenerateArgs& args, [[maybe_unused]]
       options.max_logit_rows = args.num_draft + 1;
     }
     options.load_mtp = args.speculative == "mtp";
+    options.batch_invariant = args.batch_invariant;
     if (const auto quantization = vt::apps::lm_head_quantization(args.lm_head)) {
       options.fp8_lm_head = true;
       options.lm_head_exact_columns = quantization->exact_columns;
@@ -231,6 +234,8 @@ void add_model_commands(CLI::App& app) {
                        "write the last prompt position's logits (float32 LE, vocab values)");
   generate->add_option("--device", args->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   vt::apps::add_lm_head_options(generate, args->lm_head);
+  generate->add_flag("--batch-invariant", args->batch_invariant,
+                     "CUDA, dense models: the kernels vt serve --batch-invariant runs, so the tokens equal its");
   generate->add_option("--activations", args->activations, "CUDA activation dtype: bf16 (default) or f32")
       ->check(CLI::IsMember({"bf16", "f32"}));
   generate->add_option("--fp8-activations", args->fp8_activations,

@@ -5,6 +5,7 @@
 //       decoding in the batch; mtp: the checkpoint's MTP head drafts, on the CPU reference or one GPU;
 //       by load: requests draft only where the measured step costs say it pays at the running batch)
 //   ... [--device-sampling on|off]   (CUDA: tokens drawn on the GPU, the default; off for A/B runs)
+//   ... [--batch-invariant]   (CUDA, dense: a request's tokens independent of the batch; slower)
 //   ... [--step-trace FILE]   (one JSON line per engine step: its times, tokens by kind and cost)
 //   ... [--step-cost-context C]   (a token at context p costs 1 + p/C: deep prompt chunks shrink)
 //   ... [--prefix-cache on|off] [--prefix-snapshot-stride N]   (requests start from the longest saved
@@ -64,6 +65,7 @@ struct ServeArgs {
   int64_t num_draft = 0;    // 0: not given (4 with --speculative)
   bool adaptive_draft = false;
   std::string device_sampling = "on";
+  bool batch_invariant = false;
   std::string prefix_cache = "on";
   double prefix_cache_gb = 4;
   std::string chat_template;  // a .jinja file replacing the model's templates
@@ -148,6 +150,7 @@ void run_serve(ServeArgs args) {
   auto text = vt::apps::load_model_text(args.tokenizer.empty() ? args.model : args.tokenizer);
   std::unique_ptr<vt::Model> model;
   const bool cuda = args.device == "cuda" || !args.synthetic.empty();
+  VT_CHECK(!args.batch_invariant || cuda, "serve: --batch-invariant is a CUDA option (--device cuda)");
   // The default pool holds one request of the longest context a CUDA server is started for (a
   // 262,144-token sequence of the 27B: 16 GiB of KV), so that a --max-context alone is served.
   if (args.cache_tokens == 0) args.cache_tokens = cuda ? std::max<int64_t>(65536, args.max_context) : 65536;
@@ -164,6 +167,8 @@ void run_serve(ServeArgs args) {
     // MTP: the head's weights, its KV cache for every slot; the target sequences keep their hidden
     // states for it (per slot at most one step's: the engine's drafters read them every step).
     options.load_mtp = args.speculative == "mtp";
+    options.batch_invariant = args.batch_invariant;
+    VT_CHECK(!args.batch_invariant || args.tensor_parallel == 1, "serve: --batch-invariant runs on one GPU");
     // One device pool of --cache-tokens, which the engine admits into (Model::kv_cache()). A
     // tensor-parallel model's ranks keep a pool each with room for every sequence at its longest:
     // their sequences admit themselves there, and the engine's own cache admits the requests.
@@ -348,6 +353,9 @@ void add_serve_commands(CLI::App& app) {
   serve->add_flag("--adaptive-draft", args->adaptive_draft, "--speculative: adapt k in [1, --num-draft] to the acceptance");
   serve->add_flag("--speculate-by-load", args->engine.speculation_by_load,
                   "--speculative: draft only where the measured step costs say it makes more tokens per second");
+  serve->add_flag("--batch-invariant", args->batch_invariant,
+                  "CUDA, one GPU, dense models: a request's tokens do not depend on what else runs (greedy text "
+                  "under load is vt generate --batch-invariant's); slower");
   serve->add_option("--device-sampling", args->device_sampling,
                     "CUDA: on (default): tokens are drawn on the GPU and only their ids come back (requests with "
                     "logprobs, logit_bias or drafts still get their logits); off: every step's logits go to the "

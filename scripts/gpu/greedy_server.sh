@@ -6,6 +6,7 @@
 # twice, streamed and not), with the prefix cache on and off, and HF's float32 greedy text beside
 # (reference.json). Logs in
 # $OUT/greedy_server.tar.gz; the table last. DEVICE=cpu: a dry run here (VT=build-cpu/apps/vt).
+# BATCH_INVARIANT=1: vt serve and vt generate with --batch-invariant (then 64 / 64 is expected).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
@@ -14,12 +15,14 @@ LOGS=$(mktemp -d)
 PORT=${PORT:-18950}
 DIR=tests/golden/qwen3_5_trained
 status=0
+mode=()
+[ "${BATCH_INVARIANT:-0}" = 1 ] && mode=(--batch-invariant)
 
 # The server twice: prefix cache on (the default) and off, so a difference at 64 can be told
 # apart from a cache hit's numerics (the hits are counted from /metrics).
 for setting in on off; do
 "$VT" serve --model "$DIR" --device "${DEVICE:-cuda}" --port "$PORT" --max-running 64 --max-context 1024 \
-  --served-model-name trained --prefix-cache "$setting" 2>"$LOGS/serve_$setting.err" &
+  --served-model-name trained --prefix-cache "$setting" "${mode[@]}" 2>"$LOGS/serve_$setting.err" &
 server=$!
 for _ in $(seq 1 120); do grep -q "listening on" "$LOGS/serve_$setting.err" && break; sleep 1; done
 grep -q "listening on" "$LOGS/serve_$setting.err" || { echo "server did not start"; tail -20 "$LOGS/serve_$setting.err"; exit 1; }
@@ -57,12 +60,13 @@ wait $server || status=1
 done
 
 # vt generate of each prompt alone (python passes the prompt as is: a shell would strip its trailing newlines).
-python3 - "$VT" "$DIR" "${DEVICE:-cuda}" "$LOGS" <<'PY' || status=1
+python3 - "$VT" "$DIR" "${DEVICE:-cuda}" "$LOGS" "${mode[@]}" <<'PY' || status=1
 import json, subprocess, sys
-vt, folder, device, logs = sys.argv[1:]
+vt, folder, device, logs, *mode = sys.argv[1:]
 for i, prompt in enumerate(p["text"] for p in json.load(open(f"{folder}/reference.json"))["prompts"]):
     result = subprocess.run([vt, "generate", "--model", folder, "--device", device, "--prompt", prompt,
-                             "--max-new-tokens", "24", "--temperature", "0", "--json"], capture_output=True, text=True)
+                             "--max-new-tokens", "24", "--temperature", "0", "--json", *mode], capture_output=True,
+                            text=True)
     open(f"{logs}/generate_{i}.json", "w").write(result.stdout)
     if result.returncode != 0:
         sys.exit(f"vt generate failed on prompt {i}: {result.stderr[-500:]}")

@@ -27,6 +27,7 @@
 #include "../numerics.h"
 #include "../speculative/mtp_test_support.h"
 #include "cuda_test_support.h"
+#include "engine_test_support.h"
 #include "engine/engine.h"
 #include "models/qwen3_5/model.h"
 #include "runtime/qwen3_5_cuda.h"
@@ -38,43 +39,11 @@ namespace {
 using testing::golden_prompt;
 using testing::MtpCheckpoint;
 using testing::relative_l2;
+using testing::run_all;
+using testing::Outcome;
 
 const std::string kName = "qwen3_5_dense";
 constexpr int64_t kMaxDrafts = 8;
-
-// One request's tokens and its final event.
-struct Outcome {
-  std::vector<int32_t> ids;
-  TokenEvent last;
-};
-
-// Runs the requests at once on one engine (waiting up to 300 s: compute-sanitizer runs these too);
-// returns each one's outcome and the engine's stats.
-std::vector<Outcome> run_all(Model& model, const EngineOptions& options, const std::vector<std::vector<int32_t>>& prompts,
-                             const std::vector<RequestParams>& params, EngineStats* stats = nullptr) {
-  std::mutex mutex;
-  std::condition_variable done;
-  size_t finished = 0;
-  std::vector<Outcome> outcomes(prompts.size());
-  {
-    Engine engine(model, nullptr, options);
-    for (size_t i = 0; i < prompts.size(); ++i)
-      engine.submit(prompts[i], params[i], [&, i](const TokenEvent& event) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (event.token_id >= 0) outcomes[i].ids.push_back(event.token_id);
-        if (event.finished) {
-          outcomes[i].last = event;
-          ++finished;
-          done.notify_all();
-        }
-      });
-    std::unique_lock<std::mutex> lock(mutex);
-    EXPECT_TRUE(done.wait_for(lock, std::chrono::seconds(300), [&] { return finished == prompts.size(); }));
-    lock.unlock();
-    if (stats) *stats = engine.stats();
-  }
-  return outcomes;
-}
 
 // The golden dense model with an MTP head fitted to its greedy continuations of the two golden
 // prompts (7 and 150 tokens; their drafts are accepted), as a CUDA model and a CPU reference.

@@ -39,7 +39,7 @@ void Qwen35CudaForward::setup_prefill_attention() {
   w.paged_runs.reserve(size_t(w.max_seqs));
   const bool has_attention = std::find(c.layer_types.begin(), c.layer_types.end(),
                                        LayerKind::kFullAttention) != c.layer_types.end();
-  if (!options_.prefill_attention || !has_attention ||
+  if (!options_.prefill_attention || options_.batch_invariant || !has_attention ||
       !cuda::prefill_attention_supports(attention_shape(), options_.activations))
     return;
   w.q_act = cuda::DeviceBuffer(options_.activations, {w.max_tokens, c.num_heads * c.head_dim});
@@ -119,24 +119,33 @@ void Qwen35CudaForward::attention(const CudaLayer& layer, const LayerCache& cach
                             k_cache, v_cache, layout, *w.prefill_plan,
                             w.prefill_plan_device.as<int32_t>(), shape, stream_, o_codes, o_scales);
   const size_t element = dtype_size(act);
+  // Batch-invariant: a token's sum depends on its key splits, so they come from the model and the
+  // GPU alone (not the step's tokens, not --max-context: `vt generate` sizes its context to the
+  // request), the tokens in pieces of as many as the partials buffer holds at that split.
+  const bool invariant = options_.batch_invariant;
+  const int64_t context = invariant ? c.max_position_embeddings : options_.max_context;
+  const int64_t most_splits = (context + kAttentionSplitKeys - 1) / kAttentionSplitKeys;
   for (const auto& run : w.paged_runs) {
     // Static per (tokens, max_context), so a captured graph stays valid as positions grow.
     const int64_t splits =
-        std::clamp<int64_t>(attention_blocks_ / (run.count * c.num_kv_heads), 1,
-                            (options_.max_context + kAttentionSplitKeys - 1) / kAttentionSplitKeys);
-    const int64_t keys_per_split = (options_.max_context + splits - 1) / splits;
-    // The run's tokens as a step of their own: its rows of every per-token array.
-    cuda::StepLayout run_layout = layout;
-    run_layout.token_seq += run.first;
-    run_layout.positions += run.first;
-    run_layout.num_tokens = run.count;
-    const size_t offset = size_t(run.first * row);
-    cuda::paged_attention(static_cast<char*>(w.mixer_out.data()) + offset * element,
-                          w.attention_partials.as<float>(), w.q.as<float>() + offset,
-                          static_cast<const char*>(w.gate.data()) + offset * element, k_cache,
-                          v_cache, run_layout, shape, splits, keys_per_split, act, stream_,
-                          o_codes ? o_codes + offset : nullptr,
-                          o_scales ? o_scales + offset / 128 : nullptr, run.kv_tokens);
+        std::clamp<int64_t>(attention_blocks_ / ((invariant ? 1 : run.count) * c.num_kv_heads), 1, most_splits);
+    const int64_t keys_per_split = (context + splits - 1) / splits;
+    const int64_t piece = invariant ? std::max<int64_t>(1, attention_blocks_ / (splits * c.num_kv_heads)) : run.count;
+    for (int64_t first = run.first; first < run.first + run.count; first += piece) {
+      const int64_t count = std::min(piece, run.first + run.count - first);
+      // The piece's tokens as a step of their own: its rows of every per-token array.
+      cuda::StepLayout run_layout = layout;
+      run_layout.token_seq += first;
+      run_layout.positions += first;
+      run_layout.num_tokens = count;
+      const size_t offset = size_t(first * row);
+      cuda::paged_attention(static_cast<char*>(w.mixer_out.data()) + offset * element,
+                            w.attention_partials.as<float>(), w.q.as<float>() + offset,
+                            static_cast<const char*>(w.gate.data()) + offset * element, k_cache, v_cache,
+                            run_layout, shape, splits, keys_per_split, act, stream_,
+                            o_codes ? o_codes + offset : nullptr, o_scales ? o_scales + offset / 128 : nullptr,
+                            run.kv_tokens * count / std::max<int64_t>(run.count, 1));
+    }
   }
   trace::OpScope out_op("attn.o_proj", OpGroup::kGemmOut);
   project_branch(layer.o_proj, w.mixer_out.data(), T, o_in);

@@ -37,6 +37,10 @@ void Qwen35CudaForward::linear(const CudaLinear& linear, void* y, const void* x,
     return;
   }
   VT_CHECK(linear.parts.size() == 1, "dense linear parts are always merged");
+  if (options_.batch_invariant) {  // one per-row kernel at every M (cuBLASLt's algorithm depends on M)
+    cuda::dense_gemv_rows(y, act, x, linear.parts[0].weight.data(), m, linear.n, linear.k, act, on ? on : stream_);
+    return;
+  }
   // Narrow projections at decode (GDN b/a, the shared-expert gate): one kernel where cuBLASLt
   // runs split-K + a reduction; wide ones stay with cuBLASLt (>= 90% of bandwidth at M = 1).
   if (linear.n <= kNarrowDense && cuda::dense_gemv_supports(m, linear.n, linear.k, act)) {

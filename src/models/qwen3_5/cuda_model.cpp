@@ -117,11 +117,15 @@ Qwen35CudaForward::Qwen35CudaForward(Qwen35Config config, CudaWeights weights, c
                                       config_.linear_conv_kernel, config_.rms_norm_eps};
   const bool has_gdn = std::find(config_.layer_types.begin(), config_.layer_types.end(),
                                  LayerKind::kLinearAttention) != config_.layer_types.end();
-  if (has_gdn && cuda::gdn_chunked_supports(delta_net))
+  if (has_gdn && cuda::gdn_chunked_supports(delta_net) && !options_.batch_invariant)
     w.gdn_chunk_scratch = cuda::DeviceBuffer(
         DType::kF32, {std::max(cuda::gdn_chunked_scratch_floats(T, S, kGdnChunkedMinTokens, delta_net),
                                cuda::gdn_chunked_scratch_floats(T, 1, 1, delta_net))});
   setup_fp8_gemms(workspace_->max_tokens);
+  // The FP8 GEMM backends and the MoE kernels choose their work split by M: no invariant path yet.
+  VT_CHECK(!options_.batch_invariant || (!fp8_gemm_ && config_.num_experts == 0),
+           "batch-invariant mode runs dense (bf16/f32) models without experts; this one has ",
+           fp8_gemm_ ? "FP8 linears" : "experts");
 }
 
 Qwen35CudaForward::~Qwen35CudaForward() {

@@ -24,7 +24,13 @@ template <typename T, typename Out>
 __global__ void __launch_bounds__(kThreads) sm90_dense_gemv(Out* __restrict__ g_y, const T* __restrict__ g_x,
                                                             const T* __restrict__ g_w, int64_t m, int64_t n,
                                                             int64_t k) {
+  // A row's sum depends on k and its own values only (the chunks a thread takes, the warp and
+  // block sums' orders are fixed): the same bits whatever rows share its block or launch.
   __shared__ float s_partial[kThreads / 32][kMaxRows];
+  // Grid y: groups of kMaxRows activation rows (dense_gemv_rows); one group for dense_gemv.
+  g_x += int64_t(blockIdx.y) * kMaxRows * k;
+  g_y += int64_t(blockIdx.y) * kMaxRows * n;
+  m = min(m - int64_t(blockIdx.y) * kMaxRows, int64_t(kMaxRows));
   const int64_t row = blockIdx.x, chunks = k / 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const T* weights = g_w + row * k;
@@ -172,6 +178,35 @@ void dense_gemv(void* y, DType out_dtype, const void* x, const void* w, int64_t 
       launch_dense(static_cast<float*>(y), static_cast<const T*>(x), static_cast<const T*>(w), m, n, k, cost, stream);
     else
       launch_dense(static_cast<T*>(y), static_cast<const T*>(x), static_cast<const T*>(w), m, n, k, cost, stream);
+  });
+}
+
+bool dense_gemv_rows_supports(int64_t m, int64_t n, int64_t k) {
+  return m >= 1 && (m + kMaxRows - 1) / kMaxRows <= 65535 && n >= 1 && n <= INT32_MAX && k % 8 == 0;
+}
+
+void dense_gemv_rows(void* y, DType out_dtype, const void* x, const void* w, int64_t m, int64_t n, int64_t k, DType act,
+                     cudaStream_t stream) {
+  VT_CHECK(dense_gemv_rows_supports(m, n, k), "dense_gemv_rows: m ", m, " n ", n, " k ", k,
+           " (k % 8 == 0, at most ", int64_t(65535) * kMaxRows, " rows)");
+  VT_CHECK(out_dtype == act || out_dtype == DType::kF32, "dense_gemv_rows: output ", dtype_name(out_dtype));
+  const int64_t groups = (m + kMaxRows - 1) / kMaxRows;
+  const double element = double(dtype_size(act));
+  // The weights are read once per group of rows.
+  const ::vt::trace::LaunchCost cost{"dense_gemv_rows",
+                                       {m, n, k, 0},
+                                       (double(groups) * double(n) * double(k) + double(m) * double(k)) * element +
+                                           double(m) * double(n) * double(dtype_size(out_dtype)),
+                                       2.0 * double(m) * double(n) * double(k),
+                                       ::vt::trace::OpGroup::kGemmOther};
+  const dim3 grid{unsigned(n), unsigned(groups)};
+  VT_DISPATCH_ACT(act, T, {
+    if (out_dtype == DType::kF32)
+      launch("sm90_dense_gemv", cost, sm90_dense_gemv<T, float>, grid, dim3(kThreads), 0, stream,
+             static_cast<float*>(y), static_cast<const T*>(x), static_cast<const T*>(w), m, n, k);
+    else
+      launch("sm90_dense_gemv", cost, sm90_dense_gemv<T, T>, grid, dim3(kThreads), 0, stream, static_cast<T*>(y),
+             static_cast<const T*>(x), static_cast<const T*>(w), m, n, k);
   });
 }
 

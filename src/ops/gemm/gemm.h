@@ -90,6 +90,12 @@ void exact_columns_add(void* y, int64_t ldy, const void* x, const int32_t* colum
 bool dense_gemv_supports(int64_t m, int64_t n, int64_t k, DType act);
 void dense_gemv(void* y, DType out_dtype, const void* x, const void* w, int64_t m, int64_t n, int64_t k, DType act,
                 cudaStream_t stream);
+// The same per-row kernel over any number of rows (groups of 8 on the grid's y, the weights read
+// once per group): every row's result has the same bits whatever M is, which cuBLASLt's choice of
+// algorithm per shape does not give (CudaModelOptions::batch_invariant). Slow at large M.
+bool dense_gemv_rows_supports(int64_t m, int64_t n, int64_t k);
+void dense_gemv_rows(void* y, DType out_dtype, const void* x, const void* w, int64_t m, int64_t n, int64_t k,
+                     DType act, cudaStream_t stream);
 
 // Reads `bytes` of device memory once; returns GB/s (read-only bandwidth for the floor).
 double measure_read_bandwidth(size_t bytes);
