@@ -49,6 +49,8 @@ if [ $status -eq 0 ]; then
     status=1; test_result="FAILED"; }
   skipped=$(grep -cE '^\[  SKIPPED \]' "$LOGS/tests.log")
   if [ "$skipped" -gt 0 ]; then status=1; test_result="FAILED (skipped: a golden folder is missing)"; fi
+  passed=$(grep -cE '^\[       OK \]' "$LOGS/tests.log")
+  if [ "$passed" -ne 2 ] && [ "$test_result" = passed ]; then status=1; test_result="FAILED (not both cases ran)"; fi
   test_result+=": $(grep -cE '^\[       OK \]' "$LOGS/tests.log") ok, $(grep -cE '^\[  FAILED  \]' "$LOGS/tests.log") failed"
 fi
 tested=$(date +%s)
