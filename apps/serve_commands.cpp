@@ -35,6 +35,7 @@
 #include "apps/lm_head_options.h"
 #include "apps/model_text.h"
 #include "core/error.h"
+#include "engine/cuda_serving.h"
 #include "engine/engine.h"
 #include "io/weight_store.h"
 #include "model/faulty_model.h"
@@ -124,12 +125,11 @@ void run_serve(ServeArgs args) {
   // step's time grows with its tokens (a 256-token chunk deep in a long prompt takes seconds), and
   // every decoding request waits for it: small chunks keep one long prompt from stalling the rest.
   const bool on_cpu = args.device == "cpu" && args.synthetic.empty();
-  args.engine.prefill_chunk = args.prefill_chunk > 0 ? args.prefill_chunk : on_cpu ? 64 : 256;
-  // On a GPU a step's time grows slowly with its tokens up to ~1K (the weights are read once per
-  // step): four chunks beside every decoding request, so prompts are fed near the prefill rate.
+  // On a GPU: engine/cuda_serving.h.
+  args.engine.prefill_chunk = args.prefill_chunk > 0 ? args.prefill_chunk : on_cpu ? 64 : vt::kCudaPrefillChunk;
   args.engine.step_token_budget = args.step_token_budget > 0 ? args.step_token_budget
-                                  : on_cpu                   ? 128
-                                                             : 4 * args.engine.prefill_chunk + args.engine.max_running;
+                                  : on_cpu ? 128
+                                           : vt::cuda_step_token_budget(args.engine.prefill_chunk, args.engine.max_running);
   VT_CHECK(args.engine.step_token_budget >= args.engine.prefill_chunk, "serve: --step-token-budget (",
            args.engine.step_token_budget, ") must hold one --prefill-chunk (", args.engine.prefill_chunk, ")");
   if (!args.speculative.empty()) {
@@ -151,28 +151,20 @@ void run_serve(ServeArgs args) {
   std::unique_ptr<vt::Model> model;
   const bool cuda = args.device == "cuda" || !args.synthetic.empty();
   VT_CHECK(!args.batch_invariant || cuda, "serve: --batch-invariant is a CUDA option (--device cuda)");
-  // The default pool holds one request of the longest context a CUDA server is started for (a
-  // 262,144-token sequence of the 27B: 16 GiB of KV), so that a --max-context alone is served.
-  if (args.cache_tokens == 0) args.cache_tokens = cuda ? std::max<int64_t>(65536, args.max_context) : 65536;
+  if (args.cache_tokens == 0) args.cache_tokens = cuda ? vt::cuda_default_cache_tokens(args.max_context) : 65536;
   if (cuda) {
 #ifdef VT_WITH_CUDA
-    // One CUDA slot per running request; a step holds the engine's token budget (prompt chunks
-    // plus decode tokens), batched into one forward.
-    vt::CudaModelOptions options;
-    options.max_sequences = args.engine.max_running;
-    options.max_context = args.max_context;
-    options.max_step_tokens = std::max(args.engine.step_token_budget, args.engine.max_running);
-    options.max_logit_rows = args.engine.max_running * (1 + args.engine.max_num_draft);  // verify rows
-    options.max_rollback_tokens = args.engine.max_num_draft > 0 ? args.engine.max_num_draft + 1 : 0;
+    // The sizes for the engine's steps and, on one GPU, the one device pool of --cache-tokens the
+    // engine admits into; a tensor-parallel model's ranks keep a pool each with room for every
+    // sequence at its longest: their sequences admit themselves there, and the engine's own cache
+    // admits the requests.
+    vt::CudaModelOptions options =
+        vt::cuda_serving_options(args.engine, args.max_context, args.cache_tokens, args.tensor_parallel == 1);
     // MTP: the head's weights, its KV cache for every slot; the target sequences keep their hidden
     // states for it (per slot at most one step's: the engine's drafters read them every step).
     options.load_mtp = args.speculative == "mtp";
     options.batch_invariant = args.batch_invariant;
     VT_CHECK(!args.batch_invariant || args.tensor_parallel == 1, "serve: --batch-invariant runs on one GPU");
-    // One device pool of --cache-tokens, which the engine admits into (Model::kv_cache()). A
-    // tensor-parallel model's ranks keep a pool each with room for every sequence at its longest:
-    // their sequences admit themselves there, and the engine's own cache admits the requests.
-    if (args.tensor_parallel == 1) options.cache_blocks = std::max<int64_t>(1, args.cache_tokens / options.block_size);
     if (lm_head) {
       options.fp8_lm_head = true;
       options.lm_head_exact_columns = lm_head->exact_columns;

@@ -24,6 +24,8 @@ import sys
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Deterministic cuBLAS on a GPU (scripts/golden/make_real_width_goldens.py); read at its first use.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -117,7 +119,11 @@ FP8_QUANTISED = (
     "mlp.gate_proj",
     "mlp.up_proj",
     "mlp.down_proj",
+    "mlp.shared_expert.gate_proj",  # MoE (as the published FP8 checkpoints; the router and the
+    "mlp.shared_expert.up_proj",  # shared expert's gate stay BF16); the routed experts: see
+    "mlp.shared_expert.down_proj",  # expert_modules
 )
+FP8_WEIGHTS_DTYPE = "float8_e4m3fn block-scaled (128x128, float32 weight_scale_inv) + bfloat16"
 FP8_QUANT_CONFIG = {
     "quant_method": "fp8",
     "fmt": "e4m3",
@@ -130,10 +136,13 @@ FP8_QUANT_CONFIG = {
 # Random weights with a large spread, so that logits are peaky and greedy ties are unlikely.
 # --------------------------------------------------------------------------------------------
 def reinit_(named_params, gen):
-    """Re-initialise the text-model parameters in place (deterministic given `gen`)."""
+    """Re-initialise the text-model parameters in place (deterministic given `gen`, drawn on its device)."""
 
     def normal(shape, std, mean=0.0):
-        return torch.randn(shape, generator=gen) * std + mean
+        return torch.randn(shape, generator=gen, device=gen.device) * std + mean
+
+    def uniform(shape, low, high):
+        return torch.empty(shape, device=gen.device).uniform_(low, high, generator=gen)
 
     for name, p in named_params:
         shape = tuple(p.shape)
@@ -142,9 +151,9 @@ def reinit_(named_params, gen):
         elif name == "lm_head.weight":
             v = normal(shape, 3.0 / math.sqrt(shape[-1]))  # logits std ~3
         elif name.endswith("linear_attn.A_log"):
-            v = torch.empty(shape).uniform_(0.05, 2.0, generator=gen).log()
+            v = uniform(shape, 0.05, 2.0).log()
         elif name.endswith("linear_attn.dt_bias"):
-            v = torch.empty(shape).uniform_(-3.0, 0.0, generator=gen)  # decay exp(g) in ~[0.5, 0.999]
+            v = uniform(shape, -3.0, 0.0)  # decay exp(g) in ~[0.5, 0.999]
         elif name.endswith("conv1d.weight"):
             v = normal(shape, 0.5)
         elif name.endswith("linear_attn.norm.weight"):  # gated RMSNorm: plain weight, neutral 1
@@ -206,7 +215,8 @@ class RouterGap:
 
 @torch.no_grad()
 def forward_logits(model, ids):
-    out = model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False)
+    device = next(model.parameters()).device
+    out = model(input_ids=torch.tensor([ids], dtype=torch.long, device=device), use_cache=False)
     return out.logits[0]
 
 
@@ -228,13 +238,13 @@ def run_prompt(model, ids, n_new=N_NEW):
     return logits, greedy, margins
 
 
-def make_prompts(seed, vocab):
+def make_prompts(seed, vocab, lens=PROMPT_LENS):
     gen = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in PROMPT_LENS]
+    return [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in lens]
 
 
 def write_f32(path, t):
-    t.detach().to(torch.float32).contiguous().numpy().astype("<f4").tofile(path)
+    t.detach().to(torch.float32).cpu().contiguous().numpy().astype("<f4").tofile(path)
 
 
 def read_f32(path):
@@ -249,12 +259,17 @@ def check_logits(name, logits):
         raise RuntimeError(f"{name}: degenerate logits")
 
 
-def reference_prompts(case, model, prompts, out_dir, prefix="logits", router=None):
+def reference_prompts(case, model, prompts, out_dir, prefix="logits", router=None, strict=True, runs=None):
+    """Each prompt's logits file and reference entry. strict: a near-tied greedy step or router
+    choice, or a one-token continuation, is an error (change the seed); otherwise every step's
+    margin is recorded for the test to judge. runs: collects each prompt's (logits, greedy, margins)."""
     entries = []
     for i, ids in enumerate(prompts):
         if router is not None:
             router.reset()
         logits, greedy, margins = run_prompt(model, ids)
+        if runs is not None:
+            runs.append((logits, greedy, margins))
         check_logits(f"{case} prompt {i}", logits)
         fname = f"{prefix}_{i}.f32"
         write_f32(os.path.join(out_dir, fname), logits)
@@ -270,12 +285,16 @@ def reference_prompts(case, model, prompts, out_dir, prefix="logits", router=Non
         }
         if router is not None:
             e["min_router_gap"] = router.min_gap
+        if not strict:
+            e["margins"] = margins
         entries.append(e)
         print(
             f"  [{case}] {prefix} prompt {i}: len {len(ids)}, greedy {greedy[:8]}..., "
             f"distinct {len(set(greedy))}, min margin {m:.4g}"
             + (f", min router gap {router.min_gap:.4g}" if router is not None else "")
         )
+        if not strict:
+            continue
         if m < MIN_MARGIN:
             raise RuntimeError(f"{case}: greedy margin {m} < {MIN_MARGIN}; change the seed")
         if len(set(greedy)) == 1:
@@ -285,12 +304,12 @@ def reference_prompts(case, model, prompts, out_dir, prefix="logits", router=Non
     return entries
 
 
-def generator_info():
+def generator_info(script="scripts/golden/make_goldens.py", compute="cpu float32, 1 thread"):
     return {
-        "script": "scripts/golden/make_goldens.py",
+        "script": script,
         "torch": torch.__version__.split("+")[0],
         "transformers": transformers.__version__,
-        "compute": "cpu float32, 1 thread, attn_implementation=eager, experts_implementation=eager",
+        "compute": f"{compute}, attn_implementation=eager, experts_implementation=eager",
         "greedy": f"{N_NEW} tokens, full forward without cache each step",
     }
 
@@ -442,19 +461,149 @@ def act_quant(x):
     return torch.cat(parts, dim=-1)
 
 
-def _w8a8_forward(mod, x):
-    return F.linear(act_quant(x), mod.weight, mod.bias)
-
-
 def quantised_linears(model):
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.Linear) and name.endswith(FP8_QUANTISED):
             yield name, mod
 
 
-def enable_w8a8_(model):
-    for _, mod in quantised_linears(model):
-        mod.forward = functools.partial(_w8a8_forward, mod)
+def expert_modules(model):
+    """MoE routed experts, fused: gate_up_proj [E, 2I, H] (gate rows first), down_proj [E, H, I]. The
+    checkpoint holds them per expert as the published FP8 ones: <name>.<e>.{gate,up,down}_proj.weight."""
+    for name, mod in model.named_modules():
+        if hasattr(mod, "gate_up_proj") and hasattr(mod, "down_proj") and hasattr(mod, "num_experts"):
+            yield name, mod
+
+
+def expert_parts(mod, e):
+    """Views of expert e's three matrices inside the fused parameters."""
+    gate_up, inter = mod.gate_up_proj.data[e], mod.gate_up_proj.shape[1] // 2
+    return {"gate_proj": gate_up[:inter], "up_proj": gate_up[inter:], "down_proj": mod.down_proj.data[e]}
+
+
+@torch.no_grad()
+def quantise_model_(model):
+    """Quantises every FP8 matrix to 128x128 e4m3 blocks; the model then holds exactly the
+    dequantised values (fp8 * block scale). Returns the checkpoint's tensors (on the CPU) and the
+    names of the parameters they replace."""
+    tensors, replaced = {}, set()
+
+    def put(name, w):
+        q, s = quantise_weight_blocks(w)
+        w.copy_(dequantise_weight_blocks(q, s))
+        tensors[f"{name}.weight"] = q.cpu().contiguous()
+        tensors[f"{name}.weight_scale_inv"] = s.cpu().contiguous()
+
+    for name, mod in quantised_linears(model):
+        put(name, mod.weight.data)
+        replaced.add(f"{name}.weight")
+    for name, mod in expert_modules(model):
+        for e in range(mod.gate_up_proj.shape[0]):
+            for part, w in expert_parts(mod, e).items():
+                put(f"{name}.{e}.{part}", w)
+        replaced.update({f"{name}.gate_up_proj", f"{name}.down_proj"})
+    for name, p in model.named_parameters():
+        if name not in replaced:
+            tensors[name] = p.data.to(torch.bfloat16).cpu().contiguous()
+    return tensors, replaced
+
+
+def check_fp8_checkpoint(path, model):
+    """Reads the checkpoint back and checks it is exactly what the model computes with, tensor for
+    tensor, and that it holds nothing else."""
+    device = next(model.parameters()).device
+    experts = dict(expert_modules(model))
+    linears = {f"{name}.weight" for name, _ in quantised_linears(model)}
+    used = set()
+    with safe_open(path, "pt", device=str(device)) as f:
+
+        def get(key):
+            used.add(key)
+            return f.get_tensor(key)
+
+        def fp8(name):
+            return dequantise_weight_blocks(get(name + ".weight"), get(name + ".weight_scale_inv"))
+
+        for name, p in model.named_parameters():
+            owner, _, leaf = name.rpartition(".")
+            if name in linears:
+                w = fp8(name[: -len(".weight")])
+            elif owner in experts and leaf == "gate_up_proj":
+                parts = [torch.cat([fp8(f"{owner}.{e}.gate_proj"), fp8(f"{owner}.{e}.up_proj")]) for e in range(p.shape[0])]
+                w = torch.stack(parts)
+            elif owner in experts and leaf == "down_proj":
+                w = torch.stack([fp8(f"{owner}.{e}.down_proj") for e in range(p.shape[0])])
+            else:
+                w = get(name).to(torch.float32)
+            if not torch.equal(w, p.data):
+                raise RuntimeError(f"fp8 checkpoint: saved {name} differs from the reference weight")
+        if set(f.keys()) != used:
+            raise RuntimeError(f"fp8 checkpoint: unexpected tensors {sorted(set(f.keys()) - used)[:5]}")
+
+
+def build_fp8_model(cls, cfg, seed, out_dir, device="cpu"):
+    """A random model (reinit_, bf16-exact), its FP8 checkpoint (model.safetensors + config.json)
+    in out_dir, and the model holding the dequantised weights it wrote. Returns the model and the
+    quantised checkpoint names (weights, not scales)."""
+    torch.manual_seed(seed)
+    impl = {"experts_implementation": "eager"} if "Moe" in cls.__name__ else {}
+    with torch.device(device):
+        model = cls._from_config(cfg, attn_implementation="eager", **impl).to(device).eval()
+    gen = torch.Generator(device=device).manual_seed(seed)
+    reinit_(model.named_parameters(), gen)
+    round_to_bf16_(model)
+
+    tensors, _ = quantise_model_(model)
+    path = os.path.join(out_dir, "model.safetensors")
+    save_file(tensors, path, metadata={"format": "pt"})
+    quantised = sorted(k[: -len("_scale_inv")] for k in tensors if k.endswith(".weight_scale_inv"))
+    del tensors
+
+    cfg_d = json.loads(cfg.to_json_string(use_diff=True))  # the keys save_pretrained would write
+    cfg_d["dtype"] = "bfloat16"
+    cfg_d["quantization_config"] = dict(FP8_QUANT_CONFIG)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg_d, f, indent=2, sort_keys=True)
+        f.write("\n")
+    check_fp8_checkpoint(path, model)
+    return model, quantised
+
+
+def w8a8_linear(x, w, bias=None):
+    """y = act_quant(x) @ w^T in w's dtype, returned in x's dtype. A bfloat16 model whose w is the
+    float32 master copy is the served arithmetic: bf16 activations, exact e4m3 products summed in
+    float32, the output rounded to bf16."""
+    y = F.linear(act_quant(x.to(w.dtype)), w, bias)
+    return y.to(x.dtype)
+
+
+def _w8a8_experts_forward(mod, gate_up, down, hidden_states, top_k_index, top_k_weights):
+    """HF's eager expert loop (Qwen3NextExperts.forward) with both expert GEMMs W8A8."""
+    final = torch.zeros_like(hidden_states)
+    with torch.no_grad():
+        expert_mask = F.one_hot(top_k_index, num_classes=mod.num_experts).permute(2, 1, 0)
+        expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+    for expert_idx in expert_hit:
+        e = expert_idx[0]
+        top_k_pos, token_idx = torch.where(expert_mask[e])
+        gate, up = w8a8_linear(hidden_states[token_idx], gate_up[e]).chunk(2, dim=-1)
+        current = w8a8_linear(mod.act_fn(gate) * up, down[e])
+        current = current * top_k_weights[token_idx, top_k_pos, None]
+        final.index_add_(0, token_idx, current.to(final.dtype))
+    return final
+
+
+def enable_w8a8_(model, master=None):
+    """Every quantised GEMM (linears and routed experts) quantises its input per token
+    (act_quant). master: a model of the same structure whose weights these GEMMs use instead of
+    model's own (the float32 dequantised weights for a bfloat16 model)."""
+    owner = dict(master.named_modules()) if master is not None else {}
+    for name, mod in quantised_linears(model):
+        weight = owner[name].weight if master is not None else mod.weight
+        mod.forward = functools.partial(w8a8_linear, w=weight, bias=mod.bias)
+    for name, mod in expert_modules(model):
+        src = owner[name] if master is not None else mod
+        mod.forward = functools.partial(_w8a8_experts_forward, mod, src.gate_up_proj, src.down_proj)
 
 
 @contextlib.contextmanager
@@ -520,69 +669,51 @@ def check_all_float64(model, ids):
         raise RuntimeError(f"float64 mode leaks lower precision: {bad[:5]}")
 
 
-def noise_floor(model32, model64, ids):
-    l32, g32, _ = run_prompt(model32, ids)
+def compare_runs(run, ref):
+    """How far `run` is from `ref` (each run_prompt's (logits, greedy, margins)): the noise floor of
+    the lower precision `run` computes in."""
+    (logits, greedy, _), (ref_logits, ref_greedy, _) = run, ref
+    diff = logits.double() - ref_logits.double()
+    return {
+        "logits_rel_l2": (diff.norm() / ref_logits.double().norm()).item(),
+        "last_logits_rel_l2": (diff[-1].norm() / ref_logits[-1].double().norm()).item(),
+        "logits_max_abs_diff": diff.abs().max().item(),
+        "prompt_positions_argmax_differs": int((logits.argmax(-1) != ref_logits.argmax(-1)).sum()),
+        "first_greedy_diff": next((i for i, (a, b) in enumerate(zip(greedy, ref_greedy)) if a != b), None),
+    }
+
+
+def float64_run(model64, ids):
     with float64_mode(model64):
         check_all_float64(model64, ids)
-        l64, g64, _ = run_prompt(model64, ids)
-    rel = ((l32.double() - l64).norm() / l64.norm()).item()
-    first = next((i for i, (a, b) in enumerate(zip(g32, g64)) if a != b), None)
-    argmax_pos = int((l32.argmax(-1) != l64.argmax(-1)).sum())
+        return run_prompt(model64, ids)
+
+
+def noise_floor(model32, model64, ids):
+    run32, run64 = run_prompt(model32, ids), float64_run(model64, ids)
+    c = compare_runs(run32, run64)
     return {
         "prompt_index": PROMPT_LENS.index(len(ids)),
-        "logits_rel_l2_f32_vs_f64": rel,
-        "logits_max_abs_diff": (l32.double() - l64).abs().max().item(),
-        "prompt_positions_argmax_differs": argmax_pos,
-        "greedy_ids_f64": g64,
-        "first_greedy_diff": first,
+        "logits_rel_l2_f32_vs_f64": c["logits_rel_l2"],
+        "logits_max_abs_diff": c["logits_max_abs_diff"],
+        "prompt_positions_argmax_differs": c["prompt_positions_argmax_differs"],
+        "greedy_ids_f64": run64[1],
+        "first_greedy_diff": c["first_greedy_diff"],
     }
+
+
+W8A8_DESCRIPTION = (
+    "every quantised Linear first quantises its input per token in groups of 128 along K (last group "
+    "partial): amax = |x|.amax(group); scale = max(amax, 1e-10) / 448 (float32); q = clamp(x / scale, "
+    "-448, 448) -> float8_e4m3fn (round to nearest even); x_dq = float(q) * scale; y = x_dq @ W_dequant^T"
+)
 
 
 def case_qwen3_5_fp8(out_dir):
     case, seed = "qwen3_5_fp8", 5005
     cfg = Qwen3_5TextConfig(**FP8_DIMS, rope_parameters=dict(ROPE_PLAIN))
     cfg.architectures = ["Qwen3_5ForCausalLM"]
-    torch.manual_seed(seed)
-    model = Qwen3_5ForCausalLM._from_config(cfg, attn_implementation="eager").eval()
-    gen = torch.Generator().manual_seed(seed)
-    reinit_(model.named_parameters(), gen)
-    round_to_bf16_(model)
-
-    # Quantise; the model then holds exactly the dequantised values.
-    tensors = {}
-    qnames = set()
-    for name, mod in quantised_linears(model):
-        q, s = quantise_weight_blocks(mod.weight.data)
-        with torch.no_grad():
-            mod.weight.copy_(dequantise_weight_blocks(q, s))
-        tensors[f"{name}.weight"] = q.contiguous()
-        tensors[f"{name}.weight_scale_inv"] = s.contiguous()
-        qnames.add(f"{name}.weight")
-    for name, p in model.named_parameters():
-        if name not in qnames:
-            tensors[name] = p.data.to(torch.bfloat16).contiguous()
-    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-
-    cfg_d = json.loads(cfg.to_json_string(use_diff=True))  # the keys save_pretrained would write
-    cfg_d["dtype"] = "bfloat16"
-    cfg_d["quantization_config"] = dict(FP8_QUANT_CONFIG)
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(cfg_d, f, indent=2, sort_keys=True)
-        f.write("\n")
-
-    # Read back what was written and check it is what the model computes with.
-    params = dict(model.named_parameters())
-    with safe_open(os.path.join(out_dir, "model.safetensors"), "pt") as f:
-        keys = set(f.keys())
-        for name, p in params.items():
-            if name in qnames:
-                w = dequantise_weight_blocks(f.get_tensor(name), f.get_tensor(name + "_scale_inv"))
-            else:
-                w = f.get_tensor(name).to(torch.float32)
-            if not torch.equal(w, p.data):
-                raise RuntimeError(f"fp8 case: saved {name} differs from the reference weight")
-        if keys != set(params) | {n + "_scale_inv" for n in qnames}:
-            raise RuntimeError("fp8 case: unexpected tensor set")
+    model, quantised = build_fp8_model(Qwen3_5ForCausalLM, cfg, seed, out_dir)
 
     prompts = make_prompts(seed + 1, cfg.vocab_size)
     long_ids = prompts[PROMPT_LENS.index(150)]
@@ -598,12 +729,7 @@ def case_qwen3_5_fp8(out_dir):
     enable_w8a8_(model)
     enable_w8a8_(model64)
     modes["w8a8"] = {
-        "description": (
-            "as weight_only, but every quantised Linear first quantises its input per token in groups of "
-            "128 along K (last group partial): amax = |x|.amax(group); scale = max(amax, 1e-10) / 448 "
-            "(float32); q = clamp(x / scale, -448, 448) -> float8_e4m3fn (round to nearest even); "
-            "x_dq = float(q) * scale; y = x_dq @ W_dequant^T"
-        ),
+        "description": "as weight_only, but " + W8A8_DESCRIPTION,
         "prompts": reference_prompts(case, model, prompts, out_dir, prefix="logits_w8a8"),
     }
     floor["w8a8"] = noise_floor(model, model64, long_ids)
@@ -617,12 +743,11 @@ def case_qwen3_5_fp8(out_dir):
             f"first greedy diff {v['first_greedy_diff']}, prompt argmax diffs {v['prompt_positions_argmax_differs']}"
         )
 
-    quantised = sorted(qnames)
     ref = {
         "case": case,
         "architecture": "Qwen3_5ForCausalLM",
         "seed": seed,
-        "weights_dtype": "float8_e4m3fn block-scaled (128x128, float32 weight_scale_inv) + bfloat16",
+        "weights_dtype": FP8_WEIGHTS_DTYPE,
         "quantised_weights": quantised,
         "n_new_tokens": N_NEW,
         "logits_format": "float32 little-endian, row-major [prompt_len, vocab_size]",

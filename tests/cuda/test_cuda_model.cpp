@@ -10,7 +10,6 @@
 #include <mutex>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
@@ -55,15 +54,8 @@ class PrivatePlanCache {
   std::string dir_;
 };
 
+using testing::read_f32;
 using testing::reduced_config;
-
-std::vector<float> read_f32(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  std::vector<float> values(size_t(in.tellg()) / sizeof(float));
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(values.data()), std::streamsize(values.size() * sizeof(float)));
-  return values;
-}
 
 struct CaseResult {
   double worst_error = 0;
