@@ -616,7 +616,7 @@ def float64_mode(model):
             cfg = mod.config
             rp = cfg.rope_parameters
             dim = int(cfg.head_dim * rp.get("partial_rotary_factor", 1.0))
-            inv = 1.0 / (rp["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+            inv = 1.0 / (rp["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64, device=mod.inv_freq.device) / dim))
             mod.inv_freq = inv
             mod.original_inv_freq = inv.clone()
 
