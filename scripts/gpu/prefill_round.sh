@@ -25,6 +25,8 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$LOGS/gpu.
 start=$(date +%s)
 if [ -n "${BASE:-}" ]; then  # the base first, in the background, while this tree builds
   ([ -f .base-src/COMMIT ] && [ "$(cat .base-src/COMMIT)" = "$BASE" ] || { echo "no .base-src for $BASE"; exit 1; }
+   # The carried dependencies (FlashInfer's headers among them) are found from the source folder.
+   ln -sfn "$PWD/.gpu-deps" .base-src/.gpu-deps
    cmake -S .base-src -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DVT_CUDA=ON \
      -DCMAKE_PREFIX_PATH="$PWD/.gpu-deps/usr" && cmake --build build-base -j 8 --target vt) >"$LOGS/base_build.log" 2>&1 &
   base_build=$!

@@ -250,13 +250,15 @@ __global__ void __launch_bounds__(256) sm90_fp8_quantize_weight_blocks(uint8_t* 
   if (threadIdx.x == 0) g_scales[blockIdx.x * gridDim.y + blockIdx.y] = scale;
 }
 
-// scales [m, kb] -> out [kb, ld] (cuBLASLt's VEC128 layout for the activation scales).
+// scales [m, kb] -> out [kb, ld] (cuBLASLt's VEC128 layout for the activation scales). Walked in
+// the output's order: the writes coalesce and the strided reads hit the few-hundred-KB input in
+// L2 (walking the input's order scattered every write: 14 us a launch at 2048 x 40 on the H200).
 __global__ void sm90_transpose_scales(float* __restrict__ g_out, const float* __restrict__ g_in, int64_t m, int64_t kb,
                                       int64_t ld) {
   device::pdl_enter();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < m * kb; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = i / kb, block = i % kb;
-    g_out[block * ld + row] = g_in[i];
+    const int64_t block = i / m, row = i % m;
+    g_out[block * ld + row] = g_in[row * kb + block];
   }
 }
 
