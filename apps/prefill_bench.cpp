@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "cuda/device.h"
 #include "models/registry.h"
+#include "ops/attention/attention.h"
 #include "ops/gemm/gemm.h"
 #include "profile/kernel_recorder.h"
 #include "profile/step_report.h"
@@ -91,6 +92,15 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
   options.max_step_tokens = std::max({std::min(args.step_tokens, longest), args.max_running,
                                       prompt_budget + args.decoding});
   const vt::Qwen35Config config = bench_config(args);
+  // The header names the attention that runs: a build without FlashInfer's headers (or a shape it
+  // does not serve) would run every prompt token on the paged decode kernel instead, ~15x slower.
+  if (options.prefill_attention) {
+    const vt::cuda::AttentionShape shape{config.num_heads, config.num_kv_heads, config.head_dim, config.rotary_dim,
+                                         options.block_size, config.rope, config.rms_norm_eps};
+    VT_CHECK(vt::cuda::prefill_attention_supports(shape, options.activations),
+             "--prefill-attention flashinfer: this build has no FlashInfer prefill attention for this model "
+             "(configured without FlashInfer's headers, or not bf16 at head dim 256); pass --prefill-attention paged");
+  }
   std::string name;
   std::unique_ptr<vt::Qwen35CudaModel> model = make_bench_model(args, options, &name);
   const int64_t vocab = model->config().vocab_size;
