@@ -4,8 +4,9 @@ scripts/gpu/gemm_round.sh saves it) and scripts/gpu/scaled_mm_peer.py's table, m
 same call. Per decode shape and M (default 1, 8, 16): the chosen FP8 backend (the fastest in the
 bench; for the output projections also the fastest with the norm after it), its us, its share of
 the read bandwidth vt measured at start-up ("of bw"), its share of a pure read of the same weights
-launched the same way ("of read"), and its speedup over cuBLASLt's block-scaled path (vt's
-fp8_cublaslt backend, and torch._scaled_mm with the same scales) in that call.
+launched the same way ("of read"), and its speedup over cuBLASLt's block-scaled GEMM (the bench's
+cublaslt_fp8 peer: the fastest of its algorithms, scales in its own layout; vt's fp8_cublaslt
+backend in older logs; and torch._scaled_mm with the same scales) in that call.
 
 usage: gemm_acceptance.py GEMM_MD [SCALED_MM_MD] [--m 1,8,16]"""
 import argparse
@@ -47,7 +48,11 @@ def acceptance(gemm_text, peer_text="", ms=(1, 8, 16)):
         backend = row["backend"][:-2]
         with_norm = backend.endswith("+norm")
         same = [r for r in bench if r["shape"] == row["shape"] and r["M"] == row["M"]]
-        cublas = next((r for r in same if r["backend"] == ("fp8_cublaslt+norm" if with_norm else "fp8_cublaslt")), None)
+        # The bench's fair peer (cuBLASLt's fastest algorithm, scales in its own layout) where it has
+        # one; older logs only have vt's fp8_cublaslt backend.
+        suffix = "+norm" if with_norm else ""
+        cublas = next((r for r in same if r["backend"] == "cublaslt_fp8" + suffix), None) or next(
+            (r for r in same if r["backend"] == "fp8_cublaslt" + suffix), None)
         floor = next((r for r in same if r["backend"] == "read_floor"), None)
         us = number(row["us"])
         cublas_us = number(cublas["us"]) if cublas else None

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scripts/gpu/gemm_acceptance.py on rows of a real `vt bench gemm` table and torch._scaled_mm
 peer table (H200, 2026-12-03): the chosen rows, their floor and cuBLASLt peers, the ratios, and the
-refused M = 1 peer."""
+refused M = 1 peer; the bench's fair cuBLASLt peer preferred where present."""
 import pathlib
 import sys
 
@@ -44,6 +44,15 @@ def main():
     table = gemm_acceptance.markdown(rows).splitlines()
     assert len(table) == 5 and "| 1.32 | 14.4 | 1.21 |" in table[3], table
     assert gemm_acceptance.acceptance(BENCH, PEER, (64,)) == []
+    # A bench with the fair peer rows (cuBLASLt's fastest algorithm, its own scale layout): those
+    # are the peer, not vt's fp8_cublaslt backend (made-up numbers).
+    fair = BENCH.replace(
+        "| attn.o_proj | 5120 x 6144 | 16 | read_floor |",
+        "| attn.o_proj | 5120 x 6144 | 16 | cublaslt_fp8 | 13.0 | 2420 | 54% | 67% | 1.38 | 1.00 | (not counted) |\n"
+        "| attn.o_proj | 5120 x 6144 | 16 | cublaslt_fp8+norm | 13.5 | 2330 | 52% | 64% | 1.33 | 1.00 | (not counted) |\n"
+        "| attn.o_proj | 5120 x 6144 | 16 | read_floor |")
+    _, plain, norm = gemm_acceptance.acceptance(fair, PEER, (1, 16))
+    assert plain["cublaslt_fp8_us"] == 13.0 and norm["cublaslt_fp8_us"] == 13.5, (plain, norm)
     print("gemm_acceptance: ok")
 
 

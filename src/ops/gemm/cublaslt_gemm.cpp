@@ -2,6 +2,9 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "cuda/check.h"
 #include "cuda/device_buffer.h"
 #include "trace/intent.h"
@@ -45,20 +48,35 @@ void describe_tn(cublasLtMatmulDesc_t* operation, cublasLtMatrixLayout_t* a, cub
   VT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(c, out_type, uint64_t(n), uint64_t(m), ldy));
 }
 
-// cuBLASLt's first heuristic choice within the workspace; false when it has none.
-bool pick_algorithm(void* handle, cublasLtMatmulDesc_t operation, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
-                    cublasLtMatrixLayout_t c, size_t workspace_bytes, cublasLtMatmulAlgo_t* algorithm) {
+// cuBLASLt's heuristic candidates within the workspace, best first (at most `count`; none where it
+// has none).
+std::vector<cublasLtMatmulAlgo_t> heuristic_algorithms(void* handle, cublasLtMatmulDesc_t operation,
+                                                       cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                                       cublasLtMatrixLayout_t c, size_t workspace_bytes, int count) {
   cublasLtMatmulPreference_t preference;
   VT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
   VT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                        &workspace_bytes, sizeof(workspace_bytes)));
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(size_t(std::max(count, 1)));
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle), operation, a, b,
-                                                               c, c, preference, 1, &result, &found);
+                                                               c, c, preference, int(results.size()), results.data(),
+                                                               &found);
   cublasLtMatmulPreferenceDestroy(preference);
-  if (status != CUBLAS_STATUS_SUCCESS || found == 0) return false;
-  *algorithm = result.algo;
+  std::vector<cublasLtMatmulAlgo_t> algorithms;
+  if (status != CUBLAS_STATUS_SUCCESS) return algorithms;
+  for (int i = 0; i < found; ++i)
+    if (results[size_t(i)].state == CUBLAS_STATUS_SUCCESS && results[size_t(i)].workspaceSize <= workspace_bytes)
+      algorithms.push_back(results[size_t(i)].algo);
+  return algorithms;
+}
+
+// cuBLASLt's first heuristic choice within the workspace; false when it has none.
+bool pick_algorithm(void* handle, cublasLtMatmulDesc_t operation, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                    cublasLtMatrixLayout_t c, size_t workspace_bytes, cublasLtMatmulAlgo_t* algorithm) {
+  const std::vector<cublasLtMatmulAlgo_t> algorithms = heuristic_algorithms(handle, operation, a, b, c, workspace_bytes, 1);
+  if (algorithms.empty()) return false;
+  *algorithm = algorithms.front();
   return true;
 }
 
@@ -68,6 +86,7 @@ struct CublasLtGemm::Plan {
   cublasLtMatmulDesc_t operation = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algorithm{};
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // filled by *_candidates()
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -147,6 +166,32 @@ CublasLtGemm::Plan* CublasLtGemm::fp8_block_plan(int64_t m, int64_t n, int64_t k
 
 bool CublasLtGemm::supports_fp8_block(int64_t m, int64_t n, int64_t k, int64_t ldy, DType out_dtype) {
   return m > 0 && n > 0 && k % 128 == 0 && fp8_block_plan(m, n, k, ldy, out_dtype) != nullptr;
+}
+
+int CublasLtGemm::dense_candidates(int64_t m, int64_t n, int64_t k, DType dtype, int count) {
+  Plan& p = plan(m, n, k, dtype, dtype);
+  p.candidates = heuristic_algorithms(handle_, p.operation, p.a, p.b, p.c, workspace_bytes_, count);
+  return int(p.candidates.size());
+}
+
+void CublasLtGemm::choose_dense(int64_t m, int64_t n, int64_t k, DType dtype, int index) {
+  Plan& p = plan(m, n, k, dtype, dtype);
+  VT_CHECK(index >= 0 && size_t(index) < p.candidates.size(), "cuBLASLt candidate ", index, " of ",
+           p.candidates.size());
+  p.algorithm = p.candidates[size_t(index)];
+}
+
+int CublasLtGemm::fp8_block_candidates(int64_t m, int64_t n, int64_t k, int64_t ldy, DType out_dtype, int count) {
+  if (!supports_fp8_block(m, n, k, ldy, out_dtype)) return 0;
+  Plan* p = fp8_block_plan(m, n, k, ldy, out_dtype);
+  p->candidates = heuristic_algorithms(handle_, p->operation, p->a, p->b, p->c, workspace_bytes_, count);
+  return int(p->candidates.size());
+}
+
+void CublasLtGemm::choose_fp8_block(int64_t m, int64_t n, int64_t k, int64_t ldy, DType out_dtype, int index) {
+  Plan* p = fp8_block_plan(m, n, k, ldy, out_dtype);
+  VT_CHECK(p && index >= 0 && size_t(index) < p->candidates.size(), "cuBLASLt FP8 candidate ", index);
+  p->algorithm = p->candidates[size_t(index)];
 }
 
 void CublasLtGemm::matmul_fp8_block(void* y, int64_t ldy, const uint8_t* x_codes, const float* x_scales_t,

@@ -1,5 +1,6 @@
 // Dense GEMM through cuBLASLt: y [M, N] = x [M, K] @ w [N, K]^T in f32 or bf16 with fp32
-// compute (no TF32). Algorithms are chosen once per shape by cuBLASLt's heuristic and cached.
+// compute (no TF32). Algorithms are chosen once per shape by cuBLASLt's heuristic and cached (or
+// chosen by a caller that timed the heuristic's candidates).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,14 @@ class CublasLtGemm {
                         const float* w_scales, int64_t m, int64_t n, int64_t k, DType out_dtype, cudaStream_t stream);
   // Whether cuBLASLt has an algorithm for that FP8 block-scaled shape (it refuses M = 1 on sm90).
   bool supports_fp8_block(int64_t m, int64_t n, int64_t k, int64_t ldy, DType out_dtype);
+
+  // cuBLASLt's heuristic candidates for a shape, for a caller that times them (`vt bench gemm`'s
+  // peer is the fastest of them, not the heuristic's first): how many there are (at most `count`;
+  // 0 where it has none); choose_*(i) makes candidate i the shape's algorithm from then on.
+  int dense_candidates(int64_t m, int64_t n, int64_t k, DType dtype, int count);
+  void choose_dense(int64_t m, int64_t n, int64_t k, DType dtype, int index);
+  int fp8_block_candidates(int64_t m, int64_t n, int64_t k, int64_t ldy, DType out_dtype, int count);
+  void choose_fp8_block(int64_t m, int64_t n, int64_t k, int64_t ldy, DType out_dtype, int index);
 
  private:
   struct Plan;
