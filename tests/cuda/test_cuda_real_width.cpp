@@ -8,17 +8,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "../numerics.h"
 #include "cuda_test_support.h"
+#include "engine_test_support.h"
 #include "engine/cuda_serving.h"
 #include "engine/engine.h"
 #include "io/json_config.h"
@@ -159,27 +157,17 @@ TEST_P(CudaRealWidth, ServedConfigurationWithinTheFloorBound) {
 
   // Greedy continuations through vt serve's engine: every prompt a request, all at once (batched
   // prefill and decode steps; all-decode steps replay their CUDA graph), sampled on the device.
-  std::mutex mutex;
-  std::condition_variable done;
-  size_t finished = 0;
-  std::vector<std::vector<int32_t>> outputs(prompts.size());
-  {
-    Engine engine(*model, nullptr, engine_options);
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      RequestParams params;  // greedy
-      params.max_tokens = int64_t(prompts[p]["greedy_ids"].size());
-      engine.submit(prompts[p]["ids"].get<std::vector<int32_t>>(), params, [&, p](const TokenEvent& event) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (event.token_id >= 0) outputs[p].push_back(event.token_id);
-        if (event.finished) {
-          EXPECT_TRUE(event.error.empty()) << event.error;
-          ++finished;
-          done.notify_all();
-        }
-      });
-    }
-    std::unique_lock<std::mutex> lock(mutex);
-    ASSERT_TRUE(done.wait_for(lock, std::chrono::seconds(300), [&] { return finished == prompts.size(); }));
+  std::vector<std::vector<int32_t>> prompt_ids;
+  std::vector<RequestParams> params(prompts.size());  // greedy
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    prompt_ids.push_back(prompts[p]["ids"].get<std::vector<int32_t>>());
+    params[p].max_tokens = int64_t(prompts[p]["greedy_ids"].size());
+  }
+  const auto outcomes = testing::run_all(*model, engine_options, prompt_ids, params);
+  std::vector<std::vector<int32_t>> outputs;
+  for (const auto& outcome : outcomes) {
+    EXPECT_TRUE(outcome.last.error.empty()) << outcome.last.error;
+    outputs.push_back(outcome.ids);
   }
   for (size_t p = 0; p < prompts.size(); ++p) {
     const auto want = prompts[p]["greedy_ids"].get<std::vector<int32_t>>();
