@@ -8,7 +8,8 @@
 # float32 W8A8, bounds from the recorded floors; a skip counts as a failure) and `vt eval layers`
 # on the 27B-width case's 7-token prompt: the CPU W8A8 reference against the served CUDA
 # configuration, tap by tap. Logs and the references go to $OUT/real_width.tar.gz; the table
-# prints last.
+# prints last. Goldens already in the folder (both reference.json) are kept unless GOLDENS=remake;
+# LAYERS_TIMEOUT (s, default 300) bounds the eval layers run.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
@@ -20,7 +21,12 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 start=$(date +%s)
 
 # The goldens on the GPU, beside the build on the CPU cores.
-python3 scripts/golden/make_real_width_goldens.py --out "$GOLDEN" --device cuda >"$LOGS/goldens.log" 2>&1 &
+if [ "${GOLDENS:-}" != remake ] && [ -f "$GOLDEN/qwen3_5_27b_fp8/reference.json" ] &&
+   [ -f "$GOLDEN/qwen3_5_35b_a3b_fp8/reference.json" ]; then
+  echo "goldens kept from an earlier run in $GOLDEN" >"$LOGS/goldens.log"; true &
+else
+  python3 scripts/golden/make_real_width_goldens.py --out "$GOLDEN" --device cuda >"$LOGS/goldens.log" 2>&1 &
+fi
 goldens_pid=$!
 
 if [ ! -f build-gpu/build.ninja ]; then
@@ -60,7 +66,7 @@ LAYERS_CASE=$GOLDEN/qwen3_5_27b_fp8
 if [ -f "$LAYERS_CASE/reference.json" ] && [ -x "$VT" ]; then  # also where the tests failed
   ids=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(",".join(map(str, r["modes"]["w8a8"]["prompts"][1]["ids"])))' \
     "$LAYERS_CASE/reference.json")
-  timeout 300 "$VT" eval layers --model "$LAYERS_CASE" --prompt-ids "$ids" --a cpu --b cuda --json \
+  timeout "${LAYERS_TIMEOUT:-300}" "$VT" eval layers --model "$LAYERS_CASE" --prompt-ids "$ids" --a cpu --b cuda --json \
     >"$LOGS/layers.json" 2>"$LOGS/layers.err" && layers_result="ran" || { status=1; layers_result="FAILED"; tail -5 "$LOGS/layers.err"; }
 fi
 finished=$(date +%s)
