@@ -35,6 +35,7 @@ namespace {
 
 struct GenerateArgs {
   std::string model, prompt_ids, prompt, logits_out, device = "cpu", fp8_activations = "quantized", activations = "bf16";
+  std::string synthetic, weights = "fp8";  // --synthetic: vt serve --synthetic's model (random weights, seed 1)
   int64_t max_new_tokens = 16;
   vt::SamplingParams sampling;
   bool json = false;
@@ -64,8 +65,9 @@ nlohmann::json speculative_json(const vt::SpeculativeStats& stats, const std::st
 }
 
 std::unique_ptr<vt::Model> open_model(const GenerateArgs& args, [[maybe_unused]] int64_t context) {
-  VT_CHECK(!args.batch_invariant || args.device == "cuda", "--batch-invariant is a CUDA option (--device cuda)");
-  if (args.device == "cuda") {
+  VT_CHECK(!args.batch_invariant || args.device == "cuda" || !args.synthetic.empty(),
+           "--batch-invariant is a CUDA option (--device cuda)");
+  if (args.device == "cuda" || !args.synthetic.empty()) {
 #ifdef VT_WITH_CUDA
     VT_CHECK(args.fp8_activations == "quantized", "--device cuda runs FP8 weights W8A8 only");
     vt::CudaModelOptions options;
@@ -82,9 +84,11 @@ std::unique_ptr<vt::Model> open_model(const GenerateArgs& args, [[maybe_unused]]
       options.fp8_lm_head = true;
       options.lm_head_exact_columns = quantization->exact_columns;
     }
+    // The same weights as `vt serve --synthetic` (its seed), so their greedy tokens can be compared.
+    if (!args.synthetic.empty()) return vt::make_synthetic_cuda_model(args.synthetic, args.weights, options, 1);
     return vt::load_qwen35_cuda(args.model, options);
 #else
-    VT_FAIL("--device cuda: this vt was built without CUDA");
+    VT_FAIL("--device cuda / --synthetic: this vt was built without CUDA");
 #endif
   }
   vt::LoadOptions load_options;
@@ -99,6 +103,11 @@ std::unique_ptr<vt::Model> open_model(const GenerateArgs& args, [[maybe_unused]]
 
 void run_generate(const GenerateArgs& args) {
   VT_CHECK(args.prompt_ids.empty() != args.prompt.empty(), "generate: give exactly one of --prompt-ids and --prompt");
+  VT_CHECK(args.model.empty() != args.synthetic.empty(), "generate: give --model or --synthetic (one of them)");
+  VT_CHECK(args.synthetic.empty() || args.prompt.empty(), "generate --synthetic: a random model has no tokenizer; "
+           "give --prompt-ids");
+  VT_CHECK(args.synthetic.empty() || args.speculative.empty() || args.speculative == "ngram",
+           "generate --synthetic: --speculative ", args.speculative, " needs a checkpoint");
   // A text prompt brings the model's tokenizer: ids in, text streamed out, stop at end of sequence.
   std::optional<vt::apps::ModelText> text;
   std::vector<int32_t> prompt;
@@ -221,7 +230,12 @@ namespace vt::apps {
 void add_model_commands(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   auto* generate = app.add_subcommand("generate", "Generate tokens from a prompt of token ids");
-  generate->add_option("--model", args->model, "HF model folder or GGUF file")->required();
+  generate->add_option("--model", args->model, "HF model folder or GGUF file");
+  generate->add_option("--synthetic", args->synthetic,
+                       "CUDA: qwen3.5-27b | qwen3.5-35b-a3b | qwen3-next-80b with vt serve --synthetic's random weights "
+                       "(--prompt-ids)");
+  generate->add_option("--weights", args->weights, "--synthetic weights: fp8 (128x128 blocks, default) or bf16")
+      ->check(CLI::IsMember({"fp8", "bf16"}));
   auto* ids_option = generate->add_option("--prompt-ids", args->prompt_ids, "comma-separated token ids");
   generate->add_option("--prompt", args->prompt, "prompt text (tokenized with the model's tokenizer)")->excludes(ids_option);
   generate->add_option("--max-new-tokens", args->max_new_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
@@ -235,7 +249,7 @@ void add_model_commands(CLI::App& app) {
   generate->add_option("--device", args->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   vt::apps::add_lm_head_options(generate, args->lm_head);
   generate->add_flag("--batch-invariant", args->batch_invariant,
-                     "CUDA, dense models: the kernels vt serve --batch-invariant runs, so the tokens equal its");
+                     "CUDA, models without experts: the kernels vt serve --batch-invariant runs, so the tokens equal its");
   generate->add_option("--activations", args->activations, "CUDA activation dtype: bf16 (default) or f32")
       ->check(CLI::IsMember({"bf16", "f32"}));
   generate->add_option("--fp8-activations", args->fp8_activations,

@@ -491,6 +491,24 @@ void bench_moe(OpBench& bench, int64_t m) {
   bench.measure("moe", "grouped_gemv down", m, dims({pairs, h, inter}) + of, copies, expert_down);
   bench.measure("moe", "combine", m, dims({m, h}) + ", top " + std::to_string(top_k), copies,
                 combine);
+  // The FP8 expert GEMVs at each work split (cuda::MoeGemvSchedule; the rows above are the
+  // built-in choice): what the split heuristic is to be chosen from.
+  for (int splits : {1, 2, 4, 8}) {
+    const cuda::MoeGemvSchedule schedule{splits};
+    const std::string split = " splits " + std::to_string(splits);
+    bench.measure("moe", "grouped_gemv gate_up" + split, m, dims({pairs, 2 * inter, h}) + of, copies,
+                  [&](int64_t copy) {
+                    cuda::moe_expert_gemv(hidden.data(), x_codes.data(), x_scales.as<float>(), routings[copy],
+                                          gate_up.data(), gate_up_scales.as<float>(), m, experts, top_k,
+                                          2 * inter, h, top_k, true, kAct, stream, experts_read, schedule);
+                  });
+    bench.measure("moe", "grouped_gemv down" + split, m, dims({pairs, h, inter}) + of, copies,
+                  [&](int64_t copy) {
+                    cuda::moe_expert_gemv(expert_out.data(), codes.data(), scales.as<float>(), routings[copy],
+                                          down.data(), down_scales.as<float>(), m, experts, top_k, h, inter, 1,
+                                          true, kAct, stream, experts_read, schedule);
+                  });
+  }
   bench.measure("moe", "route+experts+combine", m, dims({m, h}), copies, [&](int64_t copy) {
     route(copy);
     expert_gate_up(copy);

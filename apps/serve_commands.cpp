@@ -5,7 +5,7 @@
 //       decoding in the batch; mtp: the checkpoint's MTP head drafts, on the CPU reference or one GPU;
 //       by load: requests draft only where the measured step costs say it pays at the running batch)
 //   ... [--device-sampling on|off]   (CUDA: tokens drawn on the GPU, the default; off for A/B runs)
-//   ... [--batch-invariant]   (CUDA, dense: a request's tokens independent of the batch; slower)
+//   ... [--batch-invariant]   (CUDA, no experts: a request's tokens independent of the batch; slower)
 //   ... [--step-trace FILE]   (one JSON line per engine step: its times, tokens by kind and cost)
 //   ... [--step-cost-context C]   (a token at context p costs 1 + p/C: deep prompt chunks shrink)
 //   ... [--prefix-cache on|off] [--prefix-snapshot-stride N]   (requests start from the longest saved
@@ -346,7 +346,7 @@ void add_serve_commands(CLI::App& app) {
   serve->add_flag("--speculate-by-load", args->engine.speculation_by_load,
                   "--speculative: draft only where the measured step costs say it makes more tokens per second");
   serve->add_flag("--batch-invariant", args->batch_invariant,
-                  "CUDA, one GPU, dense models: a request's tokens do not depend on what else runs (greedy text "
+                  "CUDA, one GPU, models without experts (bf16 or FP8): a request's tokens do not depend on what else runs (greedy text "
                   "under load is vt generate --batch-invariant's); slower");
   serve->add_option("--device-sampling", args->device_sampling,
                     "CUDA: on (default): tokens are drawn on the GPU and only their ids come back (requests with "

@@ -41,7 +41,7 @@ fi
 echo "builds: $(( $(date +%s) - start )) s"
 export VT_REQUIRE_GPU=1
 
-TEST_FILTER='GdnCuda.*:CudaModel.*:CudaTrained*'
+TEST_FILTER='GdnCuda.*:NormCuda.*:ActivationCuda.*:CudaModel.*:*CudaTrained*'
 test_result="not asked for (PARTS)"
 if want tests; then
   "$TESTS" --gtest_filter="$TEST_FILTER" >"$LOGS/tests.log" 2>&1 && test_result="passed" || {

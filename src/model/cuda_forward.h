@@ -70,9 +70,9 @@ struct CudaModelOptions {
   // Batch invariance: a sequence's logits have the same bits whatever else its steps carry (other
   // requests, prompt chunks cut anywhere, batch sizes), so greedy text through `vt serve` under load
   // is `vt generate`'s. Dense linears on one per-row kernel for every M (cuda::dense_gemv_rows;
-  // cuBLASLt picks its algorithm by M), every token's attention on the flash-decoding kernel with
-  // the key splits of a sequence alone, the delta rule token by token. Slower; dense (bf16/f32)
-  // models without experts only (refused at load otherwise).
+  // cuBLASLt picks its algorithm by M), FP8 ones on the mma kernel at every M (its K split fixed),
+  // every token's attention on the flash-decoding kernel with the key splits of a sequence alone,
+  // the delta rule token by token. Slower; models without experts only (refused at load otherwise).
   bool batch_invariant = false;
   // The CUDA device the model lives on (a tensor-parallel rank's GPU); its weights must have been
   // made there, and every call must come from a thread with it current.

@@ -15,11 +15,13 @@
 #include <unistd.h>
 
 #include "../numerics.h"
+#include "../unit/checkpoint_fixture.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda_test_support.h"
 #include "engine/engine.h"
 #include "io/json_config.h"
+#include "io/safetensors.h"
 #include "model/generate.h"
 #include "models/registry.h"
 #include "ops/activation/activation.h"
@@ -344,6 +346,92 @@ TEST_F(CudaModel, SyntheticMoeDecode) {
   model.decode_step({1, 2, 3, 4, 5, 6, 7, 8}, {3, 5, 7, 9, 11, 13, 15, 17}, &next, true);
   ASSERT_EQ(next.size(), 8u);
   for (int32_t id : next) EXPECT_TRUE(id >= 0 && id < config.vocab_size);
+}
+
+// The golden qwen3_5_moe with its shared expert narrowed to `width` intermediate channels (its
+// first ones; config and tensors), a model HF never ran: the CPU reference is its oracle.
+void narrow_shared_expert(const testing::ScratchCheckpoint& checkpoint, int64_t width) {
+  SafetensorsFile file(checkpoint.path("model.safetensors"));
+  nlohmann::json header;
+  std::string data;
+  const auto ends_with = [](const std::string& name, const std::string& tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  for (const auto& entry : file.header().tensors) {
+    ASSERT_EQ(entry.dtype, DType::kBF16) << entry.name;
+    std::vector<int64_t> shape = entry.shape.to_vector();
+    const char* bytes = static_cast<const char*>(file.data(entry));
+    std::string kept;
+    if (ends_with(entry.name, "shared_expert.gate_proj.weight") ||
+        ends_with(entry.name, "shared_expert.up_proj.weight")) {
+      kept.assign(bytes, size_t(width * shape[1] * 2));  // [width, H]: the first rows
+      shape[0] = width;
+    } else if (ends_with(entry.name, "shared_expert.down_proj.weight")) {
+      for (int64_t row = 0; row < shape[0]; ++row) kept.append(bytes + row * shape[1] * 2, size_t(width * 2));
+      shape[1] = width;  // [H, width]: the first columns
+    } else {
+      kept.assign(bytes, entry.end - entry.begin);
+    }
+    header[entry.name] = {
+        {"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + kept.size()}}};
+    data += kept;
+  }
+  checkpoint.write("model.safetensors", testing::safetensors_image(header.dump(), data));
+  checkpoint.edit_config(
+      [&](nlohmann::json& config) { config["text_config"]["shared_expert_intermediate_size"] = width; });
+}
+
+// A shared expert as wide as the routed ones is folded into their launches (stacked as expert E,
+// its gate as router row E: CudaMoe::shared_folded): the CUDA forward (f32 activations) matches
+// the CPU reference, which runs it as its own MLP, on prefill (7 and 150 tokens: the fused and the
+// two-kernel router) and on greedy decode.
+TEST_F(CudaModel, FoldedSharedExpertMatchesCpuReference) {
+  testing::ScratchCheckpoint checkpoint("qwen3_5_moe");
+  // The routed experts' width (32; the shared expert's is 48).
+  const int64_t width =
+      read_json_file(kGolden + "qwen3_5_moe/config.json")["text_config"]["moe_intermediate_size"].get<int64_t>();
+  narrow_shared_expert(checkpoint, width);
+  CudaModelOptions options;
+  options.tune_gemms = false;
+  options.activations = DType::kF32;
+  options.max_context = 256;
+  options.max_step_tokens = 256;
+  options.max_logit_rows = 256;
+  {
+    const Qwen35CudaCheckpoint loaded = load_qwen35_cuda_checkpoint(checkpoint.dir(), options);
+    int folded = 0;
+    for (const auto& layer : loaded.weights.layers) {
+      if (!layer.is_moe) continue;
+      EXPECT_TRUE(layer.moe.shared_folded);
+      EXPECT_EQ(layer.moe.stacked(), loaded.config.num_experts + 1);
+      EXPECT_EQ(layer.moe.router.n, (loaded.config.num_experts + 1 + 3) / 4 * 4);  // padded rows
+      folded += layer.moe.shared_folded;
+    }
+    ASSERT_GT(folded, 0);
+  }
+  auto cpu = load_model(checkpoint.dir(), {});
+  auto cuda = load_qwen35_cuda(checkpoint.dir(), options);
+  nlohmann::json reference = read_json_file(kGolden + "qwen3_5_moe/reference.json");
+  for (const auto& prompt : reference["prompts"]) {
+    auto ids = prompt["ids"].get<std::vector<int32_t>>();
+    const int64_t len = int64_t(ids.size()), vocab = cpu->info().vocab_size;
+    std::vector<std::vector<float>> logits;
+    for (Model* model : {static_cast<Model*>(cpu.get()), static_cast<Model*>(cuda.get())}) {
+      auto state = model->new_sequence(len);
+      Buffer out(DType::kF32, {len, vocab});
+      ForwardOptions all;
+      all.all_logits = true;
+      model->forward(ids, *state, out, all);
+      logits.emplace_back(out.f32(), out.f32() + out.numel());
+    }
+    const double error = relative_l2(logits[1], logits[0]);
+    std::printf("folded shared expert, prompt %lld: logits rel L2 vs CPU %.3g\n", (long long)len, error);
+    EXPECT_LE(error, numerics::kLogitsRelL2) << len << " tokens";
+    GenerateOptions generate_options;
+    generate_options.max_new_tokens = 12;
+    EXPECT_EQ(generate(*cuda, ids, generate_options).output_ids, generate(*cpu, ids, generate_options).output_ids)
+        << len << " tokens";
+  }
 }
 
 // The serving engine on the CUDA model: concurrent requests run as batched steps (prefill chunks

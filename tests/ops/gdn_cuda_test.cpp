@@ -311,48 +311,53 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 // start poisoned (NaN): a row neither schedule writes fails.
 TEST_F(GdnCuda, ConvSchedulesGiveTheSameBits) {
   const int64_t hk = 2, hv = 4, dk = 32, dv = 48, kernel = 4, history = kernel - 1;
-  const int64_t conv_dim = 2 * hk * dk + hv * dv, stride = conv_dim + hv * dv;
-  const StepPlan plan{{0, 9, 0, 0, 4, 0, 7, 0, 0, 2}, {1, 1, 2, 3, 1, 4, 5, 17, 70, 300}};
-  const HostLayout layout = make_layout(plan);
-  const int64_t T = plan.tokens(), S = int64_t(plan.fresh.size());
-  const auto projected = random_vector(T * stride, 61);
-  const auto conv_weight = random_vector(conv_dim * kernel, 62, 0.5f);
-  const auto conv_state = random_vector(S * conv_dim * history, 63);
-  auto d_seq = upload(layout.token_seq, DType::kI32), d_pos = upload(layout.positions, DType::kI32);
-  auto d_start = upload(layout.seq_start, DType::kI32), d_slots = upload(layout.slots, DType::kI32);
-  const cuda::StepLayout step{d_seq.as<int32_t>(), d_pos.as<int32_t>(), d_start.as<int32_t>(), nullptr,
-                              d_slots.as<int32_t>(), T, S, 0};
-  const cuda::DeltaNetShape shape{hk, hv, dk, dv, kernel, 1e-6f};
-  auto d_weight = upload(conv_weight, DType::kF32);
-  for (DType act : {DType::kF32, DType::kBF16}) {
-    SCOPED_TRACE(std::string(dtype_name(act)));
-    cuda::DeviceBuffer d_projected(act, {T * stride});
-    testing::upload_as(d_projected, projected, act);
-    // The inputs as the kernels see them (bf16-rounded for bf16), for the CPU reference.
-    const std::vector<float> seen = testing::download_as_f32(d_projected, act, size_t(T * stride));
-    std::vector<float> want_out(size_t(T * conv_dim)), want_state = conv_state;
-    for (int64_t s = 0; s < S; ++s) {
-      const int64_t n = plan.fresh[s], first = layout.seq_start[s], slot = layout.slots[s];
-      std::vector<float> mixed(size_t(n * conv_dim));
-      for (int64_t t = 0; t < n; ++t)
-        for (int64_t c = 0; c < conv_dim; ++c) mixed[t * conv_dim + c] = seen[(first + t) * stride + c];
-      cpu::causal_conv1d_silu(want_out.data() + first * conv_dim, mixed.data(), &want_state[slot * conv_dim * history],
-                              conv_weight.data(), n, conv_dim, kernel);
+  const int64_t conv_dim = 2 * hk * dk + hv * dv;
+  // An even row stride (the per-token kernel takes channel pairs) and an odd one (one channel a
+  // thread: a pair's load would be misaligned).
+  for (const int64_t stride : {conv_dim + hv * dv, conv_dim + hv * dv + 1}) {
+    SCOPED_TRACE("row stride " + std::to_string(stride));
+    const StepPlan plan{{0, 9, 0, 0, 4, 0, 7, 0, 0, 2}, {1, 1, 2, 3, 1, 4, 5, 17, 70, 300}};
+    const HostLayout layout = make_layout(plan);
+    const int64_t T = plan.tokens(), S = int64_t(plan.fresh.size());
+    const auto projected = random_vector(T * stride, 61);
+    const auto conv_weight = random_vector(conv_dim * kernel, 62, 0.5f);
+    const auto conv_state = random_vector(S * conv_dim * history, 63);
+    auto d_seq = upload(layout.token_seq, DType::kI32), d_pos = upload(layout.positions, DType::kI32);
+    auto d_start = upload(layout.seq_start, DType::kI32), d_slots = upload(layout.slots, DType::kI32);
+    const cuda::StepLayout step{d_seq.as<int32_t>(), d_pos.as<int32_t>(), d_start.as<int32_t>(), nullptr,
+                                d_slots.as<int32_t>(), T, S, 0};
+    const cuda::DeltaNetShape shape{hk, hv, dk, dv, kernel, 1e-6f};
+    auto d_weight = upload(conv_weight, DType::kF32);
+    for (DType act : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(std::string(dtype_name(act)));
+      cuda::DeviceBuffer d_projected(act, {T * stride});
+      testing::upload_as(d_projected, projected, act);
+      // The inputs as the kernels see them (bf16-rounded for bf16), for the CPU reference.
+      const std::vector<float> seen = testing::download_as_f32(d_projected, act, size_t(T * stride));
+      std::vector<float> want_out(size_t(T * conv_dim)), want_state = conv_state;
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t n = plan.fresh[s], first = layout.seq_start[s], slot = layout.slots[s];
+        std::vector<float> mixed(size_t(n * conv_dim));
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t c = 0; c < conv_dim; ++c) mixed[t * conv_dim + c] = seen[(first + t) * stride + c];
+        cpu::causal_conv1d_silu(want_out.data() + first * conv_dim, mixed.data(), &want_state[slot * conv_dim * history],
+                                conv_weight.data(), n, conv_dim, kernel);
+      }
+      std::vector<std::vector<float>> outs, states;
+      for (cuda::ConvSchedule schedule : {cuda::ConvSchedule::kChannels, cuda::ConvSchedule::kTokens}) {
+        auto out = upload(std::vector<float>(size_t(T * conv_dim), NAN), DType::kF32);
+        auto state = upload(conv_state, DType::kF32);
+        cuda::gdn_conv(out.as<float>(), state.as<float>(), d_projected.data(), stride, d_weight.as<float>(), step, shape,
+                       act, nullptr, {}, schedule);
+        cuda::synchronize();
+        outs.push_back(download(out));
+        states.push_back(download(state));
+      }
+      EXPECT_TRUE(same_bits(outs[1], outs[0])) << "outputs";
+      EXPECT_TRUE(same_bits(states[1], states[0])) << "states";
+      EXPECT_LE(relative_l2(outs[1], want_out), numerics::kSamePathRelL2);  // __expf in the SiLU
+      EXPECT_TRUE(same_bits(states[1], want_state)) << "the state is the inputs, moved";
     }
-    std::vector<std::vector<float>> outs, states;
-    for (cuda::ConvSchedule schedule : {cuda::ConvSchedule::kChannels, cuda::ConvSchedule::kTokens}) {
-      auto out = upload(std::vector<float>(size_t(T * conv_dim), NAN), DType::kF32);
-      auto state = upload(conv_state, DType::kF32);
-      cuda::gdn_conv(out.as<float>(), state.as<float>(), d_projected.data(), stride, d_weight.as<float>(), step, shape,
-                     act, nullptr, {}, schedule);
-      cuda::synchronize();
-      outs.push_back(download(out));
-      states.push_back(download(state));
-    }
-    EXPECT_TRUE(same_bits(outs[1], outs[0])) << "outputs";
-    EXPECT_TRUE(same_bits(states[1], states[0])) << "states";
-    EXPECT_LE(relative_l2(outs[1], want_out), numerics::kSamePathRelL2);  // __expf in the SiLU
-    EXPECT_TRUE(same_bits(states[1], want_state)) << "the state is the inputs, moved";
   }
 }
 

@@ -1,7 +1,8 @@
 // The MoE kernels (ops/moe/moe_route.cu, moe.cu) against their CPU references (moe_cpu.cpp): the
 // router and its expert-grouped layout (bit-exact), the grouped expert GEMV (FP8 and dense) and the
 // combine, at awkward sizes (1, 7, 64, 129 tokens: the fused and the two-kernel router; experts
-// chosen by every token, by one, by none), and bit-identical reruns.
+// chosen by every token, by one, by none), the shared expert folded in as expert E, and
+// bit-identical reruns.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -28,7 +29,7 @@ using testing::upload_as;
 
 class MoeCuda : public testing::GpuTest {};
 
-constexpr int64_t kTokenCounts[] = {1, 7, 64, 129};
+constexpr int64_t kTokenCounts[] = {1, 3, 7, 64, 129};  // 3: the widest step routed by one warp
 
 // A routing on the device (its words and weights) and its host copy.
 struct DeviceRouting {
@@ -161,6 +162,71 @@ TEST_F(MoeCuda, MoeRoutePinnedGroups) {
     EXPECT_LE(*got.active_count, experts / 2) << what;
     expect_layout_matches_cpu(device, what);
   }
+}
+
+// The shared expert stacked as expert E: logits [T, E + 1] (column E its gate logit, over a wide
+// range), each token's pair k expert E with weight sigmoid(logit E), the routed pairs as without
+// it; the grouped layout over E + 1 experts (expert E: every token's pair k, in token order);
+// bit-identical reruns. Fused (T <= 64) and two-kernel router, top-k up to the widest (16: the
+// shared pair on lane 16).
+TEST_F(MoeCuda, MoeRouteSharedExpertMatchesCpu) {
+  for (auto [experts, top_k] :
+       {std::tuple<int64_t, int64_t>{8, 2}, {256, 8}, {512, 10}, {1000, 16}})
+    for (int64_t tokens : kTokenCounts)
+      for (bool renormalize : {true, false}) {
+        const std::string what = std::to_string(tokens) + " tokens, " + std::to_string(experts) +
+                                 " experts + shared, top " + std::to_string(top_k) +
+                                 (renormalize ? ", renormalised" : "");
+        const int64_t columns = experts + 1, slots = top_k + 1;
+        auto logits = random_vector(tokens * columns, 70 + experts + tokens);
+        for (int64_t t = 0; t < tokens; ++t) logits[t * columns + experts] = 0.25f * float(t % 41 - 20);
+        std::vector<int32_t> expected_ids(tokens * slots);
+        std::vector<float> expected_weights(tokens * slots);
+        cpu::moe_route(expected_ids.data(), expected_weights.data(), logits.data(), tokens, experts,
+                       top_k, renormalize, true);
+        // The routed pairs are the unfolded router's on the first E columns.
+        std::vector<float> routed_logits;
+        for (int64_t t = 0; t < tokens; ++t)
+          routed_logits.insert(routed_logits.end(), logits.begin() + t * columns,
+                               logits.begin() + t * columns + experts);
+        std::vector<int32_t> routed_ids(tokens * top_k);
+        std::vector<float> routed_weights(tokens * top_k);
+        cpu::moe_route(routed_ids.data(), routed_weights.data(), routed_logits.data(), tokens,
+                       experts, top_k, renormalize);
+        for (int64_t t = 0; t < tokens; ++t)
+          for (int64_t j = 0; j < top_k; ++j) {
+            ASSERT_EQ(expected_ids[t * slots + j], routed_ids[t * top_k + j]) << what;
+            ASSERT_EQ(expected_weights[t * slots + j], routed_weights[t * top_k + j]) << what;
+          }
+        auto d_logits = upload(logits, DType::kF32);
+        DeviceRouting device(tokens, columns, slots);
+        cuda::moe_route(device.routing, d_logits.data(), tokens, experts, top_k, renormalize,
+                        DType::kF32, nullptr, true);
+        std::vector<int32_t> words;
+        const MoeRouting got = device.download_into(words);
+        EXPECT_EQ(std::vector<int32_t>(got.ids, got.ids + tokens * slots), expected_ids) << what;
+        const auto weights = download(device.weights);
+        for (int64_t p = 0; p < tokens * slots; ++p)
+          EXPECT_NEAR(weights[p], expected_weights[p], 1e-6) << what << ", pair " << p;
+        expect_layout_matches_cpu(device, what);
+        ASSERT_EQ(got.expert_offsets[experts + 1] - got.expert_offsets[experts], tokens) << what;
+        for (int64_t t = 0; t < tokens; ++t)
+          EXPECT_EQ(got.sorted_pairs[got.expert_offsets[experts] + t], t * slots + top_k) << what;
+        EXPECT_EQ(got.active_experts[*got.active_count - 1], experts) << what;
+        const auto first_words = download_bytes(device.words),
+                   first_weights = download_bytes(device.weights);
+        // The rerun reads the logits from rows padded to a multiple of 4 (as the model's router
+        // writes them), the padding larger than any logit: the same bytes.
+        const int64_t stride = (columns + 3) / 4 * 4 + 4;
+        std::vector<float> padded(size_t(tokens * stride), 1e3f);
+        for (int64_t t = 0; t < tokens; ++t)
+          std::copy(logits.begin() + t * columns, logits.begin() + (t + 1) * columns, padded.begin() + t * stride);
+        auto d_padded = upload(padded, DType::kF32);
+        cuda::moe_route(device.routing, d_padded.data(), tokens, experts, top_k, renormalize,
+                        DType::kF32, nullptr, true, stride);
+        EXPECT_EQ(download_bytes(device.words), first_words) << what << ", padded rows";
+        EXPECT_EQ(download_bytes(device.weights), first_weights) << what << ", padded rows";
+      }
 }
 
 // One grouped GEMV case: weights [E, n, k] (FP8 codes and block scales, or act), inputs for
@@ -304,6 +370,59 @@ TEST_F(MoeCuda, MoeCombineMatchesCpu) {
                     bound)
               << what;
         }
+}
+
+// The folded shared expert through the grouped GEMV and the combine: FP8 experts [E + 1, n, k]
+// (expert E the shared one), a [T, k + 1] routing from moe_route's shared_expert, combined over
+// k + 1 pairs, against the CPU's unfolded computation (routed pairs, then + sigmoid(gate) x the
+// shared expert's own GEMV), at every token count.
+TEST_F(MoeCuda, MoeFoldedSharedExpertMatchesUnfoldedCpu) {
+  const int64_t experts = 16, top_k = 4, n = 256, k = 256, columns = experts + 1, slots = top_k + 1;
+  const int64_t k_blocks = k / 128, n_blocks = n / 128;
+  for (int64_t tokens : kTokenCounts) {
+    const std::string what = std::to_string(tokens) + " tokens";
+    std::mt19937_64 rng(500 + tokens);
+    std::normal_distribution<float> normal(0.0f, 60.0f);
+    std::uniform_real_distribution<float> uniform(1e-3f, 2e-3f);
+    std::vector<uint8_t> w(columns * n * k), x(tokens * k);
+    for (auto& c : w) c = f32_to_f8e4m3(normal(rng));
+    for (auto& c : x) c = f32_to_f8e4m3(normal(rng));
+    std::vector<float> w_scales(columns * n_blocks * k_blocks), x_scales(tokens * k_blocks);
+    for (auto& v : w_scales) v = uniform(rng);
+    for (auto& v : x_scales) v = uniform(rng);
+    const auto logits = random_vector(tokens * columns, 600 + tokens);
+    // CPU, unfolded: the router on the first E columns, the routed GEMV, the shared expert's own.
+    std::vector<float> routed_logits, gate(tokens);
+    for (int64_t t = 0; t < tokens; ++t) {
+      routed_logits.insert(routed_logits.end(), logits.begin() + t * columns,
+                           logits.begin() + t * columns + experts);
+      gate[t] = logits[t * columns + experts];
+    }
+    std::vector<int32_t> ids(tokens * top_k), shared_ids(tokens, int32_t(experts));
+    std::vector<float> weights(tokens * top_k), routed_out(tokens * top_k * n), shared_out(tokens * n),
+        expected(tokens * n);
+    cpu::moe_route(ids.data(), weights.data(), routed_logits.data(), tokens, experts, top_k, true);
+    cpu::moe_expert_gemv_fp8(routed_out.data(), x.data(), x_scales.data(), ids.data(), w.data(),
+                             w_scales.data(), tokens * top_k, n, k, top_k);
+    cpu::moe_expert_gemv_fp8(shared_out.data(), x.data(), x_scales.data(), shared_ids.data(), w.data(),
+                             w_scales.data(), tokens, n, k, 1);
+    cpu::moe_combine(expected.data(), routed_out.data(), weights.data(), shared_out.data(), gate.data(),
+                     tokens, n, top_k);
+    // CUDA, folded.
+    auto d_logits = upload(logits, DType::kF32);
+    auto d_w = upload(w, DType::kU8), d_x = upload(x, DType::kU8);
+    auto d_w_scales = upload(w_scales, DType::kF32), d_x_scales = upload(x_scales, DType::kF32);
+    DeviceRouting device(tokens, columns, slots);
+    cuda::DeviceBuffer y(DType::kF32, {tokens * slots * n}), out(DType::kF32, {tokens * n});
+    cuda::moe_route(device.routing, d_logits.data(), tokens, experts, top_k, true, DType::kF32,
+                    nullptr, true);
+    cuda::moe_expert_gemv(y.data(), d_x.data(), d_x_scales.as<float>(), device.routing, d_w.data(),
+                          d_w_scales.as<float>(), tokens, columns, slots, n, k, slots, true,
+                          DType::kF32, nullptr, 0);
+    cuda::moe_combine(out.data(), y.data(), device.weights.as<float>(), nullptr, nullptr, tokens, n,
+                      slots, DType::kF32, nullptr);
+    EXPECT_LE(relative_l2(download(out), expected), numerics::kFp8GemmFp32RelL2) << what;
+  }
 }
 
 }  // namespace

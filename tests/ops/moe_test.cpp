@@ -107,5 +107,49 @@ TEST(Moe, MoeCombineWeightsPairsAndGatesShared) {
   EXPECT_FLOAT_EQ(out[3], 4 + 2 * 40);
 }
 
+// The shared expert folded in as expert E (the CUDA forward's shape when its width is the routed
+// experts'): logits [T, E + 1] give the unfolded routing plus pair k = (E, sigmoid(logit E)), and
+// the combine over those k + 1 pairs is bit-identical to the routed sum plus the gated shared
+// expert (the same additions in the same order).
+TEST(Moe, MoeRouteFoldsSharedExpertAsLastPair) {
+  const int64_t tokens = 5, experts = 6, top_k = 2, hidden = 3;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> logits(tokens * (experts + 1)), routed_logits, gate(tokens);
+  for (auto& v : logits) v = normal(rng);
+  for (int64_t t = 0; t < tokens; ++t) {
+    routed_logits.insert(routed_logits.end(), logits.begin() + t * (experts + 1),
+                         logits.begin() + t * (experts + 1) + experts);
+    gate[t] = logits[t * (experts + 1) + experts];
+  }
+  for (bool renormalize : {true, false}) {
+    std::vector<int32_t> ids(tokens * top_k), folded_ids(tokens * (top_k + 1));
+    std::vector<float> weights(tokens * top_k), folded_weights(tokens * (top_k + 1));
+    cpu::moe_route(ids.data(), weights.data(), routed_logits.data(), tokens, experts, top_k, renormalize);
+    cpu::moe_route(folded_ids.data(), folded_weights.data(), logits.data(), tokens, experts, top_k, renormalize,
+                   true);
+    std::vector<float> expert_out(tokens * top_k * hidden), shared(tokens * hidden),
+        folded_out(tokens * (top_k + 1) * hidden);
+    for (auto& v : expert_out) v = normal(rng);
+    for (auto& v : shared) v = normal(rng);
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t j = 0; j < top_k; ++j) {
+        EXPECT_EQ(folded_ids[t * (top_k + 1) + j], ids[t * top_k + j]);
+        EXPECT_EQ(folded_weights[t * (top_k + 1) + j], weights[t * top_k + j]);
+        std::copy_n(&expert_out[(t * top_k + j) * hidden], hidden, &folded_out[(t * (top_k + 1) + j) * hidden]);
+      }
+      EXPECT_EQ(folded_ids[t * (top_k + 1) + top_k], experts);
+      EXPECT_EQ(folded_weights[t * (top_k + 1) + top_k], 1.0f / (1.0f + std::exp(-gate[t])));
+      std::copy_n(&shared[t * hidden], hidden, &folded_out[(t * (top_k + 1) + top_k) * hidden]);
+    }
+    std::vector<float> unfolded(tokens * hidden), folded(tokens * hidden);
+    cpu::moe_combine(unfolded.data(), expert_out.data(), weights.data(), shared.data(), gate.data(), tokens, hidden,
+                     top_k);
+    cpu::moe_combine(folded.data(), folded_out.data(), folded_weights.data(), nullptr, nullptr, tokens, hidden,
+                     top_k + 1);
+    EXPECT_EQ(folded, unfolded);
+  }
+}
+
 }  // namespace
 }  // namespace vt

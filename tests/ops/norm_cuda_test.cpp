@@ -4,15 +4,18 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "core/dtype.h"
+#include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda/device_buffer.h"
 #include "op_cuda_test_support.h"
 #include "ops/activation/activation.h"
 #include "ops/gemm/gemm.h"
+#include "ops/moe/moe.h"
 #include "ops/norm/norm.h"
 
 namespace vt {
@@ -38,7 +41,8 @@ TEST_F(NormCuda, RmsNormMatchesCpu) {
 }
 
 // The norm and SwiGLU kernels' fused FP8 outputs equal quantising their stored output afterwards,
-// bit for bit, in bf16 and f32, including widths whose last warp is half in the row (n = 384).
+// bit for bit, in bf16 and f32, including widths whose last warp is half in the row (n = 384); and
+// SwiGLU's codes without its act rows (out null) are the same codes.
 TEST_F(NormCuda, FusedQuantisationEqualsSeparateQuantisation) {
   for (DType act : {DType::kBF16, DType::kF32}) {
     for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 5120}, {3, 384}, {5, 2048}, {2, 17408}}) {
@@ -64,6 +68,52 @@ TEST_F(NormCuda, FusedQuantisationEqualsSeparateQuantisation) {
       cuda::synchronize();
       EXPECT_EQ(download_bytes(q), download_bytes(q_ref)) << "silu_mul " << dtype_name(act) << " " << rows << "x" << n;
       EXPECT_EQ(download_bytes(scales), download_bytes(scales_ref)) << "silu_mul scales " << rows << "x" << n;
+      // The codes alone (no act rows: out null) are the same codes.
+      cuda::DeviceBuffer q_only(DType::kU8, {rows, n}), scales_only(DType::kF32, {rows, groups});
+      cuda::silu_mul(nullptr, x.data(), rows, n, act, nullptr, q_only.as<uint8_t>(), scales_only.as<float>());
+      cuda::synchronize();
+      EXPECT_EQ(download_bytes(q_only), download_bytes(q_ref)) << "silu_mul codes only " << rows << "x" << n;
+      EXPECT_EQ(download_bytes(scales_only), download_bytes(scales_ref)) << "silu_mul codes only " << rows << "x" << n;
+    }
+  }
+}
+
+// A MoE layer's pairs as the norm's branch (MoePairs: the combine inside the norm) give the bits of
+// moe_combine then the norm: the residual, the output and its FP8 codes; bf16 and f32, one row
+// to 64, top 8 and 9 (a folded shared expert), widths on both of the kernel's register plans.
+TEST_F(NormCuda, MoePairsBranchEqualsCombineThenNorm) {
+  for (DType act : {DType::kBF16, DType::kF32}) {
+    for (int64_t rows : {1, 7, 64}) {
+      for (int64_t n : {2048, 6144}) {
+        for (int64_t top_k : {8, 9}) {
+          const int64_t pairs = rows * top_k, groups = n / 128;
+          const std::string what = std::string(dtype_name(act)) + " " + std::to_string(rows) + "x" +
+                                   std::to_string(n) + " top " + std::to_string(top_k);
+          cuda::DeviceBuffer expert_out(act, {pairs, n}), weights(DType::kF32, {pairs}), w(DType::kF32, {n});
+          cuda::fill_random(expert_out.data(), act, pairs * n, 5 + n + rows, 1.0f, 0.0f, nullptr);
+          cuda::fill_random(weights.data(), DType::kF32, pairs, 6 + rows, 0.2f, 0.1f, nullptr);
+          cuda::fill_random(w.data(), DType::kF32, n, 7 + n, 0.5f, 0.0f, nullptr);
+          cuda::DeviceBuffer residual_a(act, {rows, n}), residual_b(act, {rows, n}), branch(act, {rows, n});
+          cuda::fill_random(residual_a.data(), act, rows * n, 8 + rows, 2.0f, 0.0f, nullptr);
+          cuda::synchronize();
+          VT_CUDA_CHECK(cudaMemcpy(residual_b.data(), residual_a.data(), residual_a.bytes(), cudaMemcpyDeviceToDevice));
+          cuda::DeviceBuffer out_a(act, {rows, n}), out_b(act, {rows, n});
+          cuda::DeviceBuffer q_a(DType::kU8, {rows, n}), q_b(DType::kU8, {rows, n});
+          cuda::DeviceBuffer s_a(DType::kF32, {rows, groups}), s_b(DType::kF32, {rows, groups});
+          cuda::moe_combine(branch.data(), expert_out.data(), weights.as<float>(), nullptr, nullptr, rows, n, top_k, act,
+                            nullptr);
+          cuda::add_rms_norm(out_a.data(), residual_a.data(), branch.data(), w.as<float>(), rows, n, 1e-6f, 1.0f, act,
+                             nullptr, q_a.as<uint8_t>(), s_a.as<float>());
+          const cuda::MoePairs moe_pairs{expert_out.data(), weights.as<float>(), top_k};
+          cuda::add_rms_norm(out_b.data(), residual_b.data(), &moe_pairs, w.as<float>(), rows, n, 1e-6f, 1.0f, act,
+                             nullptr, q_b.as<uint8_t>(), s_b.as<float>());
+          cuda::synchronize();
+          EXPECT_EQ(download_bytes(residual_b), download_bytes(residual_a)) << "residual, " << what;
+          EXPECT_EQ(download_bytes(out_b), download_bytes(out_a)) << "output, " << what;
+          EXPECT_EQ(download_bytes(q_b), download_bytes(q_a)) << "codes, " << what;
+          EXPECT_EQ(download_bytes(s_b), download_bytes(s_a)) << "scales, " << what;
+        }
+      }
     }
   }
 }

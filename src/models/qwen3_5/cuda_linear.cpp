@@ -27,7 +27,10 @@ void Qwen35CudaForward::linear(const CudaLinear& linear, void* y, const void* x,
     }
     // Parts that could not merge (rows not whole 128-blocks) write their own column range.
     for (const auto& part : linear.parts) {
-      const cuda::GemmBackend backend = fp8_gemm_->choose(m, part.n, linear.k, linear.n, act);
+      // Batch invariance: the mma kernel at every M (its K split is fixed, each row's sums the same
+      // whatever rows share its tiles); the registry's choice changes kernel with M.
+      const cuda::GemmBackend backend = options_.batch_invariant ? cuda::GemmBackend::kMma
+                                                                 : fp8_gemm_->choose(m, part.n, linear.k, linear.n, act);
       fp8_gemm_->run(backend, static_cast<char*>(y) + part.column * element, linear.n, input.codes, input.scales,
                      part.weight.as<uint8_t>(), part.scales.as<float>(), m, part.n, linear.k, act, stream_);
     }
@@ -56,7 +59,9 @@ void Qwen35CudaForward::project_branch(const CudaLinear& linear, const void* x, 
   auto& w = *workspace_;
   const DType act = options_.activations;
   w.branch_partials.reset();
-  if (fp8_gemm_ && !all_reduce_ && linear.format == WeightFormat::kFp8Block && linear.parts.size() == 1 &&
+  w.branch_pairs.reset();
+  if (fp8_gemm_ && !all_reduce_ && !options_.batch_invariant && linear.format == WeightFormat::kFp8Block &&
+      linear.parts.size() == 1 &&
       linear.exact_count == 0 && fp8_gemm_->choose_for_norm(T, linear.n, linear.k, act) == cuda::GemmBackend::kWgmmaPartials) {
     Fp8Rows input = fused;
     if (!input.codes) {
@@ -75,6 +80,7 @@ void Qwen35CudaForward::project_branch(const CudaLinear& linear, const void* x, 
 cuda::Branch Qwen35CudaForward::branch_input() const {
   const auto& w = *workspace_;
   if (w.branch_partials) return &*w.branch_partials;
+  if (w.branch_pairs) return &*w.branch_pairs;
   return w.branch.data();
 }
 

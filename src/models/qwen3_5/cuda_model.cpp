@@ -33,11 +33,33 @@ namespace {
 // Sequences of a step with at least this many new tokens (a full chunk) run the chunked delta
 // rule (cuda::gdn_chunked); shorter ones, decode tokens and verify steps run token by token.
 constexpr int64_t kGdnChunkedMinTokens = cuda::kGdnChunk;
+// Decode-sized router GEMMs (batches, verify steps) on the per-row GEMV kernel: cuBLASLt takes a
+// non-Hopper kernel ("Kernel2") for the router's f32 output once its rows are not 256 (the folded
+// shared gate makes them 260; H100, 2026-12-06), and at these M the weights (1 MB) sit in L2 for
+// the row groups that reread them.
+constexpr int64_t kRouterRowsKernelMaxTokens = 256;
 
 // with_mtp: also the MTP head's fc input [normed embedding | normed hidden], 2H wide.
 int64_t widest_projection(const Qwen35Config& c, bool with_mtp) {
   return std::max({c.conv_dim() + c.linear_value_dim(), c.num_heads * c.head_dim * 2 + 2 * c.num_kv_heads * c.head_dim,
                    2 * c.intermediate_size, 2 * c.shared_expert_intermediate_size, with_mtp ? 2 * c.hidden_size : 0});
+}
+
+// The MoE layers' shared experts (the MTP head's too): whether any is folded into the routed
+// experts' launches, and whether any runs as its own MLP.
+struct SharedExperts {
+  bool folded = false, separate = false;
+};
+
+SharedExperts shared_experts(const CudaWeights& weights) {
+  SharedExperts found;
+  const auto visit = [&](const CudaLayer& layer) {
+    if (!layer.is_moe || !layer.moe.has_shared) return;
+    (layer.moe.shared_folded ? found.folded : found.separate) = true;
+  };
+  for (const auto& layer : weights.layers) visit(layer);
+  if (weights.mtp) visit(weights.mtp->layer);
+  return found;
 }
 
 int64_t widest_inner(const Qwen35Config& c) {
@@ -89,23 +111,29 @@ Qwen35CudaForward::Qwen35CudaForward(Qwen35Config config, CudaWeights weights, c
       DType::kF32, {std::max<int64_t>(attention_blocks_ * group, T * config_.num_heads) * (config_.head_dim + 2)});
   setup_prefill_attention();
   const int64_t widest_k = std::max({with_mtp ? 2 * H : H, widest_inner(config_)});
-  const int64_t top_k = std::max<int64_t>(config_.num_experts_per_tok, 1);
+  // A folded shared expert is each token's (k+1)-th pair: the expert buffers hold T * (k + 1) rows.
+  const SharedExperts shared = shared_experts(weights_);
+  const int64_t top_k = std::max<int64_t>(config_.num_experts_per_tok, 1) + (shared.folded ? 1 : 0);
   for (auto [codes, scales] : {std::pair{&w.quantized, &w.scales}, std::pair{&w.inner, &w.inner_scales},
                                 std::pair{&w.scratch, &w.scratch_scales}}) {
     *codes = cuda::DeviceBuffer(DType::kU8, {T * top_k, widest_k});
     *scales = cuda::DeviceBuffer(DType::kF32, {T * top_k, (widest_k + 127) / 128});
   }
   if (config_.num_experts > 0) {
-    const int64_t inter = config_.moe_intermediate_size, pairs = T * top_k;
-    w.router_logits = cuda::DeviceBuffer(DType::kF32, {T, config_.num_experts});  // f32: top-k must not see bf16 ties
-    w.route_words = cuda::DeviceBuffer(DType::kI32, {moe_routing_words(T, config_.num_experts, top_k)});
+    // Experts as stacked (the shared one last when folded); the words fit the unfolded layout too.
+    const int64_t inter = config_.moe_intermediate_size, pairs = T * top_k,
+                  stacked = config_.num_experts + (shared.folded ? 1 : 0);
+    // f32: top-k must not see bf16 ties; rows padded as CudaMoe::router_rows pads them.
+    w.router_logits = cuda::DeviceBuffer(DType::kF32, {T, (stacked + 3) / 4 * 4});
+    w.route_words = cuda::DeviceBuffer(DType::kI32, {moe_routing_words(T, stacked, top_k)});
     w.route_weights = cuda::DeviceBuffer(DType::kF32, {pairs});
-    w.routing = moe_routing_in(w.route_words.as<int32_t>(), w.route_weights.as<float>(), T, config_.num_experts, top_k);
     w.expert_hidden = cuda::DeviceBuffer(act, {pairs, 2 * inter});
     w.expert_act = cuda::DeviceBuffer(act, {pairs, inter});
     w.expert_out = cuda::DeviceBuffer(act, {pairs, H});
-    w.shared_out = cuda::DeviceBuffer(act, {T, H});
-    w.shared_gate = cuda::DeviceBuffer(act, {T, 1});
+    if (shared.separate) {
+      w.shared_out = cuda::DeviceBuffer(act, {T, H});
+      w.shared_gate = cuda::DeviceBuffer(act, {T, 1});
+    }
   }
   w.last_hidden = cuda::DeviceBuffer(act, {logit_rows, H});
   w.logits = cuda::DeviceBuffer(act, {logit_rows, config_.vocab_size});
@@ -122,10 +150,9 @@ Qwen35CudaForward::Qwen35CudaForward(Qwen35Config config, CudaWeights weights, c
         DType::kF32, {std::max(cuda::gdn_chunked_scratch_floats(T, S, kGdnChunkedMinTokens, delta_net),
                                cuda::gdn_chunked_scratch_floats(T, 1, 1, delta_net))});
   setup_fp8_gemms(workspace_->max_tokens);
-  // The FP8 GEMM backends and the MoE kernels choose their work split by M: no invariant path yet.
-  VT_CHECK(!options_.batch_invariant || (!fp8_gemm_ && config_.num_experts == 0),
-           "batch-invariant mode runs dense (bf16/f32) models without experts; this one has ",
-           fp8_gemm_ ? "FP8 linears" : "experts");
+  // The MoE router and grouping choose their kernels by M: no invariant path for experts yet.
+  VT_CHECK(!options_.batch_invariant || config_.num_experts == 0,
+           "batch-invariant mode runs models without experts; this one has ", config_.num_experts);
 }
 
 Qwen35CudaForward::~Qwen35CudaForward() {
@@ -274,6 +301,7 @@ void Qwen35CudaForward::ffn(const CudaLayer& layer, int64_t T) {
                        const_cast<float*>(ffn_in.scales));
   }
   w.branch_partials.reset();  // taken: the FFN's output goes to branch
+  w.branch_pairs.reset();
   if (layer.is_moe) {
     moe(layer.moe, T, ffn_in);
   } else {
@@ -283,9 +311,11 @@ void Qwen35CudaForward::ffn(const CudaLayer& layer, int64_t T) {
                                 ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()}
                                 : Fp8Rows{};
     {
+      // A down projection that reads the codes alone (no exact columns) leaves the act rows unwritten.
       trace::OpScope op("mlp.silu_mul", OpGroup::kElementwise);
-      cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, c.intermediate_size, act, stream_,
-                     const_cast<uint8_t*>(down_in.codes), const_cast<float*>(down_in.scales));
+      cuda::silu_mul(down_in.codes && layer.mlp.down.exact_count == 0 ? nullptr : w.mixer_out.data(),
+                     w.projected.data(), T, c.intermediate_size, act, stream_, const_cast<uint8_t*>(down_in.codes),
+                     const_cast<float*>(down_in.scales));
     }
     trace::OpScope down_op("mlp.down", OpGroup::kGemmMlp);
     project_branch(layer.mlp.down, w.mixer_out.data(), T, down_in);  // summed over ranks there
@@ -296,25 +326,39 @@ void Qwen35CudaForward::ffn(const CudaLayer& layer, int64_t T) {
 
 // MoE FFN on normed [T, H] -> branch [T, H]: route and group the pairs by expert (on the device),
 // expert GEMVs that read each routed expert's stacked weights once for all its pairs, the gated
-// shared expert, weighted combine.
+// shared expert, weighted combine. A folded shared expert (CudaMoe::shared_folded) rides along as
+// every token's pair k (expert E, weight sigmoid(router logit E)): the same launches, T * (k + 1)
+// pairs, and the combine adds it last, as it adds a separate one.
 void Qwen35CudaForward::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed_codes) {
   auto& w = *workspace_;
   const auto& c = config_;
   const DType act = options_.activations;
-  const int64_t H = c.hidden_size, k = c.num_experts_per_tok, inter = moe.intermediate, pairs = T * k;
+  const bool folded = moe.shared_folded, separate = moe.has_shared && !folded;
+  const int64_t H = c.hidden_size, inter = moe.intermediate, experts = moe.stacked(),
+                k = c.num_experts_per_tok + (folded ? 1 : 0), pairs = T * k;
   const bool fp8 = moe.format == WeightFormat::kFp8Block;
+  const MoeRouting routing =
+      moe_routing_in(w.route_words.as<int32_t>(), w.route_weights.as<float>(), w.max_tokens, experts, k);
+  // The shared expert is always read: one more expert than the routing's expected distinct ones.
+  const double experts_read = expected_experts(T) + (folded ? 1.0 : 0.0);
   // Router logits in f32 (bf16 inputs, fp32 accumulate): rounding them to bf16 flips near-tied
-  // experts, which moved bf16 logits by 15-23% on the golden MoE cases.
+  // experts, which moved bf16 logits by 15-23% on the golden MoE cases. A folded shared gate's
+  // logit is row E's, f32 too (a separate gate's is act dtype).
   VT_CHECK(moe.router.format == WeightFormat::kDense && moe.router.parts.size() == 1, "MoE router must be dense");
   trace::OpScope router_op("moe.router", OpGroup::kGemmRouter);
-  if (cuda::dense_gemv_supports(T, c.num_experts, H, act))
+  const int64_t router_rows = moe.router_rows();
+  if (cuda::dense_gemv_supports(T, router_rows, H, act))
     cuda::dense_gemv(w.router_logits.data(), DType::kF32, w.normed.data(), moe.router.parts[0].weight.data(), T,
-                     c.num_experts, H, act, stream_);
+                     router_rows, H, act, stream_);
+  else if (T <= kRouterRowsKernelMaxTokens)
+    cuda::dense_gemv_rows(w.router_logits.data(), DType::kF32, w.normed.data(), moe.router.parts[0].weight.data(), T,
+                          router_rows, H, act, stream_);
   else
-    gemm_->matmul(w.router_logits.data(), w.normed.data(), moe.router.parts[0].weight.data(), T, c.num_experts, H,
-                  act, stream_, DType::kF32, true);
+    gemm_->matmul(w.router_logits.data(), w.normed.data(), moe.router.parts[0].weight.data(), T, router_rows, H, act,
+                  stream_, DType::kF32, true);
   trace::OpScope experts_op("moe.experts", OpGroup::kMoe);
-  cuda::moe_route(w.routing, w.router_logits.data(), T, c.num_experts, k, c.norm_topk_prob, DType::kF32, stream_);
+  cuda::moe_route(routing, w.router_logits.data(), T, c.num_experts, c.num_experts_per_tok, c.norm_topk_prob,
+                  DType::kF32, stream_, folded, router_rows);
   // The experts read the normed rows as FP8 codes: fused into the norm, or quantised here.
   Fp8Rows x_codes = normed_codes;
   if (fp8 && !x_codes.codes) {
@@ -322,11 +366,12 @@ void Qwen35CudaForward::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed
     cuda::fp8_quantize_rows(w.scratch.as<uint8_t>(), w.scratch_scales.as<float>(), w.normed.data(), T, H, act, stream_);
   }
   cuda::moe_expert_gemv(w.expert_hidden.data(), fp8 ? static_cast<const void*>(x_codes.codes) : w.normed.data(),
-                        x_codes.scales, w.routing, moe.gate_up.data(), moe.gate_up_scales.as<float>(), T,
-                        c.num_experts, k, 2 * inter, H, k, fp8, act, stream_, expected_experts(T));
+                        x_codes.scales, routing, moe.gate_up.data(), moe.gate_up_scales.as<float>(), T, experts, k,
+                        2 * inter, H, k, fp8, act, stream_, experts_read);
   const bool fuse_act = fp8 && options_.fuse_fp8_quantization && inter % 128 == 0;
   Fp8Rows act_codes = fuse_act ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()} : Fp8Rows{};
-  cuda::silu_mul(w.expert_act.data(), w.expert_hidden.data(), pairs, inter, act, stream_,
+  // The FP8 expert GEMV reads the fused codes alone: then the act rows are not written.
+  cuda::silu_mul(act_codes.codes ? nullptr : w.expert_act.data(), w.expert_hidden.data(), pairs, inter, act, stream_,
                  const_cast<uint8_t*>(act_codes.codes), const_cast<float*>(act_codes.scales));
   if (fp8 && !act_codes.codes) {
     act_codes = {w.scratch.as<uint8_t>(), w.scratch_scales.as<float>()};
@@ -334,24 +379,30 @@ void Qwen35CudaForward::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed
                             act, stream_);
   }
   cuda::moe_expert_gemv(w.expert_out.data(), fp8 ? static_cast<const void*>(act_codes.codes) : w.expert_act.data(),
-                        act_codes.scales, w.routing, moe.down.data(), moe.down_scales.as<float>(), T, c.num_experts,
-                        k, H, inter, 1, fp8, act, stream_, expected_experts(T));
-  if (moe.has_shared) {
+                        act_codes.scales, routing, moe.down.data(), moe.down_scales.as<float>(), T, experts, k, H,
+                        inter, 1, fp8, act, stream_, experts_read);
+  if (separate) {
     const int64_t shared = moe.shared.down.k;
     const bool shared_fp8 = options_.fuse_fp8_quantization && moe.shared.gate_up.format == WeightFormat::kFp8Block;
     linear(moe.shared.gate_up, w.projected.data(), w.normed.data(), T, shared_fp8 ? normed_codes : Fp8Rows{});
     const Fp8Rows down_in = options_.fuse_fp8_quantization && moe.shared.down.format == WeightFormat::kFp8Block && shared % 128 == 0
                                 ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()}
                                 : Fp8Rows{};
-    cuda::silu_mul(w.mixer_out.data(), w.projected.data(), T, shared, act, stream_, const_cast<uint8_t*>(down_in.codes),
+    cuda::silu_mul(down_in.codes && moe.shared.down.exact_count == 0 ? nullptr : w.mixer_out.data(), w.projected.data(),
+                   T, shared, act, stream_, const_cast<uint8_t*>(down_in.codes),
                    const_cast<float*>(down_in.scales));
     linear(moe.shared.down, w.shared_out.data(), w.mixer_out.data(), T, down_in);
     linear(moe.shared_gate, w.shared_gate.data(), w.normed.data(), T,
            options_.fuse_fp8_quantization && moe.shared_gate.format == WeightFormat::kFp8Block ? normed_codes : Fp8Rows{});
   }
-  cuda::moe_combine(w.branch.data(), w.expert_out.data(), w.routing.weights,
-                    moe.has_shared ? w.shared_out.data() : nullptr, moe.has_shared ? w.shared_gate.data() : nullptr, T,
-                    H, k, act, stream_);
+  // Without a separate shared expert or a sum over ranks, the next norm combines the pairs itself
+  // (the same arithmetic: one launch and one [T, H] round trip fewer per layer).
+  if (!separate && !all_reduce_ && H % 128 == 0) {
+    w.branch_pairs = cuda::MoePairs{w.expert_out.data(), routing.weights, k};
+    return;
+  }
+  cuda::moe_combine(w.branch.data(), w.expert_out.data(), routing.weights, separate ? w.shared_out.data() : nullptr,
+                    separate ? w.shared_gate.data() : nullptr, T, H, k, act, stream_);
 }
 
 }  // namespace vt

@@ -55,16 +55,25 @@ struct CudaMlp {
 };
 
 // MoE FFN: experts stacked [E, 2I, H] (gate rows, then up rows) and [E, H, I], in the
-// activation dtype or as e4m3 codes with 128x128 block scales per expert.
+// activation dtype or as e4m3 codes with 128x128 block scales per expert. A shared expert of the
+// routed experts' width and format (on this rank) is folded in: stacked as expert E (gate_up
+// [E + 1, 2I, H], down [E + 1, H, I]) and its gate as router row E ([E + 1, H]), so the routed
+// experts' launches serve it too (cuda::moe_route's shared_expert); `shared` and `shared_gate`
+// are then empty. Otherwise they hold it as its own MLP and [1, H] gate.
 struct CudaMoe {
-  CudaLinear router;  // [E, H]
+  CudaLinear router;  // [router_rows(), H]: E rows, row E the folded shared gate, zero rows to pad
   WeightFormat format = WeightFormat::kDense;
   cuda::DeviceBuffer gate_up, gate_up_scales, down, down_scales;
-  int64_t experts = 0, intermediate = 0;
-  bool has_shared = false;
+  int64_t experts = 0, intermediate = 0;  // routed experts, the stacked width (this rank's)
+  bool has_shared = false, shared_folded = false;
   CudaMlp shared;
   CudaLinear shared_gate;  // [1, H]
-  size_t expert_bytes() const;  // one expert's gate_up + down (with scales)
+  int64_t stacked() const { return experts + (shared_folded ? 1 : 0); }
+  // The router's rows (and its logits' row stride): stacked() rounded up to 4 (zero rows), so the
+  // f32 logits' rows stay 16-byte aligned for cuBLASLt at prefill sizes. (It did not bring back
+  // cuBLASLt's Hopper kernel at decode sizes: see kRouterRowsKernelMaxTokens.)
+  int64_t router_rows() const { return (stacked() + 3) / 4 * 4; }
+  size_t expert_bytes() const;  // one stacked expert's gate_up + down (with scales)
 };
 
 struct CudaLayer {

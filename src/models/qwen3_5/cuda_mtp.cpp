@@ -22,7 +22,7 @@ using trace::OpGroup;
 size_t CudaMtp::bytes() const {
   size_t total = fc.bytes() + layer.qkv.bytes() + layer.o_proj.bytes() + layer.mlp.gate_up.bytes() +
                  layer.mlp.down.bytes() + layer.moe.router.bytes() +
-                 layer.moe.expert_bytes() * size_t(layer.moe.experts) + layer.moe.shared.gate_up.bytes() +
+                 layer.moe.expert_bytes() * size_t(layer.moe.stacked()) + layer.moe.shared.gate_up.bytes() +
                  layer.moe.shared.down.bytes() + layer.moe.shared_gate.bytes();
   for (const cuda::DeviceBuffer* vector : {&pre_fc_norm_embedding, &pre_fc_norm_hidden, &norm, &layer.input_norm,
                                            &layer.post_attention_norm, &layer.q_norm, &layer.k_norm})

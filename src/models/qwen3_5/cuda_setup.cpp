@@ -106,7 +106,8 @@ void Qwen35CudaForward::setup_fp8_gemms(int64_t max_step_tokens) {
 double Qwen35CudaForward::decode_bytes(int64_t batch, int64_t context) const {
   const auto& c = config_;
   double bytes = double(weights_.bytes());
-  // MoE: only the experts a step routes to are read.
+  // MoE: only the experts a step routes to are read (a folded shared expert, stacked as one more,
+  // always is: E - expected of the E (+ 1) stacked stay unread).
   for (const auto& layer : weights_.layers)
     if (layer.is_moe) bytes -= double(layer.moe.expert_bytes()) * (double(layer.moe.experts) - expected_experts(batch));
   double per_sequence = 0;

@@ -288,14 +288,16 @@ void stack_experts(const std::vector<std::vector<HostPart>>& experts, DType acti
 }
 
 // Routed experts and the shared expert split like the dense MLP (a slice of each expert's
-// intermediate); the router and the shared expert's gate are replicated.
+// intermediate); the router and the shared expert's gate are replicated. A shared expert as wide
+// as a routed one on this rank, in the same format, with a dense gate, is stacked as expert E and
+// its gate as router row E (CudaMoe::shared_folded); otherwise it stays its own MLP.
 CudaMoe load_moe(Reader& read, const std::string& p, const Qwen35Config& config, DType activations,
                  const Slicer& slice) {
   const int64_t hidden = config.hidden_size, experts = config.num_experts, inter = config.moe_intermediate_size;
   CudaMoe moe;
   moe.experts = experts;
   moe.intermediate = slice.plan ? slice.shard().moe_intermediate.size() : inter;
-  moe.router = upload({read.read(p + "gate", experts, hidden)}, activations);
+  HostPart router = read.read(p + "gate", experts, hidden);
   std::vector<std::vector<HostPart>> gate_up(experts), down(experts);
   if (read.store.contains(p + "experts.gate_up_proj")) {
     // Fused 3-D layout: gate_up_proj [E, 2I, H] (gate rows first), down_proj [E, H, I].
@@ -328,19 +330,40 @@ CudaMoe load_moe(Reader& read, const std::string& p, const Qwen35Config& config,
       down[e] = {slice.columns(std::move(down[e].front()), own)};
     }
   }
-  stack_experts(gate_up, activations, &moe.gate_up, &moe.gate_up_scales);
-  stack_experts(down, activations, &moe.down, &moe.down_scales);
+  std::vector<HostPart> router_rows{std::move(router)};
   if (config.shared_expert_intermediate_size > 0) {
     const int64_t shared = config.shared_expert_intermediate_size;
     moe.has_shared = true;
     const IndexRange own = slice.plan ? slice.shard().shared_expert_intermediate : IndexRange{0, shared};
-    moe.shared.gate_up = upload(slice.rows({read.read(p + "shared_expert.gate_proj", shared, hidden),
-                                            read.read(p + "shared_expert.up_proj", shared, hidden)},
-                                           TensorParallelPlan::gate_up_rows(own, shared)),
-                                activations);
-    moe.shared.down = upload({slice.columns(read.read(p + "shared_expert.down_proj", hidden, shared), own)}, activations);
-    moe.shared_gate = upload({read.read(p + "shared_expert_gate", 1, hidden)}, activations);
+    std::vector<HostPart> shared_gate_up = slice.rows({read.read(p + "shared_expert.gate_proj", shared, hidden),
+                                                       read.read(p + "shared_expert.up_proj", shared, hidden)},
+                                                      TensorParallelPlan::gate_up_rows(own, shared));
+    HostPart shared_down = slice.columns(read.read(p + "shared_expert.down_proj", hidden, shared), own);
+    HostPart gate = read.read(p + "shared_expert_gate", 1, hidden);
+    bool fold = own.size() == moe.intermediate && shared_down.format == moe.format &&
+                gate.format == WeightFormat::kDense && router_rows.front().format == WeightFormat::kDense;
+    for (const HostPart& part : shared_gate_up) fold = fold && part.format == moe.format;
+    if (fold) {
+      moe.shared_folded = true;
+      gate_up.push_back(std::move(shared_gate_up));
+      down.push_back({std::move(shared_down)});
+      router_rows.push_back(std::move(gate));
+    } else {
+      moe.shared.gate_up = upload(std::move(shared_gate_up), activations);
+      moe.shared.down = upload({std::move(shared_down)}, activations);
+      moe.shared_gate = upload({std::move(gate)}, activations);
+    }
   }
+  if (const int64_t pad = moe.router_rows() - moe.stacked(); pad > 0) {
+    HostPart zeros;
+    zeros.rows = pad;
+    zeros.k = hidden;
+    zeros.dense.assign(size_t(pad * hidden), 0.0f);
+    router_rows.push_back(std::move(zeros));
+  }
+  moe.router = upload(std::move(router_rows), activations);  // dense: one part, [router_rows(), H]
+  stack_experts(gate_up, activations, &moe.gate_up, &moe.gate_up_scales);
+  stack_experts(down, activations, &moe.down, &moe.down_scales);
   return moe;
 }
 
@@ -349,7 +372,7 @@ CudaMoe load_moe(Reader& read, const std::string& p, const Qwen35Config& config,
 size_t CudaMoe::expert_bytes() const {
   size_t total = gate_up.bytes() + down.bytes();
   if (gate_up_scales.data()) total += gate_up_scales.bytes() + down_scales.bytes();
-  return experts ? total / size_t(experts) : 0;
+  return experts ? total / size_t(stacked()) : 0;
 }
 
 size_t CudaLinear::bytes() const {
@@ -364,7 +387,7 @@ size_t CudaWeights::bytes() const {
   for (const auto& layer : layers)
     total += layer.in_proj.bytes() + layer.in_proj_ba.bytes() + layer.out_proj.bytes() + layer.qkv.bytes() +
              layer.o_proj.bytes() + layer.mlp.gate_up.bytes() + layer.mlp.down.bytes() + layer.moe.router.bytes() +
-             layer.moe.expert_bytes() * size_t(layer.moe.experts) + layer.moe.shared.gate_up.bytes() +
+             layer.moe.expert_bytes() * size_t(layer.moe.stacked()) + layer.moe.shared.gate_up.bytes() +
              layer.moe.shared.down.bytes() + layer.moe.shared_gate.bytes();
   return total;
 }
@@ -531,13 +554,17 @@ struct Synthesizer {
     out.parts.push_back(std::move(part));
     return out;
   }
-  // Stacked experts at the real shapes; the router and shared-expert gate stay BF16.
+  // Stacked experts at the real shapes; the router and shared-expert gate stay BF16. A shared
+  // expert of the routed width is folded in (expert E, router row E), as load_moe folds it.
   CudaMoe moe(const Qwen35Config& c) {
     CudaMoe out;
-    const int64_t e = c.num_experts, inter = c.moe_intermediate_size, hidden = c.hidden_size;
-    out.experts = e;
+    const int64_t inter = c.moe_intermediate_size, hidden = c.hidden_size;
+    out.experts = c.num_experts;
     out.intermediate = inter;
-    out.router = linear(e, hidden, false);
+    out.has_shared = c.shared_expert_intermediate_size > 0;
+    out.shared_folded = out.has_shared && c.shared_expert_intermediate_size == inter;
+    const int64_t e = out.stacked();
+    out.router = linear(out.router_rows(), hidden, false);
     out.format = fp8 ? WeightFormat::kFp8Block : WeightFormat::kDense;
     for (auto [weights, scales, rows, k] : {std::tuple{&out.gate_up, &out.gate_up_scales, 2 * inter, hidden},
                                             std::tuple{&out.down, &out.down_scales, hidden, inter}}) {
@@ -551,8 +578,7 @@ struct Synthesizer {
         cuda::fill_random(weights->data(), DType::kBF16, e * rows * k, next(), 0.02f, 0.0f, nullptr);
       }
     }
-    if (c.shared_expert_intermediate_size > 0) {
-      out.has_shared = true;
+    if (out.has_shared && !out.shared_folded) {
       out.shared.gate_up = linear(2 * c.shared_expert_intermediate_size, hidden, true);
       out.shared.down = linear(hidden, c.shared_expert_intermediate_size, true);
       out.shared_gate = linear(1, hidden, false);

@@ -19,6 +19,8 @@ struct Qwen35CudaForward::Workspace {
   cuda::DeviceBuffer x, normed, branch;   // [T, H] act: residual stream, norm output, block output
   // The block output as an FP8 GEMM's partials instead of in `branch` (project_branch), when set.
   std::optional<cuda::GemmPartials> branch_partials;
+  // A MoE layer's output left as its pairs, which the next norm combines (cuda::MoePairs).
+  std::optional<cuda::MoePairs> branch_pairs;
   cuda::DeviceBuffer projected;           // [T, widest projection] act
   cuda::DeviceBuffer ba;                  // [T, 2*Hv] act
   cuda::DeviceBuffer conv_out;            // [T, conv_dim] f32
@@ -36,11 +38,12 @@ struct Qwen35CudaForward::Workspace {
     int64_t first, count, kv_tokens;  // kv_tokens: the keys its tokens see in all
   };
   std::vector<TokenRun> paged_runs;  // reserved: max_seqs
-  // MoE: router logits [T, E], the routing (route_words: ids and the expert-grouped layout, i32;
-  // route_weights [T*k] f32; `routing` points into them), per-pair expert activations
-  // [T*k, 2I] / [T*k, I] / [T*k, H], shared expert output [T, H] and gate [T, 1].
+  // MoE, with E' = E + 1 and k' = k + 1 where a shared expert is folded in (else E and k): router
+  // logits [T, E'] f32, the routing (route_words: ids and the expert-grouped layout, i32;
+  // route_weights [T*k'] f32; moe_routing_in(.., max_tokens, E', k') lays a routing out in them),
+  // per-pair expert activations [T*k', 2I] / [T*k', I] / [T*k', H]; a separate shared expert's
+  // output [T, H] and gate [T, 1] (unallocated when every shared expert is folded).
   cuda::DeviceBuffer router_logits, route_words, route_weights, expert_hidden, expert_act, expert_out;
-  MoeRouting routing;
   cuda::DeviceBuffer shared_out, shared_gate;
   // FP8 activations [rows, widest K] e4m3 and [rows, K/128] scales: `quantized` holds a norm's
   // output (fused into the norm; read by every linear of the block), `inner` a mixer's or

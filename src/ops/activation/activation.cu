@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kThreads) sm90_silu_mul_quant(T* __restrict__ 
     device::load8(g_gate_up + row * 2 * n + n + chunk * 8, r_up);
 #pragma unroll
     for (int i = 0; i < 8; ++i) r_y[i] = device::round_to(device::silu(r_gate[i]) * r_up[i], g_out);
-    device::store8(g_out + row * n + chunk * 8, r_y);
+    if (g_out) device::store8(g_out + row * n + chunk * 8, r_y);
   } else {
 #pragma unroll
     for (int i = 0; i < 8; ++i) r_y[i] = 0.0f;
@@ -56,10 +56,11 @@ void silu_mul(void* out, const void* gate_up, int64_t rows, int64_t n, DType act
               float* q_scales) {
   VT_CHECK(rows >= 0 && rows <= 65535 && n > 0, "silu_mul: rows ", rows, " n ", n);
   VT_CHECK(!q || n % 128 == 0, "silu_mul: fused FP8 output needs n % 128 == 0 (n = ", n, ")");
+  VT_CHECK(out || q, "silu_mul: no output (out and q both null)");
   if (rows == 0) return;
   const ::vt::trace::LaunchCost cost{"cuda",
                                        {rows, n, 0, 0},
-                                       double(rows) * double(n) * 3 * double(dtype_size(act)) +
+                                       double(rows) * double(n) * (out ? 3 : 2) * double(dtype_size(act)) +
                                            (q ? double(rows) * double(n) * (1 + 4.0 / 128) : 0),
                                        0,
                                        ::vt::trace::OpGroup::kElementwise};

@@ -19,7 +19,8 @@ namespace vt::cuda {
 void silu_mul_f32(float* out, const float* gate_up, int64_t rows, int64_t n, cudaStream_t stream);
 
 // gate_up [rows, 2n] act -> out [rows, n] act: silu(gate) * up. With q set (n % 128 == 0), also
-// writes out's FP8 quantisation (q [rows, n], q_scales [rows, n/128]) for the down projection.
+// writes out's FP8 quantisation (q [rows, n], q_scales [rows, n/128]) for the down projection;
+// then out may be null where nothing reads the act-dtype rows (a third of the kernel's bytes).
 void silu_mul(void* out, const void* gate_up, int64_t rows, int64_t n, DType act, cudaStream_t stream,
               uint8_t* q = nullptr, float* q_scales = nullptr);
 

@@ -84,32 +84,49 @@ __global__ void sm90_gdn_conv(float* __restrict__ g_out, float* __restrict__ g_s
 // the step, channel blocks): a thread's kConvTokens + K - 1 inputs are loaded at once (the serial
 // walk above waits on one load per token); a token among the first K - 1 of its sequence takes the
 // inputs before it from the sequence's conv state. The same products in the same order as the
-// walk, so the same bits. The state is left to sm90_gdn_conv_state, after this kernel.
+// walk, so the same bits. The state is left to sm90_gdn_conv_state, after this kernel. kPair: a
+// thread takes two adjacent channels (one 4- or 8-byte load and one 8-byte store per row: a warp
+// moves 128 B in and 256 B out per row instead of 64 B and 128 B); the launch checks alignment.
 constexpr int kConvTokens = 16;
 
-template <typename T, int K>
+__device__ __forceinline__ float2 load_pair(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ __forceinline__ float2 load_pair(const __nv_bfloat16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+
+template <typename T, int K, int kPair>
 __global__ void __launch_bounds__(kConvThreads) sm90_gdn_conv_tokens(float* __restrict__ g_out,
                                                                      const float* __restrict__ g_state,
                                                                      const T* __restrict__ g_projected, int64_t stride,
                                                                      const float* __restrict__ g_weight,
                                                                      StepLayout layout, int64_t channels) {
+  static_assert(kPair == 1 || kPair == 2, "one or two channels a thread");
   constexpr int kHistory = K - 1;
-  const int64_t channel = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
-  const bool active = channel < channels;
-  float r_weight[K];
+  const int64_t channel = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * kPair;
+  const bool active = channel < channels;  // kPair 2: channels is even
+  float r_weight[kPair][K];
   if (active) {
 #pragma unroll
-    for (int j = 0; j < K; ++j) r_weight[j] = g_weight[channel * K + j];
+    for (int c = 0; c < kPair; ++c)
+#pragma unroll
+      for (int j = 0; j < K; ++j) r_weight[c][j] = g_weight[(channel + c) * K + j];
   }
   device::pdl_wait();
   device::pdl_trigger();
   if (!active) return;
   const int64_t t_begin = int64_t(blockIdx.x) * kConvTokens, num_tokens = layout.num_tokens;
-  float r_in[kConvTokens + kHistory];  // the step's rows t_begin - kHistory + i
+  float r_in[kPair][kConvTokens + kHistory];  // the step's rows t_begin - kHistory + i
 #pragma unroll
   for (int i = 0; i < kConvTokens + kHistory; ++i) {
     const int64_t t = t_begin - kHistory + i;
-    r_in[i] = t >= 0 && t < num_tokens ? device::to_float(g_projected[t * stride + channel]) : 0.0f;
+    const bool inside = t >= 0 && t < num_tokens;
+    if constexpr (kPair == 2) {
+      const float2 pair = inside ? load_pair(g_projected + t * stride + channel) : make_float2(0.0f, 0.0f);
+      r_in[0][i] = pair.x;
+      r_in[1][i] = pair.y;
+    } else {
+      r_in[0][i] = inside ? device::to_float(g_projected[t * stride + channel]) : 0.0f;
+    }
   }
 #pragma unroll
   for (int r = 0; r < kConvTokens; ++r) {
@@ -117,16 +134,24 @@ __global__ void __launch_bounds__(kConvThreads) sm90_gdn_conv_tokens(float* __re
     if (t >= num_tokens) break;
     const int32_t seq = layout.token_seq[t];
     const int64_t first = layout.seq_start[seq];
-    float sum = 0.0f;
+    float sum[kPair];
 #pragma unroll
-    for (int j = 0; j < K; ++j) {
-      const int64_t p = t - kHistory + j;  // the input's row; before `first`: the state's
-      const float x = p >= first ? r_in[r + j]
-                                 : g_state[(int64_t(layout.slots[seq]) * channels + channel) * kHistory +
-                                           (kHistory - (first - p))];
-      sum += r_weight[j] * x;
+    for (int c = 0; c < kPair; ++c) {
+      sum[c] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < K; ++j) {
+        const int64_t p = t - kHistory + j;  // the input's row; before `first`: the state's
+        const float x = p >= first ? r_in[c][r + j]
+                                   : g_state[(int64_t(layout.slots[seq]) * channels + channel + c) * kHistory +
+                                             (kHistory - (first - p))];
+        sum[c] += r_weight[c][j] * x;
+      }
     }
-    g_out[t * channels + channel] = device::silu(sum);
+    if constexpr (kPair == 2) {
+      *reinterpret_cast<float2*>(g_out + t * channels + channel) = make_float2(device::silu(sum[0]), device::silu(sum[1]));
+    } else {
+      g_out[t * channels + channel] = device::silu(sum[0]);
+    }
   }
 }
 
@@ -465,10 +490,20 @@ void gdn_conv(float* conv_out, float* conv_state, const void* projected, int64_t
                                              seqs * double(channels) * history * (8 + double(dtype_size(act))),
                                              0.0,
                                              ::vt::trace::OpGroup::kGdn};
+    // Channel pairs where every row's pair is aligned for one load and one store.
+    const bool pairs = channels % 2 == 0 && projected_stride % 2 == 0 &&
+                       reinterpret_cast<uintptr_t>(projected) % (2 * dtype_size(act)) == 0 &&
+                       reinterpret_cast<uintptr_t>(conv_out) % (2 * sizeof(float)) == 0;
+    const dim3 pair_grid(token_grid.x, unsigned((channels / 2 + kConvThreads - 1) / kConvThreads));
     VT_DISPATCH_ACT(act, T, {
-      launch("sm90_gdn_conv_tokens", tokens_cost, sm90_gdn_conv_tokens<T, 4>, token_grid, dim3(kConvThreads), 0,
-             stream, conv_out, static_cast<const float*>(conv_state), static_cast<const T*>(projected),
-             projected_stride, conv_weight, layout, channels);
+      if (pairs)
+        launch("sm90_gdn_conv_tokens", tokens_cost, sm90_gdn_conv_tokens<T, 4, 2>, pair_grid, dim3(kConvThreads), 0,
+               stream, conv_out, static_cast<const float*>(conv_state), static_cast<const T*>(projected),
+               projected_stride, conv_weight, layout, channels);
+      else
+        launch("sm90_gdn_conv_tokens", tokens_cost, sm90_gdn_conv_tokens<T, 4, 1>, token_grid, dim3(kConvThreads), 0,
+               stream, conv_out, static_cast<const float*>(conv_state), static_cast<const T*>(projected),
+               projected_stride, conv_weight, layout, channels);
       launch("sm90_gdn_conv_state", state_cost, sm90_gdn_conv_state<T, 4>, grid, dim3(kConvThreads), 0, stream,
              conv_state, static_cast<const T*>(projected), projected_stride, layout, channels);
     });

@@ -257,8 +257,11 @@ void launch_fp8(const char* name, const ::vt::trace::LaunchCost& cost, const Gro
 void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRouting& routing,
                      const void* weights, const float* w_scales, int64_t tokens, int64_t experts,
                      int64_t top_k, int64_t n, int64_t k, int64_t input_divisor, bool fp8,
-                     DType act, cudaStream_t stream, double experts_read) {
+                     DType act, cudaStream_t stream, double experts_read, MoeGemvSchedule schedule) {
   VT_CHECK(!fp8 || k % 16 == 0, "moe_expert_gemv: FP8 K = ", k, " must be a multiple of 16");
+  VT_CHECK(schedule.splits == 0 || schedule.splits == 1 || schedule.splits == 2 || schedule.splits == 4 ||
+               schedule.splits == 8,
+           "moe_expert_gemv: K splits ", schedule.splits, " (0: built-in, or 1, 2, 4, 8)");
   VT_CHECK(input_divisor >= 1, "moe_expert_gemv: input_divisor");
   const int64_t pairs = tokens * top_k;
   if (pairs == 0) return;
@@ -299,7 +302,7 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
   }
   const char* name = "sm90_moe_grouped_gemv_fp8";
   VT_DISPATCH_ACT(act, T, {
-    switch (fp8_splits(k)) {
+    switch (schedule.splits ? schedule.splits : fp8_splits(k)) {
       case 1:
         launch_fp8<T, 1>(name, cost, args, unsigned(slots), stream);
         break;

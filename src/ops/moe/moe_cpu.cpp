@@ -32,11 +32,12 @@ MoeRouting moe_routing_in(int32_t* words, float* weights, int64_t tokens, int64_
 namespace vt::cpu {
 
 void moe_route(int32_t* expert_ids, float* weights, const float* logits, int64_t num_tokens,
-               int64_t num_experts, int64_t top_k, bool renormalize) {
+               int64_t num_experts, int64_t top_k, bool renormalize, bool shared_expert) {
   std::vector<float> probs(num_experts);
   std::vector<int32_t> order(num_experts);
+  const int64_t columns = num_experts + shared_expert, slots = top_k + shared_expert;
   for (int64_t t = 0; t < num_tokens; ++t) {
-    const float* row = logits + t * num_experts;
+    const float* row = logits + t * columns;
     float max_logit = *std::max_element(row, row + num_experts);
     float sum = 0.0f;
     for (int64_t e = 0; e < num_experts; ++e) sum += probs[e] = std::exp(row[e] - max_logit);
@@ -49,8 +50,12 @@ void moe_route(int32_t* expert_ids, float* weights, const float* logits, int64_t
     float selected = 0.0f;
     for (int64_t i = 0; i < top_k; ++i) selected += probs[order[i]];
     for (int64_t i = 0; i < top_k; ++i) {
-      expert_ids[t * top_k + i] = order[i];
-      weights[t * top_k + i] = renormalize ? probs[order[i]] / selected : probs[order[i]];
+      expert_ids[t * slots + i] = order[i];
+      weights[t * slots + i] = renormalize ? probs[order[i]] / selected : probs[order[i]];
+    }
+    if (shared_expert) {
+      expert_ids[t * slots + top_k] = int32_t(num_experts);
+      weights[t * slots + top_k] = 1.0f / (1.0f + std::exp(-row[num_experts]));
     }
   }
 }

@@ -1,9 +1,11 @@
-// MoE routing on the device: softmax and top-k one warp per token, then the expert-grouped layout
-// (per-expert offsets, pair indices sorted by expert, the active experts) that lets the expert
-// GEMV read each routed expert once. No host sync: graph-capturable, T known on the host only.
+// MoE routing on the device: softmax and top-k one warp per token (plus, when the shared expert is
+// stacked as expert E, its sigmoid-gated pair), then the expert-grouped layout (per-expert offsets,
+// pair indices sorted by expert, the active experts) that lets the expert GEMV read each routed
+// expert once. No host sync: graph-capturable, T known on the host only.
 #include "ops/moe/moe.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "cuda/check.h"
 #include "cuda/common.cuh"
@@ -27,11 +29,14 @@ constexpr int kPlaceTile = 2048;
 // One token's routing by one warp. Lane l holds experts l, l + 32, ... (kPerLane of them) in
 // registers: softmax by warp reductions, then top_k rounds of warp argmax over (probability, id)
 // with ties to the lower id, the CPU reference's order. The renormalising sum runs in choice
-// order on every lane, as the CPU's does.
+// order on every lane, as the CPU's does. shared: g_logits[experts] is the shared expert's gate
+// logit; the token's pair top_k is expert `experts` with weight sigmoid of it (expf, as the CPU's
+// std::exp), outside the softmax, the top-k and the renormalisation. Returns the expert of the
+// lane's pair (lanes below top_k + shared; INT_MAX on the others).
 template <typename T, int kPerLane>
-__device__ __forceinline__ void route_token(int32_t* g_ids, float* g_weights,
+__device__ __forceinline__ int route_token(int32_t* g_ids, float* g_weights,
                                             const T* __restrict__ g_logits, int experts, int top_k,
-                                            bool renormalize) {
+                                            bool renormalize, bool shared) {
   const int lane = threadIdx.x % 32;
   float r_prob[kPerLane];
   float local_max = -INFINITY;
@@ -80,7 +85,14 @@ __device__ __forceinline__ void route_token(int32_t* g_ids, float* g_weights,
   if (lane < top_k) {
     g_ids[lane] = my_id;
     g_weights[lane] = renormalize ? my_weight / selected_sum : my_weight;
+    return my_id;
   }
+  if (shared && lane == top_k) {
+    g_ids[lane] = experts;
+    g_weights[lane] = 1.0f / (1.0f + expf(-device::to_float(g_logits[experts])));
+    return experts;
+  }
+  return INT_MAX;
 }
 
 // Exclusive prefix sum over the block of one value per thread (blockDim.x a multiple of 32, at
@@ -169,30 +181,83 @@ __device__ void group_pairs(const int32_t* g_ids, int32_t* g_offsets, int32_t* g
   }
 }
 
-// Grid (ceil(T / 8)), 8 warps: warp w routes token 8 * block + w.
+// Grid (ceil(T / 8)), 8 warps: warp w routes token 8 * block + w. A token's logits row and pairs
+// are experts + shared and top_k + shared wide.
 template <typename T, int kPerLane>
 __global__ void __launch_bounds__(kRouteThreads)
     sm90_moe_route(MoeRouting routing, const T* __restrict__ g_logits, int tokens, int experts,
-                   int top_k, bool renormalize) {
+                   int top_k, bool renormalize, bool shared, int stride) {
   device::pdl_enter();
   const int token = blockIdx.x * (kRouteThreads / 32) + threadIdx.x / 32;
   if (token >= tokens) return;
-  route_token<T, kPerLane>(routing.ids + token * top_k, routing.weights + token * top_k,
-                           g_logits + int64_t(token) * experts, experts, top_k, renormalize);
+  const int slots = top_k + shared;
+  route_token<T, kPerLane>(routing.ids + token * slots, routing.weights + token * slots,
+                           g_logits + int64_t(token) * stride, experts, top_k,
+                           renormalize, shared);
 }
 
 // One block: routes every token (warp w takes tokens w, w + 16, ...), then groups them.
 template <typename T, int kPerLane>
 __global__ void __launch_bounds__(kFusedThreads)
     sm90_moe_route_group(MoeRouting routing, const T* __restrict__ g_logits, int tokens,
-                         int experts, int top_k, bool renormalize) {
+                         int experts, int top_k, bool renormalize, bool shared, int stride) {
   device::pdl_enter();
+  const int slots = top_k + shared;
   for (int token = threadIdx.x / 32; token < tokens; token += kFusedThreads / 32)
-    route_token<T, kPerLane>(routing.ids + token * top_k, routing.weights + token * top_k,
-                             g_logits + int64_t(token) * experts, experts, top_k, renormalize);
+    route_token<T, kPerLane>(routing.ids + token * slots, routing.weights + token * slots,
+                             g_logits + int64_t(token) * stride, experts, top_k,
+                             renormalize, shared);
   __syncthreads();  // the ids, written to global memory above, are visible to the whole block
   group_pairs(routing.ids, routing.expert_offsets, routing.sorted_pairs, routing.active_experts,
-              routing.active_count, tokens * top_k, experts);
+              routing.active_count, tokens * slots, experts + shared);
+}
+
+// Steps whose pairs fit one warp (tokens x (top_k + shared) <= 32: decode at batch 1..3): one
+// warp routes the tokens, keeps each pair's expert in its lane, and lays out the groups with
+// shuffles and ballots; no block barrier or scan (the one-block kernel's took ~5 us of a batch-1
+// step, once per MoE layer). The same layout as group_pairs: offsets, pairs in pair order within an
+// expert, the active experts ascending.
+template <typename T, int kPerLane>
+__global__ void __launch_bounds__(32)
+    sm90_moe_warp_route(MoeRouting routing, const T* __restrict__ g_logits, int tokens,
+                              int experts, int top_k, bool renormalize, bool shared, int stride) {
+  device::pdl_enter();
+  const int lane = threadIdx.x, slots = top_k + shared, pairs = tokens * slots;
+  const int grouped = experts + shared;
+  int pair_expert = INT_MAX;  // this lane's pair's expert; INT_MAX past the pairs
+  for (int token = 0; token < tokens; ++token) {
+    const int expert = route_token<T, kPerLane>(routing.ids + token * slots,
+                                                routing.weights + token * slots,
+                                                g_logits + int64_t(token) * stride, experts,
+                                                top_k, renormalize, shared);
+    const int from = lane - token * slots;  // the lane that routed this lane's pair
+    const int got = __shfl_sync(0xffffffffu, expert, from >= 0 && from < 32 ? from : 0);
+    if (from >= 0 && from < slots) pair_expert = got;
+  }
+  int all[32];  // every pair's expert
+#pragma unroll
+  for (int r = 0; r < 32; ++r) all[r] = __shfl_sync(0xffffffffu, pair_expert, r);
+  const bool valid = lane < pairs;
+  const unsigned same = __match_any_sync(0xffffffffu, pair_expert);
+  const unsigned leaders = __ballot_sync(0xffffffffu, valid && lane == __ffs(same) - 1);
+  int below = 0, distinct_below = 0;  // pairs of lower experts; lower experts with a pair
+#pragma unroll
+  for (int r = 0; r < 32; ++r) {
+    below += all[r] < pair_expert;
+    distinct_below += ((leaders >> r) & 1u) && all[r] < pair_expert;
+  }
+  if (valid) {
+    const int rank = __popc(same & ((1u << lane) - 1u));  // earlier pairs of the same expert
+    routing.sorted_pairs[below + rank] = lane;
+    if (rank == 0) routing.active_experts[distinct_below] = pair_expert;
+  }
+  if (lane == 0) *routing.active_count = __popc(leaders);
+  for (int e = lane; e <= grouped; e += 32) {
+    int count = 0;
+#pragma unroll
+    for (int r = 0; r < 32; ++r) count += all[r] < e;
+    routing.expert_offsets[e] = count;
+  }
 }
 
 __global__ void __launch_bounds__(kGroupThreads)
@@ -204,13 +269,25 @@ __global__ void __launch_bounds__(kGroupThreads)
 
 template <typename T, int kPerLane>
 void launch_route(const MoeRouting& routing, const T* logits, int64_t tokens, int64_t experts,
-                  int64_t top_k, bool renormalize, cudaStream_t stream) {
-  const int64_t pairs = tokens * top_k;
+                  int64_t top_k, bool renormalize, bool shared, int64_t stride, cudaStream_t stream) {
+  // The grouped layout's experts and pairs: the shared expert is one more of each.
+  const int64_t grouped = experts + shared, pairs = tokens * (top_k + shared);
   // The logits read, each pair's id and weight written, the layout's words written (ids read back).
   const double route_bytes =
-      double(tokens) * double(experts) * double(sizeof(T)) + double(pairs) * 8;
+      double(tokens) * double(grouped) * double(sizeof(T)) + double(pairs) * 8;
   const double group_bytes =
-      double(pairs) * 12 + double(experts + 1) * 4 + double(std::min(pairs, experts) + 1) * 4;
+      double(pairs) * 12 + double(grouped + 1) * 4 + double(std::min(pairs, grouped) + 1) * 4;
+  if (pairs <= 32) {
+    const ::vt::trace::LaunchCost cost{"cuda",
+                                       {tokens, experts, top_k, 0},
+                                       route_bytes + group_bytes,
+                                       0,
+                                       ::vt::trace::OpGroup::kMoe};
+    launch("sm90_moe_warp_route", cost, sm90_moe_warp_route<T, kPerLane>, dim3(1),
+           dim3(32), 0, stream, routing, logits, int(tokens), int(experts), int(top_k),
+           renormalize, shared, int(stride));
+    return;
+  }
   if (tokens <= kFusedMaxTokens) {
     const ::vt::trace::LaunchCost cost{"cuda",
                                        {tokens, experts, top_k, 0},
@@ -219,7 +296,7 @@ void launch_route(const MoeRouting& routing, const T* logits, int64_t tokens, in
                                        ::vt::trace::OpGroup::kMoe};
     launch("sm90_moe_route_group", cost, sm90_moe_route_group<T, kPerLane>, dim3(1),
            dim3(kFusedThreads), 0, stream, routing, logits, int(tokens), int(experts), int(top_k),
-           renormalize);
+           renormalize, shared, int(stride));
     return;
   }
   const ::vt::trace::LaunchCost route_cost{
@@ -227,34 +304,42 @@ void launch_route(const MoeRouting& routing, const T* logits, int64_t tokens, in
   const int64_t warps = kRouteThreads / 32;
   launch("sm90_moe_route", route_cost, sm90_moe_route<T, kPerLane>,
          dim3(unsigned((tokens + warps - 1) / warps)), dim3(kRouteThreads), 0, stream, routing,
-         logits, int(tokens), int(experts), int(top_k), renormalize);
+         logits, int(tokens), int(experts), int(top_k), renormalize, shared, int(stride));
   const ::vt::trace::LaunchCost group_cost{
       "cuda", {tokens, experts, top_k, 0}, group_bytes, 0, ::vt::trace::OpGroup::kMoe};
   launch("sm90_moe_group", group_cost, sm90_moe_group, dim3(1), dim3(kGroupThreads), 0, stream,
-         routing, int(pairs), int(experts));
+         routing, int(pairs), int(grouped));
 }
 
 }  // namespace
 
 void moe_route(const MoeRouting& routing, const void* logits, int64_t tokens, int64_t experts,
-               int64_t top_k, bool renormalize, DType act, cudaStream_t stream) {
+               int64_t top_k, bool renormalize, DType act, cudaStream_t stream,
+               bool shared_expert, int64_t logits_stride) {
+  const int64_t grouped = experts + shared_expert;
+  const int64_t stride = logits_stride > 0 ? logits_stride : grouped;
+  VT_CHECK(stride >= grouped, "moe_route: logits rows of ", stride, " for ", grouped, " experts");
   VT_CHECK(
-      experts > 0 && experts <= kMaxExperts && top_k > 0 && top_k <= kMaxTopK && top_k <= experts,
-      "moe_route: ", experts, " experts, top ", top_k, " (at most ", kMaxExperts, " / ", kMaxTopK,
-      ")");
-  VT_CHECK(tokens * top_k < (int64_t(1) << 31), "moe_route: ", tokens, " tokens x top ", top_k,
-           " pairs");
+      experts > 0 && grouped <= kMaxExperts && top_k > 0 && top_k <= kMaxTopK && top_k <= experts,
+      "moe_route: ", experts, " experts", shared_expert ? " and the shared one" : "", ", top ", top_k,
+      " (at most ", kMaxExperts, " experts grouped, top ", kMaxTopK, ")");
+  VT_CHECK(tokens * (top_k + shared_expert) < (int64_t(1) << 31), "moe_route: ", tokens,
+           " tokens x ", top_k + shared_expert, " pairs");
   if (tokens == 0) return;
   VT_DISPATCH_ACT(act, T, {
     const T* typed = static_cast<const T*>(logits);
     if (experts <= 128)
-      launch_route<T, 4>(routing, typed, tokens, experts, top_k, renormalize, stream);
+      launch_route<T, 4>(routing, typed, tokens, experts, top_k, renormalize, shared_expert,
+                          stride, stream);
     else if (experts <= 256)
-      launch_route<T, 8>(routing, typed, tokens, experts, top_k, renormalize, stream);
+      launch_route<T, 8>(routing, typed, tokens, experts, top_k, renormalize, shared_expert,
+                          stride, stream);
     else if (experts <= 512)
-      launch_route<T, 16>(routing, typed, tokens, experts, top_k, renormalize, stream);
+      launch_route<T, 16>(routing, typed, tokens, experts, top_k, renormalize, shared_expert,
+                          stride, stream);
     else
-      launch_route<T, 32>(routing, typed, tokens, experts, top_k, renormalize, stream);
+      launch_route<T, 32>(routing, typed, tokens, experts, top_k, renormalize, shared_expert,
+                          stride, stream);
   });
 }
 

@@ -73,19 +73,53 @@ __device__ __forceinline__ void load8_partials(const GemmPartials& p, int row, i
   for (int i = 0; i < 8; ++i) out[i] = device::to_float(device::from_float<T>(sum[i]));
 }
 
+// Eight values of a row of a MoE layer's pairs (MoePairs): the weighted sum over the row's top_k
+// pairs in order, in f32, rounded to T: moe_combine's arithmetic, so the same bits as its stored
+// output.
+template <typename T>
+__device__ __forceinline__ void load8_pairs(const MoePairs& p, int row, int64_t n, int64_t column, float* out) {
+  const T* values = static_cast<const T*>(p.values);
+  float sum[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  // Four pairs' loads in flight before their sums (a loop of one load at a time waits out a round
+  // trip per pair: 9 of them at batch 1); the sums still run in pair order.
+  constexpr int kAhead = 4;
+  for (int64_t j0 = 0; j0 < p.top_k; j0 += kAhead) {
+    float weight[kAhead], in[kAhead][8];
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int64_t pair = int64_t(row) * p.top_k + j0 + u;
+      if (j0 + u < p.top_k) {
+        weight[u] = p.weights[pair];
+        device::load8(values + pair * n + column, in[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u)
+      if (j0 + u < p.top_k) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sum[i] += weight[u] * in[u][i];
+      }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) out[i] = device::to_float(device::from_float<T>(sum[i]));
+}
+
+// What the quantising norm's body adds to the residual.
+enum class BranchKind { kValues, kPartials, kPairs };
+
 // n % 128 == 0; thread t holds chunks t, t + blockDim, ... (8 values each). With g_q set, also
 // writes the output's e4m3 codes [rows, n] and 1x128 scales [rows, n/128] from the rounded
-// output values (bit-identical to quantising the stored output afterwards). kPartials: the branch
-// is a GEMM's partials (partials), not g_branch. kChunks: the most chunks a thread holds (1 where
-// n / 8 <= kPartialThreads (n <= 5,120), whose narrower block leaves the registers the partials' loads
-// need: six owners' words in flight).
+// output values (bit-identical to quantising the stored output afterwards). kKind: the branch is
+// g_branch's rows (or none), a GEMM's partials, or a MoE layer's pairs. kChunks: the most chunks a
+// thread holds (1 where n / 8 <= kPartialThreads (n <= 5,120), whose narrower block leaves the
+// registers the partials' loads need: six owners' words in flight).
 constexpr int kPartialThreads = 640;
-template <typename T, bool kPartials, int kChunks>
+template <typename T, BranchKind kKind, int kChunks>
 __device__ __forceinline__ void add_rms_norm_quant_body(T* __restrict__ g_out, T* __restrict__ g_residual,
                                                         const T* __restrict__ g_branch, const GemmPartials& partials,
-                                                        const float* __restrict__ g_w, uint8_t* __restrict__ g_q,
-                                                        float* __restrict__ g_scales, int64_t n, float eps,
-                                                        float weight_offset) {
+                                                        const MoePairs& pairs, const float* __restrict__ g_w,
+                                                        uint8_t* __restrict__ g_q, float* __restrict__ g_scales,
+                                                        int64_t n, float eps, float weight_offset) {
   __shared__ float s_scratch[kThreads / 32];
   const int64_t chunks = n / 8;
   // The weights are constant: the first chunk's (all of them up to n = 8192) are read while the
@@ -102,9 +136,10 @@ __device__ __forceinline__ void add_rms_norm_quant_body(T* __restrict__ g_out, T
     const int64_t chunk = threadIdx.x + int64_t(c) * blockDim.x;
     if (chunk >= chunks) break;
     device::load8(row + chunk * 8, r_x[c]);
-    if (kPartials || branch) {
+    if (kKind != BranchKind::kValues || branch) {
       float r_b[8];
-      if constexpr (kPartials) load8_partials<T>(partials, int(blockIdx.x), int(chunk * 8), r_b);
+      if constexpr (kKind == BranchKind::kPartials) load8_partials<T>(partials, int(blockIdx.x), int(chunk * 8), r_b);
+      else if constexpr (kKind == BranchKind::kPairs) load8_pairs<T>(pairs, int(blockIdx.x), n, chunk * 8, r_b);
       else device::load8(branch + chunk * 8, r_b);
 #pragma unroll
       for (int i = 0; i < 8; ++i) r_x[c][i] = device::round_to(r_x[c][i] + r_b[i], row);
@@ -145,8 +180,8 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) sm90_add_rms_norm_quant(
     T* __restrict__ g_out, T* __restrict__ g_residual, const T* __restrict__ g_branch, const float* __restrict__ g_w,
     uint8_t* __restrict__ g_q, float* __restrict__ g_scales, int64_t n, float eps, float weight_offset) {
-  add_rms_norm_quant_body<T, false, kMaxChunks>(g_out, g_residual, g_branch, GemmPartials{}, g_w, g_q, g_scales, n,
-                                                eps, weight_offset);
+  add_rms_norm_quant_body<T, BranchKind::kValues, kMaxChunks>(g_out, g_residual, g_branch, GemmPartials{}, MoePairs{},
+                                                              g_w, g_q, g_scales, n, eps, weight_offset);
 }
 // The same with the branch a GEMM's partials (its own name, so a profile and the kernel-ran gate
 // tell it apart).
@@ -154,8 +189,17 @@ template <typename T, int kChunks>
 __global__ void __launch_bounds__(kChunks == 1 ? kPartialThreads : kThreads) sm90_add_rms_norm_partials(
     T* __restrict__ g_out, T* __restrict__ g_residual, const GemmPartials partials, const float* __restrict__ g_w,
     uint8_t* __restrict__ g_q, float* __restrict__ g_scales, int64_t n, float eps, float weight_offset) {
-  add_rms_norm_quant_body<T, true, kChunks>(g_out, g_residual, nullptr, partials, g_w, g_q, g_scales, n, eps,
-                                            weight_offset);
+  add_rms_norm_quant_body<T, BranchKind::kPartials, kChunks>(g_out, g_residual, nullptr, partials, MoePairs{}, g_w, g_q,
+                                                             g_scales, n, eps, weight_offset);
+}
+// The same with the branch a MoE layer's pairs: the combine in the norm (its own name too; kChunks
+// as for the partials: the pairs' loads need the registers too).
+template <typename T, int kChunks>
+__global__ void __launch_bounds__(kChunks == 1 ? kPartialThreads : kThreads) sm90_add_rms_norm_moe(
+    T* __restrict__ g_out, T* __restrict__ g_residual, const MoePairs pairs, const float* __restrict__ g_w,
+    uint8_t* __restrict__ g_q, float* __restrict__ g_scales, int64_t n, float eps, float weight_offset) {
+  add_rms_norm_quant_body<T, BranchKind::kPairs, kChunks>(g_out, g_residual, nullptr, GemmPartials{}, pairs, g_w, g_q,
+                                                          g_scales, n, eps, weight_offset);
 }
 
 // Two rows normed side by side: block (row, half) writes out[row, half * n, +n) from a (half 0)
@@ -207,6 +251,9 @@ void add_rms_norm(void* out, void* residual, Branch branch, const float* w, int6
   VT_CHECK(!partials || (vector && partials->rows == rows && partials->n == n && partials->ctas > 0),
            "add_rms_norm: a partials branch of [", partials ? partials->rows : 0, ", ", partials ? partials->n : 0,
            "] for ", rows, " x ", n, " rows (it needs n % 128 == 0)");
+  const MoePairs* pairs = branch.pairs;
+  VT_CHECK(!pairs || (vector && pairs->top_k > 0), "add_rms_norm: a MoE pairs branch needs n % 128 == 0 (n = ", n,
+           ")");
   if (rows == 0) return;
   // Residual read (and written back when a branch is added), branch read (partials: each tile's
   // shares, fp32), output written, weight.
@@ -214,7 +261,9 @@ void add_rms_norm(void* out, void* residual, Branch branch, const float* w, int6
   const double branch_bytes =
       partials ? double(rows) * double(n) * 4 *
                      (double(partials->ctas) / double(n / 128) + 1)  // owners per tile, about
-               : branch.values ? double(rows) * row_bytes : 0;
+               : pairs          ? double(rows) * double(pairs->top_k) * (row_bytes + 4)
+               : branch.values  ? double(rows) * row_bytes
+                                : 0;
   const ::vt::trace::LaunchCost cost{"cuda",
                                        {rows, n, 0, 0},
                                        double(rows) * row_bytes * (branch.empty() ? 2 : 3) + branch_bytes +
@@ -223,6 +272,18 @@ void add_rms_norm(void* out, void* residual, Branch branch, const float* w, int6
                                        ::vt::trace::OpGroup::kNorm};
   if (vector) {
     const int threads = int(std::min<int64_t>(kThreads, (n / 8 + 31) / 32 * 32));
+    if (pairs) {
+      const auto run = [&](auto chunks) {
+        constexpr int kChunks = decltype(chunks)::value;
+        VT_DISPATCH_ACT(act, T,
+                        launch("sm90_add_rms_norm_moe", cost, sm90_add_rms_norm_moe<T, kChunks>, dim3(unsigned(rows)),
+                               dim3(threads), 0, stream, static_cast<T*>(out), static_cast<T*>(residual), *pairs, w, q,
+                               q_scales, n, eps, weight_offset));
+      };
+      if (n / 8 <= kPartialThreads) run(std::integral_constant<int, 1>{});
+      else run(std::integral_constant<int, kMaxChunks>{});
+      return;
+    }
     if (!partials) {
       VT_DISPATCH_ACT(act, T,
                       launch("sm90_add_rms_norm_quant", cost, sm90_add_rms_norm_quant<T>, dim3(unsigned(rows)),

@@ -30,21 +30,33 @@ namespace vt::cuda {
 void rms_norm_f32(float* out, const float* x, const float* w, int64_t rows, int64_t n, float eps,
                   float weight_offset, cudaStream_t stream);
 
+// A MoE layer's output left as its pairs (cuda::moe_combine's inputs without a separate shared
+// expert): row t is sum_j weights[t * top_k + j] * values[t * top_k + j] (j in order, f32), rounded
+// to act as the combine stores it.
+struct MoePairs {
+  const void* values = nullptr;  // [rows * top_k, n] act: each pair's expert output
+  const float* weights = nullptr;  // [rows * top_k]
+  int64_t top_k = 0;
+};
+
 // What a norm adds to the residual: rows of act values, a GEMM's partials (rounded to act as the
-// GEMM would store them), or nothing (null values).
+// GEMM would store them), a MoE layer's pairs (combined as moe_combine would), or nothing (null
+// values).
 struct Branch {
   const void* values = nullptr;
   const GemmPartials* partials = nullptr;
+  const MoePairs* pairs = nullptr;
   Branch(std::nullptr_t) {}             // NOLINT: no branch
   Branch(const void* v) : values(v) {}  // NOLINT: a plain pointer is the usual branch
   Branch(const GemmPartials* p) : partials(p) {}
-  bool empty() const { return !values && !partials; }
+  Branch(const MoePairs* p) : pairs(p) {}
+  bool empty() const { return !values && !partials && !pairs; }
 };
 
 // residual [rows, n] += branch (skipped when it is empty); out = rmsnorm(residual) * (offset + w).
 // w is f32 [n]. out may not alias residual. With q set (n % 128 == 0), also writes out's FP8
 // quantisation for the next W8A8 linear: q [rows, n] e4m3, q_scales [rows, n/128] (as
-// fp8_quantize_rows would, bit for bit). A partials branch needs n % 128 == 0.
+// fp8_quantize_rows would, bit for bit). A partials or pairs branch needs n % 128 == 0.
 void add_rms_norm(void* out, void* residual, Branch branch, const float* w, int64_t rows,
                   int64_t n, float eps, float weight_offset, DType act, cudaStream_t stream,
                   uint8_t* q = nullptr, float* q_scales = nullptr);
