@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Run ON the GPU machine (device tool; carry .gpu-deps and .base-src, made here by
 # scripts/gpu/pack_deps.sh and scripts/gpu/base_src.sh <commit>): the same-call A/B of two
-# commits' decode. Builds this tree (build-gpu) and the base (build-base), runs the CUDA test suite
-# on this tree with the GPU required, then `vt bench decode` of the synthetic 27B and 35B-A3B FP8
-# at BATCH (default 1,16,64), alternating base and this tree for ROUNDS (default 2) rounds, each
-# build tuning its own GEMM plan; finally the GEMM plan each model chose (qwen3-next-80b too) and
-# the tables. Logs: $OUT/decode_ab.tar.gz.
+# commits' decode. Builds this tree (build-gpu) and, beside it, the base (build-base), runs the CUDA
+# tests on this tree with the GPU required (TEST_FILTER, default all), then `vt bench decode` of
+# MODELS (default the synthetic 27B and 35B-A3B FP8) at BATCH (default 1,16,64), alternating base
+# and this tree for ROUNDS (default 2) rounds, each build tuning its own GEMM plan; EXTRA_MODELS
+# (default qwen3-next-80b; it needs the H200's memory) on this tree once; finally the GEMM plans
+# and the tables, the failed tests' messages first; PROFILE="model:batch ..." profiles both builds.
+# Logs: $OUT/decode_ab.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
@@ -14,17 +16,20 @@ status=0
 start=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DVT_CUDA=ON -DCMAKE_PREFIX_PATH="$VT_DEPS" \
   >"$LOGS/configure.log" 2>&1 || { tail -30 "$LOGS/configure.log"; exit 1; }
-cmake --build build-gpu -j "$(nproc)" >"$LOGS/build.log" 2>&1 || { grep -E "error" -A3 "$LOGS/build.log" | head -40; exit 1; }
-echo "build: $(( $(date +%s) - start )) s"
 [ -f .base-src/COMMIT ] || { echo "no .base-src: run scripts/gpu/base_src.sh <commit> first"; exit 1; }
 BASE=$(cat .base-src/COMMIT)
-rm -rf /tmp/vt-base && cp -r .base-src /tmp/vt-base
+rm -rf /tmp/vt-base && cp -r .base-src /tmp/vt-base && ln -sfn "$PWD/.gpu-deps" /tmp/vt-base/.gpu-deps
 (cmake -S /tmp/vt-base -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DVT_CUDA=ON -DCMAKE_PREFIX_PATH="$VT_DEPS" &&
-  cmake --build build-base -j "$(nproc)" --target vt) >"$LOGS/base.log" 2>&1 || {
-  status=1; echo "FAILED: the base build ($BASE)"; tail -5 "$LOGS/base.log"; }
+  cmake --build build-base -j 8 --target vt) >"$LOGS/base.log" 2>&1 &
+base_build=$!
+cmake --build build-gpu -j "$(nproc)" --target vt vt_cuda_tests >"$LOGS/build.log" 2>&1 || {
+  grep -E "error" -A3 "$LOGS/build.log" | head -40; exit 1; }
+echo "build: $(( $(date +%s) - start )) s"
+wait $base_build || { status=1; echo "FAILED: the base build ($BASE)"; tail -5 "$LOGS/base.log"; }
 echo "base build ($BASE): $(( $(date +%s) - start )) s"
 export VT_REQUIRE_GPU=1
-timeout 420 build-gpu/tests/vt_cuda_tests >"$LOGS/cuda_tests.log" 2>&1 || { status=1; echo "FAILED: vt_cuda_tests"; }
+timeout 420 build-gpu/tests/vt_cuda_tests --gtest_filter="${TEST_FILTER:-*}" >"$LOGS/cuda_tests.log" 2>&1 || {
+  status=1; echo "FAILED: vt_cuda_tests"; grep -E -B2 -A8 "Failure|what\(\)|C\+\+ exception" "$LOGS/cuda_tests.log" | head -60; }
 [ -x build-gpu/tests/vt_nccl_tests ] && { timeout 120 build-gpu/tests/vt_nccl_tests >"$LOGS/nccl_tests.log" 2>&1 ||
   { status=1; echo "FAILED: vt_nccl_tests"; }; }
 bench() {  # build-dir name model
@@ -33,18 +38,27 @@ bench() {  # build-dir name model
     status=1; echo "FAILED: $2"; tail -3 "$LOGS/$2.err"; }
 }
 for round in $(seq 1 "${ROUNDS:-2}"); do
-  for model in qwen3.5-27b qwen3.5-35b-a3b; do
+  for model in ${MODELS:-qwen3.5-27b qwen3.5-35b-a3b}; do
     [ -x build-base/apps/vt ] && bench build-base "base_${model}_$round" "$model"
     bench build-gpu "new_${model}_$round" "$model"
   done
 done
-bench build-gpu "new_qwen3-next-80b_1" qwen3-next-80b
+for model in ${EXTRA_MODELS-qwen3-next-80b}; do bench build-gpu "new_${model}_1" "$model"; done
+# PROFILE="model:batch ...": `vt profile decode` of both builds, the reports as $OUT/profile_*.txt.
+for spec in ${PROFILE-}; do
+  for build in build-base build-gpu; do
+    [ -x "$build/apps/vt" ] || continue
+    name="profile_${build#build-}_${spec/:/_b}.txt"
+    env VT_CACHE_DIR="$LOGS/plan_$build" "$build/apps/vt" profile decode --synthetic "${spec%%:*}" --weights fp8 \
+      --batch "${spec##*:}" --steps 30 >"$OUT/$name" 2>&1 || { status=1; echo "FAILED: $name"; tail -3 "$OUT/$name"; }
+  done
+done
 tar -czf "$OUT/decode_ab.tar.gz" -C "$LOGS" .
 echo "== vt_cuda_tests: $(grep -cE '^\[       OK \]' "$LOGS/cuda_tests.log") ok"
 grep -E "^\[  FAILED  \]|^\[  SKIPPED \]" "$LOGS/cuda_tests.log" | sort -u | head -20
 [ -f "$LOGS/nccl_tests.log" ] && echo "== vt_nccl_tests: $(grep -E '^\[  PASSED  \]|FAILED' "$LOGS/nccl_tests.log" | head -3)"
-for model in qwen3.5-27b qwen3.5-35b-a3b qwen3-next-80b; do
-  echo "== GEMM plan, $model (this tree)"; grep -E "M<=|forced|tuned" "$LOGS/new_${model}_1.err" | head -30
+for model in ${MODELS:-qwen3.5-27b qwen3.5-35b-a3b} ${EXTRA_MODELS-qwen3-next-80b}; do
+  echo "== GEMM plan, $model (this tree)"; grep -E "M<=|forced|tuned" "$LOGS/new_${model}_1.err" | head -12
 done
 python3 scripts/gpu/decode_table.py "$LOGS"
 exit $status

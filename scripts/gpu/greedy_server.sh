@@ -7,6 +7,9 @@
 # (reference.json). Logs in
 # $OUT/greedy_server.tar.gz; the table last. DEVICE=cpu: a dry run here (VT=build-cpu/apps/vt).
 # BATCH_INVARIANT=1: vt serve and vt generate with --batch-invariant (then 64 / 64 is expected).
+# SYNTHETIC=qwen3.5-27b: the benchmarked model instead (`vt serve --synthetic`, FP8 weights, the
+# tokenizer carried in $TOKENIZER): 32 seeded token-id prompts, the ids compared (the server's
+# through logprobs' token ids), vt generate --synthetic on the first GENERATED (default 8) alone.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
@@ -17,6 +20,79 @@ DIR=tests/golden/qwen3_5_trained
 status=0
 mode=()
 [ "${BATCH_INVARIANT:-0}" = 1 ] && mode=(--batch-invariant)
+
+if [ -n "${SYNTHETIC:-}" ]; then
+  TOKENIZER=${TOKENIZER:-.cache/tokenizers/qwen3_5}
+  [ -f "$TOKENIZER/tokenizer.json" ] || { echo "no tokenizer at $TOKENIZER" >&2; exit 1; }
+  "$VT" serve --synthetic "$SYNTHETIC" --weights fp8 --tokenizer "$TOKENIZER" --port "$PORT" --max-running 64 \
+    --max-context 1024 --served-model-name synthetic "${mode[@]}" 2>"$LOGS/serve.err" &
+  server=$!
+  for _ in $(seq 1 300); do grep -q "listening on" "$LOGS/serve.err" && break; sleep 1; done
+  grep -q "listening on" "$LOGS/serve.err" || { echo "server did not start"; tail -20 "$LOGS/serve.err"; exit 1; }
+  python3 - "$PORT" "$VT" "$SYNTHETIC" "$LOGS" "${GENERATED:-8}" "${mode[@]}" <<'PY' || status=1
+import concurrent.futures, http.client, json, subprocess, sys
+port, vt, synthetic, logs, generated, *mode = sys.argv[1:]
+port, generated, tokens = int(port), int(generated), 24
+state, prompts = 2026, []
+def next_value():
+    global state
+    state = (state * 1664525 + 1013904223) % 2**32
+    return state
+for _ in range(32):
+    prompts.append([next_value() % 150000 for _ in range(5 + next_value() % 120)])
+
+def complete(prompt, stream=False):
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    body = {"model": "synthetic", "prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": stream,
+            "logprobs": 1, "return_tokens_as_token_ids": True}
+    connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    if response.status != 200:
+        return [f"HTTP {response.status}"]
+    ids = []
+    if not stream:
+        for token in json.loads(response.read())["choices"][0]["logprobs"]["tokens"]:
+            ids.append(int(token.split(":")[1]))
+        return ids
+    for line in response:
+        line = line.strip()
+        if line.startswith(b"data: ") and line != b"data: [DONE]":
+            chunk = json.loads(line[6:])
+            for choice in chunk.get("choices") or []:
+                for token in (choice.get("logprobs") or {}).get("tokens") or []:
+                    ids.append(int(token.split(":")[1]))
+    return ids
+
+alone = [complete(p) for p in prompts]
+with concurrent.futures.ThreadPoolExecutor(64) as pool:
+    together = list(pool.map(lambda i: complete(prompts[i % 32], stream=i % 2 == 1), range(64)))
+generate = []
+for prompt in prompts[:generated]:
+    result = subprocess.run([vt, "generate", "--synthetic", synthetic, "--weights", "fp8", "--prompt-ids",
+                             ",".join(map(str, prompt)), "--max-new-tokens", str(tokens), "--temperature", "0",
+                             "--json", *mode], capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"vt generate failed: {result.stderr[-500:]}")
+    generate.append(json.loads(result.stdout)["output_ids"])
+json.dump({"prompts": prompts, "alone": alone, "together": together, "generate": generate},
+          open(f"{logs}/synthetic.json", "w"))
+for i, ids in enumerate(generate):
+    if alone[i] != ids:
+        print(f"prompt {i}: server alone {alone[i]} != vt generate {ids}")
+for i, ids in enumerate(together):
+    if ids != alone[i % 32]:
+        print(f"request {i} (prompt {i % 32}): at 64 {ids} != alone {alone[i % 32]}")
+equal_generate = sum(a == g for a, g in zip(alone, generate))
+equal_together = sum(t == alone[i % 32] for i, t in enumerate(together))
+print(f"| synthetic {synthetic} FP8, {'batch-invariant' if mode else 'default'} | server alone = vt generate | "
+      f"64 at once = alone |\n|---|---|---|\n| | {equal_generate} / {len(generate)} | {equal_together} / 64 |")
+sys.exit(0 if equal_generate == len(generate) and equal_together == 64 else 1)
+PY
+  kill -TERM $server
+  wait $server || status=1
+  tar -czf "$OUT/greedy_server.tar.gz" -C "$LOGS" .
+  exit $status
+fi
 
 # The server twice: prefix cache on (the default) and off, so a difference at 64 can be told
 # apart from a cache hit's numerics (the hits are counted from /metrics).
