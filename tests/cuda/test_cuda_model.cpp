@@ -59,6 +59,18 @@ class PrivatePlanCache {
 using testing::read_f32;
 using testing::reduced_config;
 
+// A golden case's model: its activations, 256 tokens of context, step and logit rows, and the
+// built-in GEMM rule (no timing decides what a golden case checks).
+CudaModelOptions golden_options(DType activations) {
+  CudaModelOptions options;
+  options.tune_gemms = false;
+  options.activations = activations;
+  options.max_context = 256;
+  options.max_step_tokens = 256;
+  options.max_logit_rows = 256;
+  return options;
+}
+
 struct CaseResult {
   double worst_error = 0;
   int greedy_matched = 0, greedy_total = 0;
@@ -70,12 +82,7 @@ CaseResult run_case(const std::string& name, const std::string& mode, DType acti
   const std::string dir = kGolden + name;
   nlohmann::json reference = read_json_file(dir + "/reference.json");
   const auto& prompts = mode.empty() ? reference["prompts"] : reference["modes"][mode]["prompts"];
-  CudaModelOptions options;
-  options.tune_gemms = false;
-  options.activations = activations;
-  options.max_context = 256;
-  options.max_step_tokens = 256;
-  options.max_logit_rows = 256;
+  CudaModelOptions options = golden_options(activations);
   auto model = load_qwen35_cuda(dir, options);
   CaseResult result;
   for (const auto& prompt : prompts) {
@@ -391,12 +398,7 @@ TEST_F(CudaModel, FoldedSharedExpertMatchesCpuReference) {
   const int64_t width =
       read_json_file(kGolden + "qwen3_5_moe/config.json")["text_config"]["moe_intermediate_size"].get<int64_t>();
   narrow_shared_expert(checkpoint, width);
-  CudaModelOptions options;
-  options.tune_gemms = false;
-  options.activations = DType::kF32;
-  options.max_context = 256;
-  options.max_step_tokens = 256;
-  options.max_logit_rows = 256;
+  CudaModelOptions options = golden_options(DType::kF32);
   {
     const Qwen35CudaCheckpoint loaded = load_qwen35_cuda_checkpoint(checkpoint.dir(), options);
     int folded = 0;
@@ -572,12 +574,7 @@ TEST_F(CudaModel, Fp8LmHeadExactColumnsMatchTheCpuReference) {
     model.forward(ids, *state, logits, all);
     return std::vector<float>(logits.f32(), logits.f32() + logits.numel());
   };
-  CudaModelOptions options;
-  options.tune_gemms = false;
-  options.activations = DType::kF32;
-  options.max_context = 256;
-  options.max_step_tokens = 256;
-  options.max_logit_rows = 256;
+  CudaModelOptions options = golden_options(DType::kF32);
   std::map<int64_t, double> gpu_vs_cpu;
   std::map<int64_t, std::vector<float>> gpu_logits;
   for (int64_t exact : {int64_t(0), int64_t(8)}) {
