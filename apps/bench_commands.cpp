@@ -600,7 +600,11 @@ void add_bench_commands(CLI::App& app) {
   prefill->add_option("--max-context", prefill_args->max_context,
                       "tokens per sequence, as vt serve --max-context (default: the longest prompt)");
   prefill->add_option("--prefill-chunk", prefill_args->prefill_chunk,
-                      "the engine path's tokens per forward_batch, as vt serve --prefill-chunk (default 256)");
+                      "the engine path's prompt chunk, as vt serve --prefill-chunk (default 256)");
+  prefill->add_option("--prompt-chunks-per-step", prefill_args->prompt_chunks_per_step,
+                      "the engine path's consecutive chunks of one prompt per forward_batch, as vt serve "
+                      "--prompt-chunks-per-step (default 0: vt serve's on a GPU, 4 chunks + --max-running over "
+                      "the chunk)");
   prefill->add_option("--decoding", prefill_args->decoding,
                       "the engine path's steps also decode this many other sequences (at --context tokens)");
   prefill->add_option("--context", prefill_args->context, "--decoding: the decoding sequences' context (default 1024)");

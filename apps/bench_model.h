@@ -30,6 +30,9 @@ struct BenchArgs {
   int64_t max_running = 1, max_context = 0, prefill_chunk = 256, kernels = 0, decoding = 0;
   // The engine path: this many prompts of each length at once, packed into steps of --step-tokens.
   int64_t prompts = 1;
+  // The engine path: the most consecutive chunks of one prompt a step feeds (vt serve
+  // --prompt-chunks-per-step); 0: vt serve's default on a GPU (serving_prompt_chunks_per_step).
+  int64_t prompt_chunks_per_step = 0;
   // bench prefill: "flashinfer" (CudaModelOptions::prefill_attention) or "paged".
   std::string prefill_attention = "flashinfer";
   // bench prefill: the paths run per length (chunked, token-by-token, engine), and decode steps

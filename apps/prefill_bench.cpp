@@ -18,6 +18,7 @@
 #include "apps/cli_lists.h"
 #include "core/error.h"
 #include "cuda/device.h"
+#include "engine/cuda_serving.h"
 #include "models/registry.h"
 #include "ops/attention/attention.h"
 #include "ops/gemm/gemm.h"
@@ -77,17 +78,24 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
   const std::vector<int64_t> lengths = vt::apps::parse_int_list(args.prompt_tokens, "--tokens", 1, int64_t(1) << 20);
   VT_CHECK(args.step_tokens >= 1 && args.repeats >= 1, "--step-tokens and --repeats must be positive");
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-  VT_CHECK(args.max_running >= 1 && args.prefill_chunk >= 1 && args.kernels >= 0,
-           "--max-running and --prefill-chunk must be positive, --kernels >= 0");
+  VT_CHECK(args.max_running >= 1 && args.prefill_chunk >= 1 && args.kernels >= 0 && args.prompt_chunks_per_step >= 0,
+           "--max-running and --prefill-chunk must be positive, --kernels and --prompt-chunks-per-step >= 0");
   vt::CudaModelOptions options = bench_model_options(args, {args.max_running});
   options.max_context = args.max_context > 0 ? args.max_context : longest + args.decode_after + 8;
   options.prefill_attention = args.prefill_attention == "flashinfer";
   VT_CHECK(options.max_context > longest, "--max-context ", options.max_context, " must exceed the longest prompt");
   VT_CHECK(args.prompts >= 1 && args.decoding >= 0 && args.prompts + args.decoding <= args.max_running,
            "--prompts + --decoding must be at most --max-running");
+  // The engine path's consecutive chunks of one prompt per step: vt serve's on a GPU unless given.
+  vt::EngineOptions serving;
+  serving.prefill_chunk = args.prefill_chunk;
+  serving.step_token_budget = vt::cuda_step_token_budget(args.prefill_chunk, args.max_running);
+  const int64_t chunks_per_step = args.prompt_chunks_per_step > 0
+                                      ? args.prompt_chunks_per_step
+                                      : vt::serving_prompt_chunks_per_step(serving, /*batch_invariant=*/false);
   // The engine path's prompt tokens per step: the step's budget (--step-tokens) less the decode
-  // tokens, at least one chunk.
-  const int64_t prompt_budget = std::max(std::min(args.prefill_chunk, longest),
+  // tokens, at least one step's chunks.
+  const int64_t prompt_budget = std::max(std::min(chunks_per_step * args.prefill_chunk, longest),
                                          (args.prompts > 1 ? args.step_tokens : 0) - args.decoding);
   options.max_step_tokens = std::max({std::min(args.step_tokens, longest), args.max_running,
                                       prompt_budget + args.decoding});
@@ -115,8 +123,8 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
     model->forward(decoder_prompt, *decoders.back(), decoder_logits, {});
   }
   // chunked / token-by-token: Model::forward with the delta rule forced; engine: as the serving
-  // engine feeds a prompt, forward_batch of --prefill-chunk tokens at a time, the delta rule
-  // chosen by the step (kAuto).
+  // engine feeds a prompt, forward_batch of up to chunks_per_step --prefill-chunk chunks at a time,
+  // the delta rule chosen by the step (kAuto).
   const std::map<std::string, vt::DeltaRuleChoice> known_paths = {{"chunked", vt::DeltaRuleChoice::kChunked},
                                                                   {"token-by-token", vt::DeltaRuleChoice::kRecurrent},
                                                                   {"engine", vt::DeltaRuleChoice::kAuto}};
@@ -138,15 +146,18 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
   nlohmann::json report = {{"model", name},
                            {"device", "cuda"},
                            {"step_tokens", options.max_step_tokens},
+                           {"prompt_chunks_per_step", chunks_per_step},
                            {"prefill_attention", args.prefill_attention},
                            {"repeats", args.repeats},
                            {"peak_tflops", {{"gemm", gemm_peak}, {"bf16", bf16_peak}}},
                            {"rows", nlohmann::json::array()}};
   if (!args.json) {
-    std::printf("%s, prompt prefill in steps of %lld tokens, %s prefill attention, median of %lld runs; "
-                "measured peaks (cuBLASLt 8192^3): GEMM %.0f TFLOP/s, bf16 %.0f TFLOP/s\n\n",
-                name.c_str(), (long long)options.max_step_tokens, args.prefill_attention.c_str(),
-                (long long)args.repeats, gemm_peak, bf16_peak);
+    std::printf("%s, prompt prefill in steps of %lld tokens (engine path: chunks of %lld, up to %lld a step), %s "
+                "prefill attention, median of %lld runs; measured peaks (cuBLASLt 8192^3): GEMM %.0f TFLOP/s, bf16 "
+                "%.0f TFLOP/s\n\n",
+                name.c_str(), (long long)options.max_step_tokens, (long long)args.prefill_chunk,
+                (long long)chunks_per_step, args.prefill_attention.c_str(), (long long)args.repeats, gemm_peak,
+                bf16_peak);
     std::printf("| tokens | GDN delta rule | ms | tok/s | GDN kernels ms | GDN share | speedup |\n"
                 "|---|---|---|---|---|---|---|\n");
     std::fflush(stdout);
@@ -172,8 +183,9 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
         vt::cuda::synchronize();
         const auto start = std::chrono::steady_clock::now();
         if (engine_path) {
-          // As the engine packs a step: each prompt's next chunk, in order, while the step's
-          // prompt budget holds it; then one token of every decoding sequence.
+          // As the engine packs a step (Engine::schedule): each prompt's next chunk, in order,
+          // while the step's prompt budget holds it, and up to chunks_per_step of its chunks after
+          // it that the budget holds; then one token of every decoding sequence.
           std::vector<vt::SequenceState*> prompts{state.get()};
           for (auto& other : others) prompts.push_back(other.get());
           std::vector<vt::BatchItem> items;
@@ -181,8 +193,14 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
             items.clear();
             int64_t budget = prompt_budget;
             for (size_t p = first; p < prompts.size() && budget > 0; ++p) {
-              const int64_t begin = prompts[p]->length(), count = std::min({args.prefill_chunk, tokens - begin, budget});
+              const int64_t begin = prompts[p]->length();
+              int64_t count = std::min({args.prefill_chunk, tokens - begin, budget});
               if (count < std::min(args.prefill_chunk, tokens - begin) && !items.empty()) break;
+              for (int64_t chunks = 1; chunks < chunks_per_step && begin + count < tokens; ++chunks) {
+                const int64_t next = std::min(args.prefill_chunk, tokens - begin - count);
+                if (next > budget - count) break;
+                count += next;
+              }
               items.push_back({tokens_in.subspan(size_t(begin), size_t(count)), prompts[p]});
               budget -= count;
             }

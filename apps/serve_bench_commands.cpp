@@ -348,6 +348,8 @@ class LocalServer {
       options.step_token_budget =
           std::max(options.step_token_budget, options.max_running * (1 + args.num_draft));
     }
+    // A prompt's consecutive chunks in a step: vt serve's default rule (--prompt-chunks-per-step 0).
+    options.max_prompt_chunks_per_step = serving_prompt_chunks_per_step(options, /*batch_invariant=*/false);
     if (!prefix_cache.empty()) options.prefix_cache = prefix_cache == "on";
     if (args.prefix_snapshot_stride > 0)
       options.prefix_snapshot_stride = args.prefix_snapshot_stride;

@@ -8,6 +8,7 @@
 //   ... [--batch-invariant]   (CUDA, no experts: a request's tokens independent of the batch; slower)
 //   ... [--step-trace FILE]   (one JSON line per engine step: its times, tokens by kind and cost)
 //   ... [--step-cost-context C]   (a token at context p costs 1 + p/C: deep prompt chunks shrink)
+//   ... [--prompt-chunks-per-step N]   (a prompt's consecutive chunks in one step; default: the budget's)
 //   ... [--prefix-cache on|off] [--prefix-snapshot-stride N]   (requests start from the longest saved
 //       state their prompt extends; on by default)
 //   ... [--chat-template FILE.jinja]   (instead of the model's own; its tool-call format is used)
@@ -61,6 +62,7 @@ struct ServeArgs {
   double drain_timeout_seconds = 30;
   double header_timeout_seconds = 10;
   int64_t prefill_chunk = 0, step_token_budget = 0;  // 0: the device's default
+  int64_t prompt_chunks_per_step = 0;  // 0: those the step token budget holds (1 with --batch-invariant)
   std::string reservation = "on-demand";
   std::string speculative;  // "", "ngram" or "mtp"
   int64_t num_draft = 0;    // 0: not given (4 with --speculative)
@@ -151,6 +153,12 @@ void run_serve(ServeArgs args) {
   std::unique_ptr<vt::Model> model;
   const bool cuda = args.device == "cuda" || !args.synthetic.empty();
   VT_CHECK(!args.batch_invariant || cuda, "serve: --batch-invariant is a CUDA option (--device cuda)");
+  VT_CHECK(!args.batch_invariant || args.prompt_chunks_per_step <= 1, "serve: --batch-invariant feeds a prompt one "
+           "chunk a step (several would make its shapes depend on the load); --prompt-chunks-per-step ",
+           args.prompt_chunks_per_step, " is refused");
+  args.engine.max_prompt_chunks_per_step = args.prompt_chunks_per_step > 0
+                                               ? args.prompt_chunks_per_step
+                                               : vt::serving_prompt_chunks_per_step(args.engine, args.batch_invariant);
   if (args.cache_tokens == 0) args.cache_tokens = cuda ? vt::cuda_default_cache_tokens(args.max_context) : 65536;
   if (cuda) {
 #ifdef VT_WITH_CUDA
@@ -302,11 +310,17 @@ void add_serve_commands(CLI::App& app) {
                     "at least --max-context)")
       ->check(CLI::PositiveNumber);
   serve->add_option("--prefill-chunk", args->prefill_chunk,
-                    "prompt tokens fed per request per step, at fixed offsets (default 256 on CUDA, 64 on the CPU)")
+                    "prompt tokens per chunk, at fixed offsets; a step feeds a request up to --prompt-chunks-per-step "
+                    "of them (default 256 on CUDA, 64 on the CPU)")
       ->check(CLI::Range(1, 1 << 20));
   serve->add_option("--step-token-budget", args->step_token_budget,
                     "tokens per step: decoding requests' plus prompt chunks (default 4 chunks + --max-running on CUDA, 128 on the CPU)")
       ->check(CLI::Range(1, 1 << 20));
+  serve->add_option("--prompt-chunks-per-step", args->prompt_chunks_per_step,
+                    "the most consecutive --prefill-chunk chunks of one prompt a step feeds, as one forward, while "
+                    "the step's budget holds them (default 0: as many as --step-token-budget holds, 4 on CUDA; "
+                    "1 with --batch-invariant)")
+      ->check(CLI::Range(0, 1 << 20));
   serve->add_option("--step-cost-context", args->engine.step_cost_context,
                     "C of the step's cost, a token at context p costing 1 + p/C: past C prompt chunks shrink so "
                     "a step costs what --step-token-budget tokens do at C (default: the model's, where a token's "

@@ -13,7 +13,8 @@ namespace vt {
 
 // A GPU step's time grows slowly with its tokens up to ~1K (the weights are read once per step):
 // prompt chunks of 256, four of them beside every decoding request, so prompts are fed near the
-// prefill rate.
+// prefill rate; a lone prompt's four share one forward (serving_prompt_chunks_per_step), whose
+// tokens max_step_tokens holds as it holds the step's.
 constexpr int64_t kCudaPrefillChunk = 256;
 inline int64_t cuda_step_token_budget(int64_t prefill_chunk, int64_t max_running) {
   return 4 * prefill_chunk + max_running;

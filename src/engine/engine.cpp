@@ -42,6 +42,8 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& op
            options.step_token_budget, ") must hold a verify step of 1 + ", options.max_num_draft, " drafts");
   VT_CHECK(options.step_cost_context >= -1 && options.min_prefill_chunk >= 1, "engine: step_cost_context (",
            options.step_cost_context, ") must be >= -1 and min_prefill_chunk (", options.min_prefill_chunk, ") >= 1");
+  VT_CHECK(options.max_prompt_chunks_per_step >= 1, "engine: max_prompt_chunks_per_step must be >= 1, got ",
+           options.max_prompt_chunks_per_step);
   step_budget_ = StepBudget(
       options.step_cost_context >= 0 ? options.step_cost_context : attention_cost_context(model.info()),
       options.step_token_budget, options.prefill_chunk, options.min_prefill_chunk);
@@ -209,10 +211,11 @@ void Engine::preempt_youngest() {
 
 // Decode tokens first (one each, or a speculating request's verify: its last token and drafts, in
 // admission order; each reserves the blocks it writes into, preempting the youngest when none is
-// free), then tokens a resumed request re-feeds, then prompt chunks while the budget lasts. Every
-// token is charged its cost (step_budget.h): decode and verify tokens are held to the token budget
-// alone, so they always run; re-fed tokens and every prompt chunk after the step's first also to
-// the cost left.
+// free), then tokens a resumed request re-feeds, then prompt chunks while the budget lasts: each
+// prompt's next chunk and, up to max_prompt_chunks_per_step, the ones after it (one forward; its
+// blocks are held since admission). Every token is charged its cost (step_budget.h): decode and
+// verify tokens are held to the token budget alone, so they always run; re-fed tokens and every
+// prompt chunk after the step's first also to the cost left.
 void Engine::schedule(std::vector<Sequence*>& scheduled) {
   int64_t budget = options_.step_token_budget;
   double cost_left = step_budget_.step_limit();
@@ -256,11 +259,7 @@ void Engine::schedule(std::vector<Sequence*>& scheduled) {
   bool chunked = false;
   for (auto& sequence : running_) {
     if (sequence->decoding()) continue;
-    // Chunk ends depend on the position alone (a prompt restored from the prefix cache mid-chunk
-    // first completes its chunk), so the chunks are those of a prompt fed from token 0.
-    int64_t chunk = std::min(step_budget_.chunk_end(sequence->fed), sequence->prompt_size) - sequence->fed;
-    if (prefix_ && sequence->fed < sequence->params.cache_point)
-      chunk = std::min(chunk, sequence->params.cache_point - sequence->fed);  // a state is saved there
+    const int64_t chunk = prompt_chunk(*sequence, sequence->fed);
     const double cost = step_budget_.cost(sequence->fed, sequence->fed + chunk);
     if (!scheduled.empty() && (chunk > budget || (chunked && cost > cost_left))) break;
     chunked = true;
@@ -268,7 +267,34 @@ void Engine::schedule(std::vector<Sequence*>& scheduled) {
     budget -= chunk;
     cost_left -= cost;
     scheduled.push_back(sequence.get());
+    // The same prompt's next chunks, held to the budgets as a second prompt's chunk is. The step
+    // ends where a snapshot is saved (the state after the forward is the one saved). A drafter's
+    // kept hidden states stay within the step's tokens, hence the step token budget (draft_running).
+    for (int64_t chunks = 1; chunks < options_.max_prompt_chunks_per_step; ++chunks) {
+      const int64_t begin = sequence->fed + sequence->step_tokens;
+      if (begin == sequence->prompt_size || snapshot_point(*sequence, begin)) break;
+      const int64_t next = prompt_chunk(*sequence, begin);
+      const double next_cost = step_budget_.cost(begin, begin + next);
+      if (next > budget || next_cost > cost_left) break;
+      sequence->step_tokens += next;
+      budget -= next;
+      cost_left -= next_cost;
+    }
   }
+}
+
+// Chunk ends depend on the position alone (a prompt restored from the prefix cache mid-chunk
+// first completes its chunk), so the chunks are those of a prompt fed from token 0.
+int64_t Engine::prompt_chunk(const Sequence& sequence, int64_t from) const {
+  int64_t chunk = std::min(step_budget_.chunk_end(from), sequence.prompt_size) - from;
+  if (prefix_ && from < sequence.params.cache_point)
+    chunk = std::min(chunk, sequence.params.cache_point - from);  // a state is saved there
+  return chunk;
+}
+
+bool Engine::snapshot_point(const Sequence& sequence, int64_t fed) const {
+  return prefix_ && (fed == sequence.prompt_size || fed == sequence.params.cache_point ||
+                     (fed < sequence.prompt_size && fed % options_.prefix_snapshot_stride == 0));
 }
 
 // The drafts depend only on the request (its tokens and its k), never on the load: a verify that
@@ -276,9 +302,10 @@ void Engine::schedule(std::vector<Sequence*>& scheduled) {
 // a seeded request draws the same random numbers whatever else runs. At most max_tokens - 1 drafts are left to
 // make, so the sequence never holds more than prompt + max_tokens - 1 tokens.
 // A drafter that reads the target's hidden states reads, before every step, all the target
-// sequence keeps: a propose, or else a catch_up (the prompt's chunks, at fixed offsets, so the
-// head's steps do not depend on the load either). The sequence then holds at most the hidden
-// states of one step's tokens (a bound the CUDA model sizes its per-sequence rows by).
+// sequence keeps: a propose, or else a catch_up (the prompt's chunks, at fixed offsets; one a step
+// with max_prompt_chunks_per_step 1, so the head's steps do not depend on the load either). The
+// sequence then holds at most the hidden states of one step's tokens, at most step_token_budget
+// (a bound the CUDA model sizes its per-sequence rows by: min(max_step_tokens, positions)).
 void Engine::draft_running() {
   if (load_policy_) choose_speculation_by_load();
   for (auto& entry : running_) {
@@ -573,11 +600,7 @@ void Engine::run_step(std::vector<Sequence*>& scheduled) {
         ++generated_tokens;
       }
       sequence->fed_most = std::max(sequence->fed_most, sequence->fed);
-      const int64_t fed = sequence->fed;
-      if (prefix_ && sequence->final_event.error.empty() &&
-          (fed == sequence->prompt_size || fed == sequence->params.cache_point ||
-           (fed < sequence->prompt_size && fed % options_.prefix_snapshot_stride == 0)))
-        save_prefix(*sequence);
+      if (sequence->final_event.error.empty() && snapshot_point(*sequence, sequence->fed)) save_prefix(*sequence);
     }
   }
   record.wall_seconds = seconds(Clock::now() - step_start);

@@ -10,6 +10,7 @@
 // submit() and cancel() are thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -49,8 +50,17 @@ struct EngineOptions {
   int64_t block_size = 16;        // tokens per KV block
   int64_t step_token_budget = 512;  // prompt + decode tokens per step
   // Prompts are fed in chunks of at most this many tokens at offsets fixed by the position alone,
-  // so a request's arithmetic (hence its greedy output) does not depend on what else is running.
+  // so a request's arithmetic (hence its greedy output) does not depend on what else is running
+  // (with max_prompt_chunks_per_step 1).
   int64_t prefill_chunk = 256;
+  // The most consecutive chunks of one prompt a step feeds (as one forward of their tokens): after
+  // a prompt's first chunk, its next ones while the step's token and cost budgets hold them, up to
+  // the next prefix-cache snapshot point (every prefix_snapshot_stride tokens, cache_point), where
+  // the step ends as it would with one chunk. A lone prompt then runs in forwards of about
+  // step_token_budget tokens. Chunk boundaries stay those of the position, but how many share a
+  // forward depends on what else runs: 1 keeps a request's shapes independent of the load (batch
+  // invariance).
+  int64_t max_prompt_chunks_per_step = 1;
   // The step's cost (engine/step_budget.h): a token at context position p costs 1 + p / C units,
   // C being where its attention costs as much as the rest of its forward. A step holds what
   // step_token_budget tokens cost at context C, a prompt chunk what prefill_chunk tokens do: below
@@ -109,6 +119,14 @@ struct EngineOptions {
   // KV blocks no running request shares (Model::kv_block_bytes()).
   int64_t prefix_cache_bytes = int64_t(4) << 30;
 };
+
+// vt serve's max_prompt_chunks_per_step when not given: the chunks the step's token budget holds,
+// so a lone prompt fills its step; 1 under batch invariance (a request's shapes must not depend on
+// the load).
+inline int64_t serving_prompt_chunks_per_step(const EngineOptions& options, bool batch_invariant) {
+  if (batch_invariant || options.prefill_chunk < 1) return 1;
+  return std::max<int64_t>(1, options.step_token_budget / options.prefill_chunk);
+}
 
 struct RequestParams {
   SamplingParams sampling;
@@ -222,6 +240,12 @@ class Engine {
   void admit_waiting();             // with mutex_ held
   void drop_cancelled(std::vector<TokenEvent>& events, std::vector<TokenCallback>& callbacks);
   void schedule(std::vector<Sequence*>& scheduled);  // with mutex_ held; may preempt
+  // The tokens of a prompt's chunk that starts at `from`: to StepBudget::chunk_end, the prompt's
+  // end or the request's cache point (with the prefix cache), whichever comes first.
+  int64_t prompt_chunk(const Sequence& sequence, int64_t from) const;
+  // Whether the prefix cache saves the sequence's state once `fed` tokens are fed: the prompt's
+  // end, its cache point, every prefix_snapshot_stride prompt tokens. A step ends at such points.
+  bool snapshot_point(const Sequence& sequence, int64_t fed) const;
   void preempt_youngest();                           // with mutex_ held
   // Drafts of every running sequence whose next step verifies (engine thread, no lock held).
   void draft_running();

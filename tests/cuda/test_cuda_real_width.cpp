@@ -104,6 +104,7 @@ TEST_P(CudaRealWidth, ServedConfigurationWithinTheFloorBound) {
   EngineOptions engine_options;
   engine_options.prefill_chunk = kCudaPrefillChunk;
   engine_options.step_token_budget = cuda_step_token_budget(engine_options.prefill_chunk, engine_options.max_running);
+  engine_options.max_prompt_chunks_per_step = serving_prompt_chunks_per_step(engine_options, /*batch_invariant=*/false);
   engine_options.admission_watermark_blocks = -1;
   engine_options.device_sampling = true;
   engine_options.prefix_cache = true;

@@ -1234,19 +1234,23 @@ class KeptHiddenWatcher final : public Drafter {
 };
 
 // What the CUDA model's per-sequence rows are sized by: the engine's drafters read all a target
-// sequence keeps before every step, so it never holds more than one step's tokens; catching up
-// while a long prompt is fed in chunks (the 150-token fitted prompt, 8-token chunks), and through
-// preemptions (re-fed tokens the head has read keep nothing). Outputs stay plain greedy's.
+// sequence keeps before every step, so it never holds more than one step's tokens (at most the step
+// token budget); catching up while a long prompt is fed in chunks (the 150-token fitted prompt,
+// 8-token chunks, one a step or three: max_prompt_chunks_per_step), and through preemptions
+// (re-fed tokens the head has read keep nothing). Outputs stay plain greedy's.
 TEST_F(EngineMtpTest, KeptHiddenStatesStayWithinAStep) {
   const int64_t vocab = model_->info().vocab_size;
   std::mt19937 rng(91);
-  // Two loads: the long prompt beside shorter ones in a roomy pool, and the tiny pool, where
-  // requests are preempted mid-way and re-fed.
-  for (bool tiny : {false, true}) {
-    SCOPED_TRACE(tiny ? "tiny pool" : "long prompt");
+  // Three loads: the long prompt beside shorter ones in a roomy pool (a chunk a step, then the
+  // three the budget holds), and the tiny pool, where requests are preempted mid-way and re-fed.
+  enum Load { kLongPrompt, kLongPromptChunks, kTinyPool };
+  for (Load load : {kLongPrompt, kTinyPool, kLongPromptChunks}) {
+    const bool tiny = load == kTinyPool;
+    SCOPED_TRACE(tiny ? "tiny pool" : load == kLongPrompt ? "long prompt" : "long prompt, three chunks a step");
     KeptHiddenWatcher::Counts counts;
     EngineOptions options = with_tiny_pool(mtp_options(6));
     if (!tiny) options.cache_blocks = 256;
+    if (load == kLongPromptChunks) options.max_prompt_chunks_per_step = 3;
     options.make_drafter = [&counts](const RequestParams& request) {
       SamplingParams draft_sampling = request.sampling;
       draft_sampling.seed = request.sampling.seed + 1;
@@ -1271,14 +1275,18 @@ TEST_F(EngineMtpTest, KeptHiddenStatesStayWithinAStep) {
       EXPECT_EQ(together[i].last.error, "") << "request " << i;
       EXPECT_EQ(together[i].ids, testing::plain_greedy(*model_, prompts[i], params[i].max_tokens)) << "request " << i;
     }
-    if (!tiny) {
+    if (load == kLongPrompt) {
       EXPECT_GE(counts.catch_ups, 150 / 8);  // the long prompt's chunks, at least
+    }
+    if (load == kLongPromptChunks) {
+      EXPECT_GT(counts.most_kept, options.prefill_chunk);  // steps of several chunks were read
     }
     EXPECT_GT(counts.calls, counts.catch_ups);
     EXPECT_LE(counts.most_kept, options.step_token_budget);
     EXPECT_EQ(counts.left_unread, 0);
     std::printf("%s: %lld preemptions, %lld tokens re-fed; drafter calls %lld (%lld catch-ups), at most %lld hidden "
-                "states kept\n", tiny ? "tiny pool" : "long prompt", (long long)stats.preemptions,
+                "states kept\n", tiny ? "tiny pool" : load == kLongPrompt ? "long prompt" : "long prompt, 3 chunks",
+                (long long)stats.preemptions,
                 (long long)stats.recomputed_tokens, (long long)counts.calls, (long long)counts.catch_ups,
                 (long long)counts.most_kept);
   }

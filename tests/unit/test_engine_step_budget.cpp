@@ -2,7 +2,10 @@
 // by the position alone, every multiple of prefill_chunk among them; on the tiny golden Qwen3.5
 // model, a long prompt's chunks shrink with depth so that every step stays within the cost budget
 // while the decoding requests beside it keep one token per step, outputs equal to running alone,
-// and a prompt restored from a prefix snapshot in the shrunk chunks gives the same tokens.
+// and a prompt restored from a prefix snapshot in the shrunk chunks gives the same tokens. With
+// several chunks a step (EngineOptions::max_prompt_chunks_per_step) a prompt takes its next chunks
+// while the budgets hold them, ending its steps at every prefix snapshot point, with the same
+// outputs as one chunk a step.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,6 +14,7 @@
 #include <mutex>
 #include <random>
 
+#include "core/error.h"
 #include "engine/engine.h"
 #include "engine/step_budget.h"
 #include "models/registry.h"
@@ -293,6 +297,238 @@ TEST_F(EngineStepBudget, PrefixSnapshotsInShrunkChunks) {
   two.wait();
   EXPECT_EQ(two.last.cached_tokens, 256);  // the last multiple of 64 the two prompts share
   EXPECT_EQ(two.ids, expected);
+}
+
+
+// ---- Several chunks of one prompt a step (EngineOptions::max_prompt_chunks_per_step) ----
+
+// vt serve's GPU shape, scaled to the golden model's 512 positions: chunks of 32, a step of four
+// of them plus one token per running request, tokens alone (C = 0) unless a test sets C.
+EngineOptions chunks_per_step_options(int64_t chunks_per_step) {
+  EngineOptions options;
+  options.prefill_chunk = 32;
+  options.max_running = 4;
+  options.step_token_budget = 4 * 32 + 4;
+  options.step_cost_context = 0;
+  options.cache_blocks = 256;
+  options.max_prompt_chunks_per_step = chunks_per_step;
+  return options;
+}
+
+// The prompt forwards of `state` in steps [first_step, end): where each starts and ends.
+std::vector<std::pair<int64_t, int64_t>> prompt_spans(const std::vector<std::vector<RecordingModel::Item>>& steps,
+                                                      const SequenceState* state, int64_t prompt_size,
+                                                      size_t first_step = 0) {
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (size_t index = first_step; index < steps.size(); ++index)
+    for (const auto& item : steps[index])
+      if (item.state == state && item.begin < prompt_size) spans.push_back({item.begin, item.begin + item.tokens});
+  return spans;
+}
+
+// The spans of a prompt of `size` fed from `from` in steps of `step` tokens (whole chunks).
+std::vector<std::pair<int64_t, int64_t>> even_spans(int64_t from, int64_t size, int64_t step) {
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (int64_t begin = from; begin < size; begin += step) spans.push_back({begin, std::min(size, begin + step)});
+  return spans;
+}
+
+// A lone 470-token prompt: one chunk a step is the schedule the engine always had; k chunks a step
+// feed it k * 32 tokens a step, up to the four the token budget holds (8 asked: still 4); the
+// greedy tokens are the same.
+TEST_F(EngineStepBudget, LonePromptTakesSeveralChunksAStep) {
+  const std::vector<int32_t> prompt = prompt_of(40, 470, model_->info().vocab_size);
+  std::vector<int32_t> one_chunk_ids;
+  for (int64_t chunks : {1, 2, 4, 8}) {
+    SCOPED_TRACE("chunks per step " + std::to_string(chunks));
+    RecordingModel recording(*model_);
+    Outcome outcome;
+    {
+      Engine engine(recording, nullptr, chunks_per_step_options(chunks));
+      RequestParams params;
+      params.max_tokens = 8;
+      engine.submit(prompt, params, outcome.callback());
+      outcome.wait();
+    }
+    const auto steps = recording.steps();
+    ASSERT_FALSE(steps.empty());
+    const SequenceState* state = steps[0][0].state;
+    const int64_t step_tokens = 32 * std::min<int64_t>(chunks, 4);
+    EXPECT_EQ(prompt_spans(steps, state, 470), even_spans(0, 470, step_tokens));
+    for (const auto& step : steps) EXPECT_EQ(step.size(), 1u);  // one forward a step: nothing else runs
+    EXPECT_EQ(steps.size(), size_t((470 + step_tokens - 1) / step_tokens) + 7);  // then 7 decode steps
+    EXPECT_EQ(outcome.last.error, "");
+    ASSERT_EQ(outcome.ids.size(), 8u);
+    if (chunks == 1) one_chunk_ids = outcome.ids;
+    EXPECT_EQ(outcome.ids, one_chunk_ids);
+  }
+}
+
+// With the prefix cache every step ends where a state is saved: each prefix_snapshot_stride (128)
+// tokens and the request's cache point (300, inside a chunk), the prompt's end; a prompt that
+// extends the cache point starts there and gives the tokens it gives computed from token 0 a chunk
+// a step.
+TEST_F(EngineStepBudget, SeveralChunksAStepEndAtEverySnapshotPoint) {
+  const int64_t vocab = model_->info().vocab_size;
+  const std::vector<int32_t> first = prompt_of(41, 470, vocab);
+  std::vector<int32_t> second(first.begin(), first.begin() + 300);
+  for (int32_t id : prompt_of(42, 40, vocab)) second.push_back(id);
+  RequestParams params;
+  params.max_tokens = 6;
+  const std::vector<int32_t> expected = alone(chunks_per_step_options(1), second, 6);
+  EngineOptions options = chunks_per_step_options(4);
+  options.prefix_cache = true;
+  options.prefix_snapshot_stride = 128;
+  RecordingModel recording(*model_);
+  Outcome one, two;
+  size_t second_start = 0;
+  {
+    Engine engine(recording, nullptr, options);
+    params.cache_point = 300;
+    engine.submit(first, params, one.callback());
+    one.wait();
+    second_start = recording.steps().size();
+    params.cache_point = 0;
+    engine.submit(second, params, two.callback());
+    two.wait();
+    EXPECT_GE(engine.stats().prefix.snapshots, 4);
+  }
+  const auto steps = recording.steps();
+  const std::vector<std::pair<int64_t, int64_t>> want = {{0, 128}, {128, 256}, {256, 300}, {300, 384}, {384, 470}};
+  EXPECT_EQ(prompt_spans(steps, steps[0][0].state, 470), want);
+  EXPECT_EQ(one.last.error, "");
+  EXPECT_EQ(one.ids, alone(chunks_per_step_options(1), first, 6));
+  // The second prompt: from the cache point, its chunk's rest (300-320) and the next chunk, ending
+  // at its end (340), in one step.
+  ASSERT_GT(steps.size(), second_start);
+  const auto second_spans = prompt_spans(steps, steps[second_start][0].state, 340, second_start);
+  EXPECT_EQ(second_spans, (std::vector<std::pair<int64_t, int64_t>>{{300, 340}}));
+  EXPECT_EQ(two.last.cached_tokens, 300);
+  EXPECT_EQ(two.ids, expected);
+}
+
+// Three requests decode while a 470-token prompt is fed four chunks a step: each decodes in every
+// step from its first token to its last, no step passes the token budget, and every request gives
+// what it gives alone a chunk a step.
+TEST_F(EngineStepBudget, DecodesRunEveryStepBesideSeveralChunks) {
+  const int64_t vocab = model_->info().vocab_size;
+  const EngineOptions options = chunks_per_step_options(4);
+  RecordingModel recording(*model_);
+  std::vector<Outcome> outcomes(4);
+  {
+    Engine engine(recording, nullptr, options);
+    RequestParams params;
+    params.max_tokens = 40;
+    for (int i = 0; i < 3; ++i) engine.submit(prompt_of(50 + i, 6, vocab), params, outcomes[size_t(i)].callback());
+    params.max_tokens = 4;
+    engine.submit(prompt_of(60, 470, vocab), params, outcomes[3].callback());
+    for (auto& outcome : outcomes) outcome.wait();
+  }
+  const auto steps = recording.steps();
+  const SequenceState* long_state = nullptr;
+  for (const auto& step : steps)
+    for (const auto& item : step)
+      if (item.begin >= 100) long_state = item.state;
+  ASSERT_NE(long_state, nullptr);
+  std::map<const SequenceState*, std::vector<size_t>> decode_steps;
+  size_t last_prompt_step = 0;
+  for (size_t index = 0; index < steps.size(); ++index) {
+    int64_t tokens = 0;
+    for (const auto& item : steps[index]) {
+      tokens += item.tokens;
+      if (item.state == long_state && item.begin < 470) last_prompt_step = index;
+      if (item.state != long_state && item.begin >= 6) {
+        decode_steps[item.state].push_back(index);
+        EXPECT_EQ(item.tokens, 1);
+      }
+    }
+    EXPECT_LE(tokens, options.step_token_budget) << "step " << index;
+  }
+  ASSERT_EQ(decode_steps.size(), 3u);
+  for (const auto& [state, indices] : decode_steps) {
+    ASSERT_EQ(indices.size(), 39u);
+    EXPECT_EQ(indices.back() - indices.front(), 38u) << "a decoding request skipped a step";
+    EXPECT_LT(indices.front(), last_prompt_step);  // it decoded beside the prompt's chunks
+  }
+  // The long prompt: whole chunks from where the one before ended; four of them beside the three
+  // decodes (3 + 128 tokens of the 132).
+  const auto spans = prompt_spans(steps, long_state, 470);
+  int64_t fed = 0, widest = 0;
+  for (const auto& [begin, end] : spans) {
+    EXPECT_EQ(begin, fed);
+    EXPECT_TRUE(end % 32 == 0 || end == 470) << end;
+    widest = std::max(widest, end - begin);
+    fed = end;
+  }
+  EXPECT_EQ(fed, 470);
+  EXPECT_EQ(widest, 128);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(outcomes[size_t(i)].ids, alone(chunks_per_step_options(1), prompt_of(50 + i, 6, vocab), 40));
+  EXPECT_EQ(outcomes[3].ids, alone(chunks_per_step_options(1), prompt_of(60, 470, vocab), 4));
+}
+
+// Past context C the cost binds: a lone 448-token prompt at C = 64, up to eight chunks a step
+// (their pieces shrink with depth, so the token budget alone would hold eight): it takes its next
+// chunks only while the step's cost holds them, so no step costs more than the limit, steps deep in
+// the prompt still carry several chunks, and the tokens are those of one chunk a step.
+TEST_F(EngineStepBudget, SeveralChunksAStepWithinTheCost) {
+  const std::vector<int32_t> prompt = prompt_of(70, 448, model_->info().vocab_size);
+  std::vector<int32_t> one_chunk_ids;
+  size_t one_chunk_steps = 0;
+  for (int64_t chunks : {1, 8}) {
+    SCOPED_TRACE("chunks per step " + std::to_string(chunks));
+    EngineOptions options = chunks_per_step_options(chunks);
+    options.step_cost_context = 64;
+    options.min_prefill_chunk = 4;
+    RecordingModel recording(*model_);
+    Outcome outcome;
+    {
+      Engine engine(recording, nullptr, options);
+      RequestParams params;
+      params.max_tokens = 4;
+      engine.submit(prompt, params, outcome.callback());
+      outcome.wait();
+    }
+    const auto steps = recording.steps();
+    const auto spans = prompt_spans(steps, steps[0][0].state, 448);
+    const double step_limit = 2.0 * double(options.step_token_budget);
+    const StepBudget budget(64, options.step_token_budget, 32, 4);
+    int64_t fed = 0, stopped_by_cost = 0, deep_several = 0;
+    for (const auto& [begin, end] : spans) {
+      EXPECT_EQ(begin, fed);
+      fed = end;
+      EXPECT_LE(cost_of(begin, end, 64.0), step_limit) << "step at " << begin;
+      int64_t pieces = 0;
+      for (int64_t at = begin; at < end; at = budget.chunk_end(at)) ++pieces;
+      EXPECT_EQ(budget.chunk_end(end - 1), end) << "a step ends inside a chunk";
+      EXPECT_LE(pieces, chunks);
+      deep_several += begin >= 256 && pieces > 1;
+      // A step of fewer chunks than allowed stops where one more would pass the token budget or
+      // the cost limit.
+      if (end == 448 || pieces == chunks) continue;
+      const int64_t next = budget.chunk_end(end);
+      const bool over_cost = cost_of(begin, next, 64.0) > step_limit;
+      EXPECT_TRUE(next - begin > options.step_token_budget || over_cost) << "step at " << begin;
+      stopped_by_cost += over_cost;
+    }
+    EXPECT_EQ(fed, 448);
+    if (chunks == 1) {
+      one_chunk_steps = spans.size();
+    } else {
+      EXPECT_GT(stopped_by_cost, 0);
+      EXPECT_GT(deep_several, 0);
+      EXPECT_LT(spans.size(), one_chunk_steps);
+    }
+    std::printf("%lld chunks a step: %zu prompt steps, %lld stopped by the cost\n", (long long)chunks, spans.size(),
+                (long long)stopped_by_cost);
+    ASSERT_EQ(outcome.ids.size(), 4u);
+    if (chunks == 1) one_chunk_ids = outcome.ids;
+    EXPECT_EQ(outcome.ids, one_chunk_ids);
+  }
+}
+
+TEST_F(EngineStepBudget, RefusesNoPromptChunksAStep) {
+  EXPECT_THROW(Engine(*model_, nullptr, chunks_per_step_options(0)), Error);
 }
 
 }  // namespace
