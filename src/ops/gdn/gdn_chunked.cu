@@ -9,7 +9,8 @@
 //     the next chunk's rows copied (cp.async) while this one's products run;
 //   output (chunk, value head): O = (q e^c) S_start + attn V', then the gated RMSNorm epilogue
 //     (and the optional FP8 codes) exactly as sm90_gdn_recurrent writes them.
-// fp32 throughout, fixed reduction orders, no atomics: bit-identical run to run.
+// The state and output products run on the tensor cores in 3xTF32 (fp32-accurate, see mma_3xtf32),
+// the rest in fp32; fixed reduction orders, no atomics: bit-identical run to run.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -30,21 +31,27 @@ constexpr int kChunk = int(kGdnChunk);
 constexpr int kMaxDk = 128, kMaxDv = 128;
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kScanTile = 256;  // sequences staged per pass when locating a chunk
-// prepare: q and k rows padded to 129 floats (the 4x4 q.k tiles read them conflict-free).
-constexpr int kRowPad = kMaxDk + 1;
-constexpr size_t kPrepareShared = sizeof(float) * (2 * kChunk * kRowPad + kChunk * kChunk + 5 * kChunk);
-// state: S [128][32], W and k e^{c_last - c} [64][128] each, V' [64][32].
+// state: S [128][32], W and k e^{c_last - c} [64][128] each, V' [64][32]; rows padded so that
+// the tensor-core fragments' shared loads are conflict-free (A operands: ld = 4 mod 32 read row-wise,
+// 8 mod 32 read transposed; B operands: 8 mod 32) and stay 16-byte aligned for cp.async.
 constexpr int kStateCols = 32;
-constexpr int kStateRows = kMaxDk / kWarps;  // state rows per thread (16)
-constexpr int kSolveRows = kChunk / kWarps;  // V' rows per thread (8)
+constexpr int kStateLd = kStateCols + 8, kWLd = kMaxDk + 4, kKLd = kMaxDk + 8;
 constexpr size_t kStateShared =
-    sizeof(float) * (kMaxDk * kStateCols + 2 * kChunk * kMaxDk + kChunk * kStateCols);
-// output: phase 1 S [128][128] + q [64][128]; phase 2 (same memory) V' [64][128] + attn [64][64].
-constexpr int kOutRows = kChunk / kWarps;  // output rows per warp (8)
-constexpr int kOutCols = kMaxDv / 32;      // output columns per lane (4)
-constexpr size_t kOutputShared = sizeof(float) * (kMaxDk * kMaxDv + kChunk * kMaxDk);
+    sizeof(float) * (kMaxDk * kStateLd + kChunk * kWLd + kChunk * kKLd + kChunk * kStateLd);
+// output: phase 1 S [128][128] + q [64][128]; phase 2 (same memory) V' [64][128] + attn [64][64],
+// then O [64][128] for the epilogue; padded as the state's.
+constexpr int kOutLd = kMaxDv + 8, kQLd = kMaxDk + 4, kAttnLd = kChunk + 4;
+constexpr int kOutRows = kChunk / kWarps;  // epilogue rows per warp (8)
+constexpr int kOutCols = kMaxDv / 32;      // epilogue columns per lane (4)
+constexpr size_t kOutputShared = sizeof(float) * (kMaxDk * kOutLd + kChunk * kQLd);
+// prepare: q and k [64][kQLd] each, then (same memory) [U | W] [64][kXLd]; A [64][kAttnLd] and five
+// per-row scalars.
+constexpr int kXLd = kMaxDv + kMaxDk + 8;
+constexpr size_t kPrepareShared = sizeof(float) * (kChunk * kXLd + kChunk * kAttnLd + 5 * kChunk);
+static_assert(2 * kQLd <= kXLd, "prepare: [U | W] over q and k");
 static_assert(kThreads >= kMaxDk + kMaxDv, "prepare: one thread per column of [U | W]");
-static_assert(kChunk * kMaxDv + kChunk * kChunk <= kMaxDk * kMaxDv + kChunk * kMaxDk, "output phase 2 fits");
+static_assert(kChunk * (kOutLd + kAttnLd + kQLd) <= kMaxDk * kOutLd + kChunk * kQLd, "output phase 2 fits");
+static_assert(kChunk == 64 && kMaxDk == 128 && kMaxDv == 128 && kWarps == 8, "the tensor-core tilings");
 
 // The step's scratch, carved by the launcher (gdn_chunked_scratch_floats): per token and value head
 // W [dk], U then V' [dv], the attn row [64] and the factors {q: rnorm dk^-0.5 e^{c}, k: rnorm
@@ -103,51 +110,117 @@ __device__ ChunkRef locate_chunk(const StepLayout& layout, int32_t min_tokens, i
 
 __device__ __forceinline__ float softplus(float a) { return a > 20.0f ? a : log1pf(expf(a)); }
 
+// 16 bytes from global to shared memory without waiting; zeros where !valid (nothing is read).
+__device__ __forceinline__ void copy_16(float* destination, const float* source, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(device::smem_address(destination)),
+               "l"(source), "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+// The state and output products on the tensor cores: mma.sync m16n8k8 in TF32 with each f32
+// operand split into a TF32 high part and the TF32 rounding of its remainder, summed as
+// lo * hi + hi * lo + hi * hi ("3xTF32"): the dropped lo * lo term is ~2^-22 of the product, so the
+// result is fp32-accurate (kCudaChunkedDeltaRuleRelL2 holds) at several times the CUDA cores' rate.
+// Fragments (PTX ISA, m16n8k8 .tf32), g = lane / 4, t = lane % 4: A rows g, g + 8 x columns t, t + 4;
+// B rows t, t + 4 x column g; C rows g, g + 8 x columns 2t, 2t + 1.
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+template <int N>
+struct Split {
+  uint32_t hi[N], lo[N];
+};
+
+template <int N>
+__device__ __forceinline__ Split<N> split(const float (&x)[N]) {
+  Split<N> s;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    s.hi[i] = to_tf32(x[i]);
+    s.lo[i] = to_tf32(x[i] - __uint_as_float(s.hi[i]));
+  }
+  return s;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const Split<4>& a, const Split<2>& b) {
+  mma_tf32(d, a.lo, b.hi);
+  mma_tf32(d, a.hi, b.lo);
+  mma_tf32(d, a.hi, b.hi);
+}
+
+// A fragment of the 16 x 8 tile at (r0, k0) of a row-major shared matrix (row stride `ld`).
+__device__ __forceinline__ Split<4> load_a(const float* s, int ld, int r0, int k0, int g, int t) {
+  const float a[4] = {s[(r0 + g) * ld + k0 + t], s[(r0 + g + 8) * ld + k0 + t], s[(r0 + g) * ld + k0 + t + 4],
+                      s[(r0 + g + 8) * ld + k0 + t + 4]};
+  return split(a);
+}
+
+// The same from a transposed shared matrix: A[m][k] = s[k][m].
+__device__ __forceinline__ Split<4> load_a_transposed(const float* s, int ld, int r0, int k0, int g, int t) {
+  const float a[4] = {s[(k0 + t) * ld + r0 + g], s[(k0 + t) * ld + r0 + g + 8], s[(k0 + t + 4) * ld + r0 + g],
+                      s[(k0 + t + 4) * ld + r0 + g + 8]};
+  return split(a);
+}
+
+// B fragment of the 8 x 8 tile at (k0, n0) of a row-major shared matrix B[k][n].
+__device__ __forceinline__ Split<2> load_b(const float* s, int ld, int k0, int n0, int g, int t) {
+  const float b[2] = {s[(k0 + t) * ld + n0 + g], s[(k0 + t + 4) * ld + n0 + g]};
+  return split(b);
+}
+
+__device__ __forceinline__ void store2(float* p, float x, float y) { *reinterpret_cast<float2*>(p) = make_float2(x, y); }
+
+// B fragment from a transposed shared matrix: B[k][n] = s[n][k].
+__device__ __forceinline__ Split<2> load_b_transposed(const float* s, int ld, int k0, int n0, int g, int t) {
+  const float b[2] = {s[(n0 + g) * ld + k0 + t], s[(n0 + g) * ld + k0 + t + 4]};
+  return split(b);
+}
+
 // Grid (chunk bound, value head), kThreads threads.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_prepare(ChunkedArgs args) {
   extern __shared__ float4 shared_f4[];
-  float* s_q = reinterpret_cast<float*>(shared_f4);  // [64][129], normalised, q scaled
-  float* s_k = s_q + kChunk * kRowPad;               // [64][129], normalised
-  float* s_a = s_k + kChunk * kRowPad;               // [64][64] strictly lower A
-  float* s_c = s_a + kChunk * kChunk;                // [64] cumsum(g)
-  float* s_g = s_c + kChunk;                         // [64] g
-  float* s_beta = s_g + kChunk;                      // [64]
-  float* s_qn = s_beta + kChunk;                     // [64] q rnorm
-  float* s_kn = s_qn + kChunk;                       // [64] k rnorm
+  float* s_q = reinterpret_cast<float*>(shared_f4);  // [64][kQLd], normalised, q scaled
+  float* s_k = s_q + kChunk * kQLd;                   // [64][kQLd], normalised
+  float* s_x = s_q;                                   // [64][kXLd] [U | W], once q and k are read
+  float* s_a = s_q + kChunk * kXLd;                   // [64][kAttnLd] strictly lower A
+  float* s_c = s_a + kChunk * kAttnLd;                // [64] cumsum(g)
+  float* s_g = s_c + kChunk;                          // [64] g
+  float* s_beta = s_g + kChunk;                       // [64]
+  float* s_qn = s_beta + kChunk;                      // [64] q rnorm
+  float* s_kn = s_qn + kChunk;                        // [64] k rnorm
   device::pdl_enter();
   const ChunkRef chunk = locate_chunk(args.layout, args.min_tokens, int32_t(blockIdx.x), -1);
   if (chunk.seq < 0) return;
   const auto& shape = args.shape;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int64_t head = blockIdx.y, hk = shape.num_k_heads, hv = shape.num_v_heads;
-  const int dk = int(shape.k_dim), dv = int(shape.v_dim), L = chunk.count;
+  const int dk = int(shape.k_dim), dv = int(shape.v_dim), L = chunk.count, dk8 = (dk + 7) / 8 * 8;
   const int64_t key_head = head / (hv / hk), conv_dim = 2 * hk * dk + hv * dv, t0 = chunk.first;
   const Scratch& scratch = args.scratch;
 
-  // Raw q and k rows (zero past the chunk's tokens and past dk), 8 rows' loads in flight at once
-  // (the padded rows are not 16-byte aligned for cp.async).
-  constexpr int kBatch = 8, kLoads = kChunk * kMaxDk / kThreads;
+  // Raw q and k rows (zero past the chunk's tokens and past dk), copied at once.
+  constexpr int kRowQuads = kMaxDk / 4;
 #pragma unroll
-  for (int b = 0; b < kLoads; b += kBatch) {
-    float q[kBatch], k[kBatch];
-#pragma unroll
-    for (int n = 0; n < kBatch; ++n) {
-      const int idx = tid + (b + n) * kThreads, i = idx / kMaxDk, d = idx % kMaxDk;
-      q[n] = k[n] = 0.0f;
-      if (i < L && d < dk) {
-        const float* row = args.conv_out + (t0 + i) * conv_dim;
-        q[n] = row[key_head * dk + d];
-        k[n] = row[hk * dk + key_head * dk + d];
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < kBatch; ++n) {
-      const int idx = tid + (b + n) * kThreads, i = idx / kMaxDk, d = idx % kMaxDk;
-      s_q[i * kRowPad + d] = q[n];
-      s_k[i * kRowPad + d] = k[n];
-    }
+  for (int n = 0; n < kChunk * kRowQuads / kThreads; ++n) {
+    const int idx = tid + n * kThreads, i = idx / kRowQuads, d = 4 * (idx % kRowQuads);
+    const bool valid = i < L && d < dk;
+    const float* row = args.conv_out + (t0 + i) * conv_dim;
+    copy_16(s_q + i * kQLd + d, valid ? row + key_head * dk + d : args.conv_out, valid);
+    copy_16(s_k + i * kQLd + d, valid ? row + hk * dk + key_head * dk + d : args.conv_out, valid);
   }
+  device::cp_async_commit();
+  device::cp_async_wait<0>();
   __syncthreads();
   // Per token: the L2 norms (one warp per row, fixed order), beta and g.
   const T* ba = static_cast<const T*>(args.ba);
@@ -155,22 +228,22 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_prepare(ChunkedArgs a
   for (int i = warp; i < kChunk; i += kWarps) {
     float qq = 0.0f, kk = 0.0f;
     for (int d = lane; d < kMaxDk; d += 32) {
-      qq += s_q[i * kRowPad + d] * s_q[i * kRowPad + d];
-      kk += s_k[i * kRowPad + d] * s_k[i * kRowPad + d];
+      qq += s_q[i * kQLd + d] * s_q[i * kQLd + d];
+      kk += s_k[i * kQLd + d] * s_k[i * kQLd + d];
     }
     qq = device::warp_sum(qq);
     kk = device::warp_sum(kk);
     if (lane == 0) {
-      float beta = 0.0f, g = 0.0f;
+      float beta = 0.0f, gate = 0.0f;
       if (i < L) {
         beta = device::sigmoid(device::to_float(ba[(t0 + i) * 2 * hv + head]));
         const float a = device::to_float(ba[(t0 + i) * 2 * hv + hv + head]) + dt_bias;
-        g = -expf(a_log) * softplus(a);
+        gate = -expf(a_log) * softplus(a);
       }
       s_qn[i] = rsqrtf(qq + 1e-6f);
       s_kn[i] = rsqrtf(kk + 1e-6f);
       s_beta[i] = beta;
-      s_g[i] = g;
+      s_g[i] = gate;
     }
   }
   __syncthreads();
@@ -181,71 +254,97 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_prepare(ChunkedArgs a
   const float q_scale = rsqrtf(float(dk));
   for (int idx = tid; idx < kChunk * kMaxDk; idx += kThreads) {
     const int i = idx / kMaxDk, d = idx % kMaxDk;
-    s_q[i * kRowPad + d] = s_q[i * kRowPad + d] * s_qn[i] * q_scale;  // as sm90_gdn_recurrent
-    s_k[i * kRowPad + d] *= s_kn[i];
+    s_q[i * kQLd + d] = s_q[i * kQLd + d] * s_qn[i] * q_scale;  // as sm90_gdn_recurrent
+    s_k[i * kQLd + d] *= s_kn[i];
   }
   __syncthreads();
 
-  // k_i.k_j and q_i.k_j for 4x4 (i, j) per thread: i = ib + 16 r, j = jb + 16 c.
+  // k_i.k_j and q_i.k_j on the tensor cores: warp w the rows 16 (w % 4).. and columns 32 (w / 4)..;
+  // tiles wholly above the diagonal are masked to zero anyway and skipped.
   {
-    const int ib = tid / 16, jb = tid % 16;
+    const int om0 = 16 * (warp % 4), on0 = 32 * (warp / 4);
     float kk[4][4] = {}, qk[4][4] = {};
-    for (int d = 0; d < dk; ++d) {
-      float qi[4], ki[4], kj[4];
+    for (int k0 = 0; k0 < dk8; k0 += 8) {
+      const Split<4> ak = load_a(s_k, kQLd, om0, k0, g, t), aq = load_a(s_q, kQLd, om0, k0, g, t);
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        qi[r] = s_q[(ib + 16 * r) * kRowPad + d];
-        ki[r] = s_k[(ib + 16 * r) * kRowPad + d];
-        kj[r] = s_k[(jb + 16 * r) * kRowPad + d];
+      for (int n = 0; n < 4; ++n) {
+        if (on0 + 8 * n > om0 + 15) continue;  // warp-uniform
+        const Split<2> b = load_b_transposed(s_k, kQLd, k0, on0 + 8 * n, g, t);
+        mma_3xtf32(kk[n], ak, b);
+        mma_3xtf32(qk[n], aq, b);
       }
+    }
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
+    for (int n = 0; n < 4; ++n)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          kk[r][c] = fmaf(ki[r], kj[c], kk[r][c]);
-          qk[r][c] = fmaf(qi[r], kj[c], qk[r][c]);
+      for (int h = 0; h < 2; ++h) {
+        const int i = om0 + g + 8 * h, j = on0 + 8 * n + 2 * t;
+        float attn[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float decay = j + e <= i && i < L ? expf(s_c[i] - s_c[j + e]) : 0.0f;
+          s_a[i * kAttnLd + j + e] = j + e < i && i < L ? s_beta[i] * kk[n][2 * h + e] * decay : 0.0f;
+          attn[e] = qk[n][2 * h + e] * decay;
         }
-    }
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int i = ib + 16 * r;
-      float* attn_row = scratch.attn + ((t0 + i) * hv + head) * kChunk;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int j = jb + 16 * c;
-        const float decay = j <= i && i < L ? expf(s_c[i] - s_c[j]) : 0.0f;
-        s_a[i * kChunk + j] = j < i && i < L ? s_beta[i] * kk[r][c] * decay : 0.0f;
-        if (i < L) attn_row[j] = qk[r][c] * decay;
+        if (i < L) store2(scratch.attn + ((t0 + i) * hv + head) * kChunk + j, attn[0], attn[1]);
       }
-    }
   }
-  __syncthreads();
 
-  // Forward substitution with the unit lower-triangular I + A, one column of [U | W] per thread,
-  // rows in registers (every index a compile-time constant).
-  const int col = tid;
-  if (col < dv + dk) {
-    const bool value = col < dv;
-    const int d = value ? col : col - dv;
-    float x[kChunk];
+  // [U | W] = (I + A)^-1 [beta v | beta k e^c], columns U 0..127 and W 128..255 of s_x, one per
+  // thread. The right-hand sides go through registers: s_x takes the memory of q and k.
+  const bool value = tid < kMaxDv;
+  const int d = value ? tid : tid - kMaxDv;
+  const bool active = value ? d < dv : d < dk;
+  float x[kChunk];
 #pragma unroll
-    for (int i = 0; i < kChunk; ++i) {
-      x[i] = 0.0f;
-      if (i < L)
-        x[i] = value ? s_beta[i] * args.conv_out[(t0 + i) * conv_dim + 2 * hk * dk + head * dv + d]
-                     : s_beta[i] * s_k[i * kRowPad + d] * expf(s_c[i]);
+  for (int i = 0; i < kChunk; ++i) {
+    x[i] = 0.0f;
+    if (active && i < L)
+      x[i] = value ? s_beta[i] * args.conv_out[(t0 + i) * conv_dim + 2 * hk * dk + head * dv + d]
+                   : s_beta[i] * s_k[i * kQLd + d] * expf(s_c[i]);
+  }
+  __syncthreads();  // q and k read (and s_a written)
+#pragma unroll
+  for (int i = 0; i < kChunk; ++i) s_x[i * kXLd + tid] = x[i];
+  __syncthreads();
+  // Blocked forward substitution over 16-row blocks: block b's rows first lose A[b, <b] X[<b]
+  // (tensor cores; warp w the columns 32 w..), then the unit lower-triangular 16 x 16 diagonal block
+  // is solved one column per thread.
+  float* dst = value ? scratch.u + (t0 * hv + head) * dv + d : scratch.w + (t0 * hv + head) * dk + d;
+  const int64_t row_stride = value ? hv * dv : hv * dk;
+  for (int r0 = 0; r0 < L; r0 += 16) {
+    if (r0 > 0) {
+      float acc[4][4] = {};
+      for (int k0 = 0; k0 < r0; k0 += 8) {
+        const Split<4> a = load_a(s_a, kAttnLd, r0, k0, g, t);
+#pragma unroll
+        for (int n = 0; n < 4; ++n) mma_3xtf32(acc[n], a, load_b(s_x, kXLd, k0, 32 * warp + 8 * n, g, t));
+      }
+#pragma unroll
+      for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float2* p = reinterpret_cast<float2*>(&s_x[(r0 + g + 8 * h) * kXLd + 32 * warp + 8 * n + 2 * t]);
+          float2 v = *p;
+          v.x -= acc[n][2 * h];
+          v.y -= acc[n][2 * h + 1];
+          *p = v;
+        }
+      __syncthreads();
     }
+    float y[16];
 #pragma unroll
-    for (int i = 1; i < kChunk; ++i) {
-      if (i >= L) break;
+    for (int r = 0; r < 16; ++r) y[r] = s_x[(r0 + r) * kXLd + tid];
 #pragma unroll
-      for (int j = 0; j < i; ++j) x[i] = fmaf(-s_a[i * kChunk + j], x[j], x[i]);
+    for (int r = 1; r < 16; ++r)
+#pragma unroll
+      for (int j = 0; j < r; ++j) y[r] = fmaf(-s_a[(r0 + r) * kAttnLd + r0 + j], y[j], y[r]);
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      s_x[(r0 + r) * kXLd + tid] = y[r];
+      if (active && r0 + r < L) dst[(r0 + r) * row_stride] = y[r];
     }
-    float* dst = value ? scratch.u + (t0 * hv + head) * dv + d : scratch.w + (t0 * hv + head) * dk + d;
-    const int64_t row_stride = value ? hv * dv : hv * dk;
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i)
-      if (i < L) dst[i * row_stride] = x[i];
+    __syncthreads();
   }
   if (tid < L) {
     const float last = s_c[L - 1];
@@ -257,56 +356,50 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_prepare(ChunkedArgs a
   }
 }
 
-// 16 bytes from global to shared memory without waiting; zeros where !valid (nothing is read).
-__device__ __forceinline__ void copy_16(float* destination, const float* source, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(device::smem_address(destination)),
-               "l"(source), "r"(valid ? 16 : 0)
-               : "memory");
-}
-
 // The state walk's copies of one chunk: L rows of dk floats (row t of the step at rows + t *
-// stride) into shared [64][128], each thread its float4s tid, tid + 256, ... (kCopies at most),
-// without waiting. The same thread later scales the same float4s (no barrier in between).
+// stride) into shared rows of `ld` floats, each thread its float4s tid, tid + 256, ... (kCopies at
+// most), without waiting. The same thread later scales the same float4s (no barrier in between).
 constexpr int kCopies = kChunk * kMaxDk / 4 / kThreads;
-__device__ __forceinline__ void copy_chunk_rows(float* shared, const float* rows, int64_t stride, int64_t t0, int L,
-                                                int dk) {
+__device__ __forceinline__ void copy_chunk_rows(float* shared, int ld, const float* rows, int64_t stride, int64_t t0,
+                                                int L, int dk) {
   const int quads = dk / 4;
 #pragma unroll
   for (int n = 0; n < kCopies; ++n) {
     const int idx = int(threadIdx.x) + n * kThreads;
     if (idx < L * quads) {
       const int i = idx / quads, q = idx - i * quads;
-      copy_16(shared + i * kMaxDk + 4 * q, rows + (t0 + i) * stride + 4 * q, true);
+      copy_16(shared + i * ld + 4 * q, rows + (t0 + i) * stride + 4 * q, true);
     }
   }
 }
 
 // Grid (sequence, value head, column group of 32), kThreads threads: the state S[:, 32 columns]
-// chunk after chunk. Lane = column; in the V' product warp w owns rows 8w..8w+7 of the chunk, in
-// the state update rows 16w..16w+15 of S (held in registers between chunks). The next chunk's W
-// rows are copied (cp.async) while this chunk's state update runs, its k rows while its V'
-// product runs, so the walk waits on L2 once per chunk at most rather than once per row.
+// chunk after chunk, on the tensor cores. V' = U - W S: warp w owns rows 16 (w % 4).. of the chunk
+// and columns 16 (w / 4)..; S = e^{c_last} S + (k e^{c_last - c})^T V': warp w owns rows 16 w.. of
+// S, all 32 columns, held in registers (C fragments) between chunks. The next chunk's W rows are
+// copied (cp.async) while this chunk's state update runs, its k rows while its V' product runs, so
+// the walk waits on L2 once per chunk at most rather than once per row.
 __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs args) {
   extern __shared__ float4 shared_f4[];
-  float* s_s = reinterpret_cast<float*>(shared_f4);  // [128][32] S at the chunk's start
-  float* s_w = s_s + kMaxDk * kStateCols;             // [64][128] W
-  float* s_kd = s_w + kChunk * kMaxDk;                // [64][128] k rnorm e^{c_last - c}
-  float* s_v = s_kd + kChunk * kMaxDk;                // [64][32] V'
+  float* s_s = reinterpret_cast<float*>(shared_f4);  // [128][kStateLd] S at the chunk's start
+  float* s_w = s_s + kMaxDk * kStateLd;               // [64][kWLd] W
+  float* s_kd = s_w + kChunk * kWLd;                  // [64][kKLd] k rnorm e^{c_last - c}
+  float* s_v = s_kd + kChunk * kKLd;                  // [64][kStateLd] V'
   device::pdl_enter();
   const int64_t seq = blockIdx.x;
   const int32_t seq_first = args.layout.seq_start[seq], seq_end = args.layout.seq_start[seq + 1];
   if (seq_end - seq_first < args.min_tokens) return;  // token by token (gdn_recurrent)
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  // Columns past dk stay zero (the state rows past dk then stay finite); locate_chunk syncs
-  // before the first copy lands there.
-  for (int idx = tid; idx < 2 * kChunk * kMaxDk; idx += kThreads) s_w[idx] = 0.0f;  // s_w and s_kd
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  // Columns past dk stay zero (the state rows past dk then stay zero); locate_chunk syncs before
+  // the first copy lands there.
+  for (int idx = tid; idx < kChunk * (kWLd + kKLd); idx += kThreads) s_w[idx] = 0.0f;  // s_w and s_kd
   const ChunkRef first_chunk = locate_chunk(args.layout, args.min_tokens, -1, int32_t(seq));
   const auto& shape = args.shape;
   const int64_t head = blockIdx.y, hk = shape.num_k_heads, hv = shape.num_v_heads;
-  const int dk = int(shape.k_dim), dv = int(shape.v_dim);
+  const int dk = int(shape.k_dim), dv = int(shape.v_dim), dk8 = (dk + 7) / 8 * 8;
   const int64_t key_head = head / (hv / hk), conv_dim = 2 * hk * dk + hv * dv;
-  const int col = int(blockIdx.z) * kStateCols + lane;
-  const bool owns_column = col < dv;
+  const int col0 = int(blockIdx.z) * kStateCols;     // the group's first column
+  const int vm0 = 16 * (warp % 4), vn0 = 16 * (warp / 4), sm0 = 16 * warp;
   const Scratch& scratch = args.scratch;
   float* state = args.recurrent + (int64_t(args.layout.slots[seq]) * hv + head) * dk * dv;
   const float* w_rows = scratch.w + head * dk;                               // row t: + t * hv * dk
@@ -316,33 +409,43 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs 
   // The k rows' factors (rnorm e^{c_last - c}) of this thread's float4s, read as the copies go.
   float k_factor[kCopies];
   const auto copy_k = [&](int64_t t0, int L) {
-    copy_chunk_rows(s_kd, k_rows, conv_dim, t0, L, dk);
+    copy_chunk_rows(s_kd, kKLd, k_rows, conv_dim, t0, L, dk);
 #pragma unroll
     for (int n = 0; n < kCopies; ++n) {
       const int idx = tid + n * kThreads;
       if (idx < L * quads) k_factor[n] = scratch.factors[((t0 + idx / quads) * hv + head) * 2 + 1];
     }
   };
-  const auto load_u = [&](float (&u)[kSolveRows], int64_t t0, int L) {
+  // U at this warp's V' fragment: [n][h]: rows vm0 + g + 8h, columns vn0 + 8n + 2t (+1).
+  const auto load_u = [&](float2 (&u)[2][2], int64_t t0, int L) {
 #pragma unroll
-    for (int r = 0; r < kSolveRows; ++r) {
-      const int i = warp * kSolveRows + r;
-      u[r] = owns_column && i < L ? scratch.u[((t0 + i) * hv + head) * dv + col] : 0.0f;
-    }
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = vm0 + g + 8 * h, c = col0 + vn0 + 8 * n + 2 * t;
+        u[n][h] = i < L && c < dv ? *reinterpret_cast<const float2*>(&scratch.u[((t0 + i) * hv + head) * dv + c])
+                                  : make_float2(0.0f, 0.0f);
+      }
   };
 
-  float r_s[kStateRows];
+  // S at this warp's fragments: [n][2h + e]: row sm0 + g + 8h, column col0 + 8n + 2t + e.
+  float r_s[4][4];
 #pragma unroll
-  for (int r = 0; r < kStateRows; ++r) {
-    const int d = warp * kStateRows + r;
-    r_s[r] = owns_column && d < dk ? state[d * dv + col] : 0.0f;
-  }
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int d = sm0 + g + 8 * h, c = col0 + 8 * n + 2 * t;
+      const float2 value =
+          d < dk && c < dv ? *reinterpret_cast<const float2*>(&state[d * dv + c]) : make_float2(0.0f, 0.0f);
+      r_s[n][2 * h] = value.x;
+      r_s[n][2 * h + 1] = value.y;
+    }
   // Groups of copies in flight, oldest first: W(chunk), k(chunk), W(chunk + 1), k(chunk + 1)...
-  copy_chunk_rows(s_w, w_rows, hv * dk, seq_first, min(kChunk, seq_end - seq_first), dk);
+  copy_chunk_rows(s_w, kWLd, w_rows, hv * dk, seq_first, min(kChunk, seq_end - seq_first), dk);
   device::cp_async_commit();
   copy_k(seq_first, min(kChunk, seq_end - seq_first));
   device::cp_async_commit();
-  float u[kSolveRows];
+  float2 u[2][2];
   load_u(u, seq_first, min(kChunk, seq_end - seq_first));
   for (int32_t t0 = seq_first, index = first_chunk.index; t0 < seq_end; t0 += kChunk, ++index) {
     const int L = min(kChunk, seq_end - t0);
@@ -351,39 +454,35 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs 
     // The chunk's start state: to shared memory for V', to the scratch for the output kernel.
     float* saved = scratch.states + (int64_t(index) * hv + head) * dk * dv;
 #pragma unroll
-    for (int r = 0; r < kStateRows; ++r) {
-      const int d = warp * kStateRows + r;
-      s_s[d * kStateCols + lane] = r_s[r];
-      if (owns_column && d < dk) saved[d * dv + col] = r_s[r];
-    }
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int d = sm0 + g + 8 * h, c = 8 * n + 2 * t;
+        store2(&s_s[d * kStateLd + c], r_s[n][2 * h], r_s[n][2 * h + 1]);
+        if (d < dk && col0 + c < dv) store2(&saved[d * dv + col0 + c], r_s[n][2 * h], r_s[n][2 * h + 1]);
+      }
     const float chunk_decay = scratch.decay[int64_t(index) * hv + head];
     device::cp_async_wait<1>();  // this chunk's W (its k rows may still be in flight)
     __syncthreads();
 
-    // V' = U - W S for this warp's rows.
-    float acc[kSolveRows] = {};
-#pragma unroll 2
-    for (int d = 0; d < dk; d += 4) {
-      const float s0 = s_s[(d + 0) * kStateCols + lane], s1 = s_s[(d + 1) * kStateCols + lane];
-      const float s2 = s_s[(d + 2) * kStateCols + lane], s3 = s_s[(d + 3) * kStateCols + lane];
+    // V' = U - W S for this warp's tile.
+    float acc[2][4] = {};
+    for (int k0 = 0; k0 < dk8; k0 += 8) {
+      const Split<4> a = load_a(s_w, kWLd, vm0, k0, g, t);
 #pragma unroll
-      for (int r = 0; r < kSolveRows; ++r) {
-        const float4 w4 = *reinterpret_cast<const float4*>(&s_w[(warp * kSolveRows + r) * kMaxDk + d]);
-        acc[r] = fmaf(w4.x, s0, acc[r]);
-        acc[r] = fmaf(w4.y, s1, acc[r]);
-        acc[r] = fmaf(w4.z, s2, acc[r]);
-        acc[r] = fmaf(w4.w, s3, acc[r]);
+      for (int n = 0; n < 2; ++n) mma_3xtf32(acc[n], a, load_b(s_s, kStateLd, k0, vn0 + 8 * n, g, t));
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = vm0 + g + 8 * h, c = vn0 + 8 * n + 2 * t;
+        const float v0 = i < L ? u[n][h].x - acc[n][2 * h] : 0.0f, v1 = i < L ? u[n][h].y - acc[n][2 * h + 1] : 0.0f;
+        store2(&s_v[i * kStateLd + c], v0, v1);
+        if (i < L && col0 + c < dv) store2(&scratch.u[((t0 + i) * hv + head) * dv + col0 + c], v0, v1);
       }
-    }
-#pragma unroll
-    for (int r = 0; r < kSolveRows; ++r) {
-      const int i = warp * kSolveRows + r;
-      const float v_new = i < L ? u[r] - acc[r] : 0.0f;
-      s_v[i * kStateCols + lane] = v_new;
-      if (owns_column && i < L) scratch.u[((t0 + i) * hv + head) * dv + col] = v_new;
-    }
     __syncthreads();  // W read: the next chunk's rows may land
-    if (next_L > 0) copy_chunk_rows(s_w, w_rows, hv * dk, next, next_L, dk);
+    if (next_L > 0) copy_chunk_rows(s_w, kWLd, w_rows, hv * dk, next, next_L, dk);
     device::cp_async_commit();
     if (next_L > 0) load_u(u, next, next_L);
     device::cp_async_wait<1>();  // this chunk's k rows (the next W may still be in flight)
@@ -393,7 +492,7 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs 
       const int idx = tid + n * kThreads;
       if (idx < L * quads) {
         const int i = idx / quads, q = idx - i * quads;
-        float4* k4 = reinterpret_cast<float4*>(&s_kd[i * kMaxDk + 4 * q]);
+        float4* k4 = reinterpret_cast<float4*>(&s_kd[i * kKLd + 4 * q]);
         float4 value = *k4;
         value.x *= k_factor[n];
         value.y *= k_factor[n];
@@ -404,20 +503,16 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs 
     }
     __syncthreads();
 
-    // S = e^{c_last} S + (k e^{c_last - c})^T V' for this warp's rows of S.
+    // S = e^{c_last} S + (k e^{c_last - c})^T V' for this warp's rows of S. V' rows past L are
+    // zero, so the k rows there (the previous chunk's, finite) add nothing.
 #pragma unroll
-    for (int r = 0; r < kStateRows; ++r) r_s[r] *= chunk_decay;
-#pragma unroll 4
-    for (int j = 0; j < L; ++j) {
-      const float v = s_v[j * kStateCols + lane];
+    for (int n = 0; n < 4; ++n)
 #pragma unroll
-      for (int q = 0; q < kStateRows / 4; ++q) {
-        const float4 k4 = *reinterpret_cast<const float4*>(&s_kd[j * kMaxDk + warp * kStateRows + 4 * q]);
-        r_s[4 * q + 0] = fmaf(k4.x, v, r_s[4 * q + 0]);
-        r_s[4 * q + 1] = fmaf(k4.y, v, r_s[4 * q + 1]);
-        r_s[4 * q + 2] = fmaf(k4.z, v, r_s[4 * q + 2]);
-        r_s[4 * q + 3] = fmaf(k4.w, v, r_s[4 * q + 3]);
-      }
+      for (int e = 0; e < 4; ++e) r_s[n][e] *= chunk_decay;
+    for (int j0 = 0; j0 < L; j0 += 8) {
+      const Split<4> a = load_a_transposed(s_kd, kKLd, sm0, j0, g, t);
+#pragma unroll
+      for (int n = 0; n < 4; ++n) mma_3xtf32(r_s[n], a, load_b(s_v, kStateLd, j0, 8 * n, g, t));
     }
     __syncthreads();  // s_s, s_kd and s_v are rewritten by the next chunk
     if (next_L > 0) copy_k(next, next_L);
@@ -425,52 +520,46 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs 
   }
   device::cp_async_wait_all();
 #pragma unroll
-  for (int r = 0; r < kStateRows; ++r) {
-    const int d = warp * kStateRows + r;
-    if (owns_column && d < dk) state[d * dv + col] = r_s[r];
-  }
-}
-
-// Grid (chunk bound, value head), kThreads threads: warp w owns rows 8w..8w+7 of the chunk, lane
-// columns lane + 32m. O = (q rnorm dk^-0.5 e^c) S_start + attn V', then per row (one warp):
-// out = norm_w * rmsnorm(O) * silu(z) and its FP8 codes, as sm90_gdn_recurrent writes them.
-// o[m] += a.x * b[0][m] + a.y * b[1][m] + a.z * b[2][m] + a.w * b[3][m], fused in that order.
-__device__ __forceinline__ void fma4(float (&o)[kOutCols], float4 a, const float (&b)[4][kOutCols]) {
+  for (int n = 0; n < 4; ++n)
 #pragma unroll
-  for (int m = 0; m < kOutCols; ++m) {
-    o[m] = fmaf(a.x, b[0][m], o[m]);
-    o[m] = fmaf(a.y, b[1][m], o[m]);
-    o[m] = fmaf(a.z, b[2][m], o[m]);
-    o[m] = fmaf(a.w, b[3][m], o[m]);
-  }
+    for (int h = 0; h < 2; ++h) {
+      const int d = sm0 + g + 8 * h, c = col0 + 8 * n + 2 * t;
+      if (d < dk && c < dv) store2(&state[d * dv + c], r_s[n][2 * h], r_s[n][2 * h + 1]);
+    }
 }
 
+// Grid (chunk bound, value head), kThreads threads, on the tensor cores: O = (q rnorm dk^-0.5 e^c)
+// S_start + attn V', warp w owning rows 16 (w % 4).. and columns 64 (w / 4).. of the chunk's
+// [64][dv] output; then per row (one warp, from shared memory): out = norm_w * rmsnorm(O) *
+// silu(z) and its FP8 codes, as sm90_gdn_recurrent writes them.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs args) {
   extern __shared__ float4 shared_f4[];
-  float* s_s = reinterpret_cast<float*>(shared_f4);  // phase 1: [128][128] S at the chunk's start
-  float* s_q = s_s + kMaxDk * kMaxDv;                 // phase 1: [64][128] q, scaled
-  float* s_v = reinterpret_cast<float*>(shared_f4);   // phase 2: [64][128] V'
-  float* s_attn = s_v + kChunk * kMaxDv;              // phase 2: [64][64]
+  float* s_s = reinterpret_cast<float*>(shared_f4);  // phase 1: [128][kOutLd] S at the chunk's start
+  float* s_q = s_s + kMaxDk * kOutLd;                 // phase 1: [64][kQLd] q, scaled
+  float* s_v = reinterpret_cast<float*>(shared_f4);   // phase 2: [64][kOutLd] V'
+  float* s_attn = s_v + kChunk * kOutLd;              // phase 2: [64][kAttnLd]
+  float* s_o = s_attn + kChunk * kAttnLd;             // epilogue: [64][kQLd] O
   device::pdl_enter();
   const ChunkRef chunk = locate_chunk(args.layout, args.min_tokens, int32_t(blockIdx.x), -1);
   if (chunk.seq < 0) return;
   const auto& shape = args.shape;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int64_t head = blockIdx.y, hk = shape.num_k_heads, hv = shape.num_v_heads;
-  const int dk = int(shape.k_dim), dv = int(shape.v_dim), L = chunk.count;
+  const int dk = int(shape.k_dim), dv = int(shape.v_dim), L = chunk.count, dk8 = (dk + 7) / 8 * 8;
   const int64_t key_head = head / (hv / hk), conv_dim = 2 * hk * dk + hv * dv, t0 = chunk.first;
+  const int om0 = 16 * (warp % 4), on0 = 64 * (warp / 4);
   const Scratch& scratch = args.scratch;
 
   // Phase 1's rows, copied all at once (cp.async) and waited for once: S [dk][dv] (zeros past
   // them) and the raw q rows, then each thread scales its own q float4s.
   const float* saved = scratch.states + (int64_t(chunk.index) * hv + head) * dk * dv;
-  constexpr int kRowQuads = kMaxDv / 4;  // float4s per shared row (kMaxDk == kMaxDv)
+  constexpr int kRowQuads = kMaxDv / 4;  // float4s per row (kMaxDk == kMaxDv)
 #pragma unroll
   for (int n = 0; n < kMaxDk * kRowQuads / kThreads; ++n) {
     const int idx = tid + n * kThreads, d = idx / kRowQuads, c = 4 * (idx % kRowQuads);
     const bool valid = d < dk && c < dv;
-    copy_16(s_s + d * kMaxDv + c, valid ? saved + d * dv + c : saved, valid);
+    copy_16(s_s + d * kOutLd + c, valid ? saved + d * dv + c : saved, valid);
   }
   constexpr int kQCopies = kChunk * kRowQuads / kThreads;
   const float* q_rows = args.conv_out + key_head * dk;
@@ -479,7 +568,7 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs ar
   for (int n = 0; n < kQCopies; ++n) {
     const int idx = tid + n * kThreads, i = idx / kRowQuads, d = 4 * (idx % kRowQuads);
     const bool valid = i < L && d < dk;
-    copy_16(s_q + i * kMaxDk + d, valid ? q_rows + (t0 + i) * conv_dim + d : q_rows, valid);
+    copy_16(s_q + i * kQLd + d, valid ? q_rows + (t0 + i) * conv_dim + d : q_rows, valid);
     q_factor[n] = valid ? scratch.factors[((t0 + i) * hv + head) * 2] : 0.0f;
   }
   device::cp_async_commit();
@@ -487,7 +576,7 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs ar
 #pragma unroll
   for (int n = 0; n < kQCopies; ++n) {
     const int idx = tid + n * kThreads, i = idx / kRowQuads, d = 4 * (idx % kRowQuads);
-    float4* q4 = reinterpret_cast<float4*>(&s_q[i * kMaxDk + d]);
+    float4* q4 = reinterpret_cast<float4*>(&s_q[i * kQLd + d]);
     float4 value = *q4;
     value.x *= q_factor[n];
     value.y *= q_factor[n];
@@ -496,17 +585,11 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs ar
     *q4 = value;
   }
   __syncthreads();
-  float o[kOutRows][kOutCols] = {};
-  for (int d = 0; d < dk; d += 4) {
-    float s[4][kOutCols];
+  float acc[8][4] = {};
+  for (int k0 = 0; k0 < dk8; k0 += 8) {
+    const Split<4> a = load_a(s_q, kQLd, om0, k0, g, t);
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-#pragma unroll
-      for (int m = 0; m < kOutCols; ++m) s[e][m] = s_s[(d + e) * kMaxDv + lane + 32 * m];
-#pragma unroll
-    for (int r = 0; r < kOutRows; ++r) {
-      fma4(o[r], *reinterpret_cast<const float4*>(&s_q[(warp * kOutRows + r) * kMaxDk + d]), s);
-    }
+    for (int n = 0; n < 8; ++n) mma_3xtf32(acc[n], a, load_b(s_s, kOutLd, k0, on0 + 8 * n, g, t));
   }
   __syncthreads();  // phase 2 reuses the shared memory
   // V' rows and attn rows (zeros past the chunk's tokens and past dv), copied at once.
@@ -514,31 +597,31 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs ar
   for (int n = 0; n < kChunk * kRowQuads / kThreads; ++n) {
     const int idx = tid + n * kThreads, i = idx / kRowQuads, c = 4 * (idx % kRowQuads);
     const bool valid = i < L && c < dv;
-    copy_16(s_v + i * kMaxDv + c, valid ? scratch.u + ((t0 + i) * hv + head) * dv + c : scratch.u, valid);
+    copy_16(s_v + i * kOutLd + c, valid ? scratch.u + ((t0 + i) * hv + head) * dv + c : scratch.u, valid);
   }
 #pragma unroll
   for (int n = 0; n < kChunk * kChunk / 4 / kThreads; ++n) {
     const int idx = tid + n * kThreads, i = idx / (kChunk / 4), j = 4 * (idx % (kChunk / 4));
     const bool valid = i < L;
-    copy_16(s_attn + i * kChunk + j, valid ? scratch.attn + ((t0 + i) * hv + head) * kChunk + j : scratch.attn,
+    copy_16(s_attn + i * kAttnLd + j, valid ? scratch.attn + ((t0 + i) * hv + head) * kChunk + j : scratch.attn,
             valid);
   }
   device::cp_async_commit();
   device::cp_async_wait<0>();
   __syncthreads();
-  // attn[i][j] is zero for j > i: this warp's rows need j < 8 (w + 1) only.
-  const int j_end = min(L, (warp + 1) * kOutRows);
-  for (int j = 0; j < j_end; j += 4) {
-    float v[4][kOutCols];
+  // attn[i][j] is zero for j > i: this warp's rows need j < om0 + 16 only.
+  const int j_end = min(L, om0 + 16);
+  for (int j0 = 0; j0 < j_end; j0 += 8) {
+    const Split<4> a = load_a(s_attn, kAttnLd, om0, j0, g, t);
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-#pragma unroll
-      for (int m = 0; m < kOutCols; ++m) v[e][m] = s_v[(j + e) * kMaxDv + lane + 32 * m];
-#pragma unroll
-    for (int r = 0; r < kOutRows; ++r) {
-      fma4(o[r], *reinterpret_cast<const float4*>(&s_attn[(warp * kOutRows + r) * kChunk + j]), v);
-    }
+    for (int n = 0; n < 8; ++n) mma_3xtf32(acc[n], a, load_b(s_v, kOutLd, j0, on0 + 8 * n, g, t));
   }
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      store2(&s_o[(om0 + g + 8 * h) * kQLd + on0 + 8 * n + 2 * t], acc[n][2 * h], acc[n][2 * h + 1]);
+  __syncthreads();
 
   // Gated RMSNorm over the head's dv outputs, one warp per row: w * rmsnorm(o) * silu(z).
   const T* projected = static_cast<const T*>(args.projected);
@@ -546,11 +629,14 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs ar
   for (int r = 0; r < kOutRows; ++r) {
     const int i = warp * kOutRows + r;
     if (i >= L) break;  // warp-uniform
-    const int64_t t = t0 + i;
+    const int64_t tok = t0 + i;
+    float o[kOutCols];
+#pragma unroll
+    for (int m = 0; m < kOutCols; ++m) o[m] = s_o[i * kQLd + lane + 32 * m];
     float square = 0.0f;
 #pragma unroll
     for (int m = 0; m < kOutCols; ++m)
-      if (lane + 32 * m < dv) square += o[r][m] * o[r][m];
+      if (lane + 32 * m < dv) square += o[m] * o[m];
     const float inv_rms = rsqrtf(device::warp_sum(square) / float(dv) + shape.eps);
     float rounded[kOutCols];
     float absmax = 0.0f;
@@ -559,10 +645,10 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs ar
       const int c = lane + 32 * m;
       rounded[m] = 0.0f;
       if (c >= dv) continue;
-      const float z = device::to_float(projected[t * args.projected_stride + args.z_offset + head * dv + c]);
-      const float normed = args.norm_w[c] * (o[r][m] * inv_rms) * device::silu(z);
+      const float z = device::to_float(projected[tok * args.projected_stride + args.z_offset + head * dv + c]);
+      const float normed = args.norm_w[c] * (o[m] * inv_rms) * device::silu(z);
       const T stored = device::from_float<T>(normed);
-      static_cast<T*>(args.out)[t * hv * dv + head * dv + c] = stored;
+      static_cast<T*>(args.out)[tok * hv * dv + head * dv + c] = stored;
       rounded[m] = device::to_float(stored);
       absmax = fmaxf(absmax, fabsf(rounded[m]));
     }
@@ -572,10 +658,10 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs ar
       for (int m = 0; m < kOutCols; ++m) {
         const int c = lane + 32 * m;
         if (c < dv)
-          args.q_codes[t * hv * dv + head * dv + c] =
+          args.q_codes[tok * hv * dv + head * dv + c] =
               __nv_fp8_e4m3(fminf(fmaxf(rounded[m] / scale, -448.0f), 448.0f)).__x;
       }
-      if (lane == 0) args.q_scales[t * hv + head] = scale;
+      if (lane == 0) args.q_scales[tok * hv + head] = scale;
     }
   }
 }
