@@ -53,10 +53,11 @@ struct EngineOptions {
   // so a request's arithmetic (hence its greedy output) does not depend on what else is running
   // (with max_prompt_chunks_per_step 1).
   int64_t prefill_chunk = 256;
-  // The most consecutive chunks of one prompt a step feeds (as one forward of their tokens): after
-  // a prompt's first chunk, its next ones while the step's token and cost budgets hold them, up to
-  // the next prefix-cache snapshot point (every prefix_snapshot_stride tokens, cache_point), where
-  // the step ends as it would with one chunk. A lone prompt then runs in forwards of about
+  // The most consecutive chunks of one prompt a step feeds (as one forward of their tokens), in a
+  // step with no decode, verify or re-fed tokens (beside those, one chunk a prompt, so the gaps
+  // between their tokens stay as short): after a prompt's first chunk, its next ones while the
+  // step's token and cost budgets hold them, up to the next prefix-cache snapshot point (every
+  // prefix_snapshot_stride tokens, cache_point), where the step ends as it would with one chunk. A lone prompt then runs in forwards of about
   // step_token_budget tokens. Chunk boundaries stay those of the position, but how many share a
   // forward depends on what else runs: 1 keeps a request's shapes independent of the load (batch
   // invariance).
