@@ -184,8 +184,9 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
         const auto start = std::chrono::steady_clock::now();
         if (engine_path) {
           // As the engine packs a step (Engine::schedule): each prompt's next chunk, in order,
-          // while the step's prompt budget holds it, and up to chunks_per_step of its chunks after
-          // it that the budget holds; then one token of every decoding sequence.
+          // while the step's prompt budget holds it, and (in a step without decoding sequences) up
+          // to chunks_per_step of its chunks after it that the budget holds; then one token of
+          // every decoding sequence.
           std::vector<vt::SequenceState*> prompts{state.get()};
           for (auto& other : others) prompts.push_back(other.get());
           std::vector<vt::BatchItem> items;
@@ -196,7 +197,8 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
               const int64_t begin = prompts[p]->length();
               int64_t count = std::min({args.prefill_chunk, tokens - begin, budget});
               if (count < std::min(args.prefill_chunk, tokens - begin) && !items.empty()) break;
-              for (int64_t chunks = 1; chunks < chunks_per_step && begin + count < tokens; ++chunks) {
+              for (int64_t chunks = 1; decoders.empty() && chunks < chunks_per_step && begin + count < tokens;
+                   ++chunks) {
                 const int64_t next = std::min(args.prefill_chunk, tokens - begin - count);
                 if (next > budget - count) break;
                 count += next;
