@@ -53,12 +53,16 @@ TEST(StepBudget, ChunkBoundariesDependOnThePositionAlone) {
       EXPECT_GE(size, 16);
       EXPECT_LE(size, 64);
       // Within the chunk limit unless already the smallest chunk.
-      if (size > 16) EXPECT_LE(budget.cost(boundaries[i], boundaries[i + 1]), budget.chunk_limit() + 1e-9);
+      if (size > 16) {
+        EXPECT_LE(budget.cost(boundaries[i], boundaries[i + 1]), budget.chunk_limit() + 1e-9);
+      }
       // Fed from anywhere inside a chunk (a restored prefix), it ends where it would from 0.
       for (int64_t fed = boundaries[i]; fed < boundaries[i + 1]; ++fed)
         ASSERT_EQ(budget.chunk_end(fed), boundaries[i + 1]) << "context " << context << " fed " << fed;
     }
-    if (context == 0) EXPECT_EQ(boundaries.size(), 4096u / 64);  // tokens alone: whole chunks
+    if (context == 0) {
+      EXPECT_EQ(boundaries.size(), 4096u / 64);  // tokens alone: whole chunks
+    }
   }
   // Below context C a chunk is whole; past it chunks shrink.
   const StepBudget budget(3072, 128, 64, 16);
@@ -174,18 +178,20 @@ class EngineStepBudget : public ::testing::Test {
     std::vector<std::vector<RecordingModel::Item>> steps;
     std::vector<std::vector<int32_t>> outputs;  // the short requests', then the long one's
   };
-  // Three short requests decode while a 448-token prompt is fed.
-  static Run short_streams_beside_a_long_prompt(const EngineOptions& options) {
+  // Three short requests (6-token prompts, `short_tokens` each, seeds seed..seed+2) decode while a
+  // `long_length`-token prompt (seed + 10) is fed.
+  static Run short_streams_beside_a_long_prompt(const EngineOptions& options, int64_t long_length = 448,
+                                                int64_t short_tokens = 100, uint32_t seed = 10) {
     RecordingModel recording(*model_);
     const int64_t vocab = model_->info().vocab_size;
     std::vector<Outcome> outcomes(4);
     {
       Engine engine(recording, nullptr, options);
       RequestParams params;
-      params.max_tokens = 100;
-      for (int i = 0; i < 3; ++i) engine.submit(prompt_of(10 + i, 6, vocab), params, outcomes[size_t(i)].callback());
+      params.max_tokens = short_tokens;
+      for (uint32_t i = 0; i < 3; ++i) engine.submit(prompt_of(seed + i, 6, vocab), params, outcomes[i].callback());
       params.max_tokens = 4;
-      engine.submit(prompt_of(20, 448, vocab), params, outcomes[3].callback());
+      engine.submit(prompt_of(seed + 10, long_length, vocab), params, outcomes[3].callback());
       for (auto& outcome : outcomes) outcome.wait();
     }
     Run run;
@@ -249,7 +255,9 @@ TEST_F(EngineStepBudget, LongPromptChunksShrinkSoEveryStepStaysWithinTheCost) {
   EXPECT_EQ(widest[0], 32);   // the prompt's start: whole chunks
   EXPECT_EQ(widest[13], 8);   // 416 and more deep a token costs 7.5 units and more
   for (const auto& [window, tokens] : widest)
-    if (window > 0) EXPECT_LE(tokens, widest[window - 1]) << "window " << window;
+    if (window > 0) {
+      EXPECT_LE(tokens, widest[window - 1]) << "window " << window;
+    }
   // The short requests decoded beside all of it but the first chunk (which may share a step with
   // their prompts, as they arrive).
   for (const auto& [state, steps] : decode_steps)
@@ -414,18 +422,8 @@ TEST_F(EngineStepBudget, SeveralChunksAStepEndAtEverySnapshotPoint) {
 TEST_F(EngineStepBudget, BesideDecodesAPromptTakesOneChunkAStep) {
   const int64_t vocab = model_->info().vocab_size;
   const EngineOptions options = chunks_per_step_options(4);
-  RecordingModel recording(*model_);
-  std::vector<Outcome> outcomes(4);
-  {
-    Engine engine(recording, nullptr, options);
-    RequestParams params;
-    params.max_tokens = 40;
-    for (int i = 0; i < 3; ++i) engine.submit(prompt_of(50 + i, 6, vocab), params, outcomes[size_t(i)].callback());
-    params.max_tokens = 4;
-    engine.submit(prompt_of(60, 470, vocab), params, outcomes[3].callback());
-    for (auto& outcome : outcomes) outcome.wait();
-  }
-  const auto steps = recording.steps();
+  const Run run = short_streams_beside_a_long_prompt(options, 470, 40, 50);
+  const auto& steps = run.steps;
   const SequenceState* long_state = nullptr;
   for (const auto& step : steps)
     for (const auto& item : step)
@@ -448,7 +446,9 @@ TEST_F(EngineStepBudget, BesideDecodesAPromptTakesOneChunkAStep) {
     EXPECT_LE(tokens, options.step_token_budget) << "step " << index;
     // Beside decoding requests the prompt takes one chunk a step (each extra chunk would lengthen
     // the gaps between their tokens); only the first step, all prompts, may hold several.
-    if (decodes) EXPECT_LE(prompt_tokens, 32) << "step " << index;
+    if (decodes) {
+      EXPECT_LE(prompt_tokens, 32) << "step " << index;
+    }
   }
   ASSERT_EQ(decode_steps.size(), 3u);
   for (const auto& [state, indices] : decode_steps) {
@@ -468,8 +468,8 @@ TEST_F(EngineStepBudget, BesideDecodesAPromptTakesOneChunkAStep) {
   EXPECT_EQ(fed, 470);
   EXPECT_GT(widest, 32);  // the first step, before anything decodes
   for (int i = 0; i < 3; ++i)
-    EXPECT_EQ(outcomes[size_t(i)].ids, alone(chunks_per_step_options(1), prompt_of(50 + i, 6, vocab), 40));
-  EXPECT_EQ(outcomes[3].ids, alone(chunks_per_step_options(1), prompt_of(60, 470, vocab), 4));
+    EXPECT_EQ(run.outputs[size_t(i)], alone(chunks_per_step_options(1), prompt_of(50 + i, 6, vocab), 40));
+  EXPECT_EQ(run.outputs[3], alone(chunks_per_step_options(1), prompt_of(60, 470, vocab), 4));
 }
 
 // Past context C the cost binds: a lone 448-token prompt at C = 64, up to eight chunks a step
