@@ -8,7 +8,8 @@
 //   ... [--batch-invariant]   (CUDA, no experts: a request's tokens independent of the batch; slower)
 //   ... [--step-trace FILE]   (one JSON line per engine step: its times, tokens by kind and cost)
 //   ... [--step-cost-context C]   (a token at context p costs 1 + p/C: deep prompt chunks shrink)
-//   ... [--prompt-chunks-per-step N]   (a prompt's consecutive chunks in one step; default: the budget's)
+//   ... [--prompt-chunks-per-step N]   (a prompt's consecutive chunks in a step nothing decodes in;
+//       default: the budget's)
 //   ... [--prefix-cache on|off] [--prefix-snapshot-stride N]   (requests start from the longest saved
 //       state their prompt extends; on by default)
 //   ... [--chat-template FILE.jinja]   (instead of the model's own; its tool-call format is used)
@@ -317,8 +318,8 @@ void add_serve_commands(CLI::App& app) {
                     "tokens per step: decoding requests' plus prompt chunks (default 4 chunks + --max-running on CUDA, 128 on the CPU)")
       ->check(CLI::Range(1, 1 << 20));
   serve->add_option("--prompt-chunks-per-step", args->prompt_chunks_per_step,
-                    "the most consecutive --prefill-chunk chunks of one prompt a step feeds, as one forward, while "
-                    "the step's budget holds them (default 0: as many as --step-token-budget holds, 4 on CUDA; "
+                    "the most consecutive --prefill-chunk chunks of one prompt a step with no decoding request "
+                    "feeds, as one forward, while the step's budget holds them (default 0: as many as --step-token-budget holds, 4 on CUDA; "
                     "1 with --batch-invariant)")
       ->check(CLI::Range(0, 1 << 20));
   serve->add_option("--step-cost-context", args->engine.step_cost_context,
