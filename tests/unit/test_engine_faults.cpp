@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <random>
+#include <span>
 
 #include "core/error.h"
 #include "engine/engine.h"
@@ -167,10 +168,42 @@ TEST_F(EngineFaultTest, AFailedForwardFailsTheEngine) {
   EXPECT_NE(metrics.find("\nvt_engine_failed 1\n"), std::string::npos);
 }
 
+// A FaultyModel whose forwards wait until release(): requests submitted before it are all queued
+// when the engine's first step ends, however the engine's thread is scheduled.
+class HeldFaultyModel : public FaultyModel {
+ public:
+  using FaultyModel::FaultyModel;
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    released_ = true;
+    released_signal_.notify_all();
+  }
+  void forward_batch(std::span<const BatchItem> items, const TensorView& logits) override {
+    hold();
+    FaultyModel::forward_batch(items, logits);
+  }
+  void forward_batch_sample(std::span<const BatchItem> items, std::span<const RowOutput> rows,
+                            std::span<int32_t> tokens, const TensorView& logits) override {
+    hold();
+    FaultyModel::forward_batch_sample(items, rows, tokens, logits);
+  }
+
+ private:
+  void hold() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    released_signal_.wait(lock, [&] { return released_; });
+  }
+  std::mutex mutex_;
+  std::condition_variable released_signal_;
+  bool released_ = false;
+};
+
 // The fault in a step that also feeds a prompt chunk: every sequence in the step fails with it,
-// whichever round of the step it was in.
+// whichever round of the step it was in. The first forward is held until both requests are queued
+// (else the engine could decode the short one alone into the fault before the long one came, and
+// the second submit would meet a failed engine: a flake seen once under load).
 TEST_F(EngineFaultTest, FaultAmidPrefill) {
-  FaultyModel faulty(*model_, 2);
+  HeldFaultyModel faulty(*model_, 2);
   EngineOptions options;
   options.prefill_chunk = 4;
   options.step_token_budget = 8;
@@ -181,11 +214,13 @@ TEST_F(EngineFaultTest, FaultAmidPrefill) {
   params.max_tokens = 4;
   engine.submit(prompt_of(30, 3, vocab), params, first.callback());
   engine.submit(prompt_of(31, 30, vocab), params, second.callback());
+  faulty.release();
   first.wait();
   second.wait();
   EXPECT_FALSE(first.last.error.empty());
   EXPECT_FALSE(second.last.error.empty());
   EXPECT_TRUE(engine.failed());
+  EXPECT_EQ(faulty.forwards(), 2);
   EXPECT_EQ(engine.stats().cache.blocks_used, 0);
 }
 
