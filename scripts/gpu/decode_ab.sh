@@ -18,8 +18,9 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DVT_CUDA=ON -DCMAKE
   >"$LOGS/configure.log" 2>&1 || { tail -30 "$LOGS/configure.log"; exit 1; }
 [ -f .base-src/COMMIT ] || { echo "no .base-src: run scripts/gpu/base_src.sh <commit> first"; exit 1; }
 BASE=$(cat .base-src/COMMIT)
-rm -rf /tmp/vt-base && cp -r .base-src /tmp/vt-base && ln -sfn "$PWD/.gpu-deps" /tmp/vt-base/.gpu-deps
-(cmake -S /tmp/vt-base -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DVT_CUDA=ON -DCMAKE_PREFIX_PATH="$VT_DEPS" &&
+# Built in place, as prefill_round.sh does: the two share build-base (and build-gpu) in one call.
+ln -sfn "$PWD/.gpu-deps" .base-src/.gpu-deps
+(cmake -S .base-src -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DVT_CUDA=ON -DCMAKE_PREFIX_PATH="$VT_DEPS" &&
   cmake --build build-base -j 8 --target vt) >"$LOGS/base.log" 2>&1 &
 base_build=$!
 cmake --build build-gpu -j "$(nproc)" --target vt vt_cuda_tests >"$LOGS/build.log" 2>&1 || {
