@@ -184,27 +184,35 @@ void run_bench_prefill_cuda(const BenchArgs& args) {
         const auto start = std::chrono::steady_clock::now();
         if (engine_path) {
           // As the engine packs a step (Engine::schedule): each prompt's next chunk, in order,
-          // while the step's prompt budget holds it, and (in a step without decoding sequences) up
-          // to chunks_per_step of its chunks after it that the budget holds; then one token of
-          // every decoding sequence.
+          // while the step's prompt budget holds it, then (in a step without decoding sequences)
+          // each one's chunks after it, up to chunks_per_step a prompt, that the budget holds; then
+          // one token of every decoding sequence.
           std::vector<vt::SequenceState*> prompts{state.get()};
           for (auto& other : others) prompts.push_back(other.get());
           std::vector<vt::BatchItem> items;
+          std::vector<std::pair<vt::SequenceState*, int64_t>> fed;  // a prompt and its tokens this step
           for (size_t first = 0; first < prompts.size();) {
             items.clear();
+            fed.clear();
             int64_t budget = prompt_budget;
             for (size_t p = first; p < prompts.size() && budget > 0; ++p) {
               const int64_t begin = prompts[p]->length();
-              int64_t count = std::min({args.prefill_chunk, tokens - begin, budget});
-              if (count < std::min(args.prefill_chunk, tokens - begin) && !items.empty()) break;
+              if (begin >= tokens) continue;
+              const int64_t count = std::min({args.prefill_chunk, tokens - begin, budget});
+              if (count < std::min(args.prefill_chunk, tokens - begin) && !fed.empty()) break;
+              fed.push_back({prompts[p], count});
+              budget -= count;
+            }
+            for (auto& [prompt_state, count] : fed) {
+              const int64_t begin = prompt_state->length();
               for (int64_t chunks = 1; decoders.empty() && chunks < chunks_per_step && begin + count < tokens;
                    ++chunks) {
                 const int64_t next = std::min(args.prefill_chunk, tokens - begin - count);
-                if (next > budget - count) break;
+                if (next > budget) break;
                 count += next;
+                budget -= next;
               }
-              items.push_back({tokens_in.subspan(size_t(begin), size_t(count)), prompts[p]});
-              budget -= count;
+              items.push_back({tokens_in.subspan(size_t(begin), size_t(count)), prompt_state});
             }
             for (auto& decoder : decoders)
               if (decoder->length() < decoder->capacity()) items.push_back({std::span<const int32_t>(prompt).first(1), decoder.get()});

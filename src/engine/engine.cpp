@@ -212,10 +212,11 @@ void Engine::preempt_youngest() {
 // Decode tokens first (one each, or a speculating request's verify: its last token and drafts, in
 // admission order; each reserves the blocks it writes into, preempting the youngest when none is
 // free), then tokens a resumed request re-feeds, then prompt chunks while the budget lasts: each
-// prompt's next chunk and, in a step without decoding requests, up to max_prompt_chunks_per_step,
-// the ones after it (one forward; its blocks are held since admission). Every token is charged its cost (step_budget.h): decode and
-// verify tokens are held to the token budget alone, so they always run; re-fed tokens and every
-// prompt chunk after the step's first also to the cost left.
+// prompt's next chunk, then, in a step without decoding requests, the chunks after it, up to
+// max_prompt_chunks_per_step a prompt (one forward; its blocks are held since admission). Every
+// token is charged its cost (step_budget.h): decode and verify tokens are held to the token budget
+// alone, so they always run; re-fed tokens and every prompt chunk after the step's first also to
+// the cost left.
 void Engine::schedule(std::vector<Sequence*>& scheduled) {
   int64_t budget = options_.step_token_budget;
   double cost_left = step_budget_.step_limit();
@@ -270,11 +271,15 @@ void Engine::schedule(std::vector<Sequence*>& scheduled) {
     budget -= chunk;
     cost_left -= cost;
     scheduled.push_back(sequence.get());
-    // The same prompt's next chunks, when no decoding request is in the step, held to the budgets
-    // as a second prompt's chunk is. The step
-    // ends where a snapshot is saved (the state after the forward is the one saved). A drafter's
-    // kept hidden states stay within the step's tokens, hence the step token budget (draft_running).
-    for (int64_t chunks = 1; prompts_alone && chunks < options_.max_prompt_chunks_per_step; ++chunks) {
+  }
+  if (!prompts_alone) return;
+  // Then each prompt's next chunks, once every prompt has its next one (a prompt that arrives
+  // while another is mid-way is fed the next step, not after the other's extra chunks), held to
+  // the budgets as a second prompt's chunk is. The step ends where a snapshot is saved (the state
+  // after the forward is the one saved). A drafter's kept hidden states stay within the step's
+  // tokens, hence the step token budget (draft_running).
+  for (Sequence* sequence : scheduled) {
+    for (int64_t chunks = 1; chunks < options_.max_prompt_chunks_per_step; ++chunks) {
       const int64_t begin = sequence->fed + sequence->step_tokens;
       if (begin == sequence->prompt_size || snapshot_point(*sequence, begin)) break;
       const int64_t next = prompt_chunk(*sequence, begin);

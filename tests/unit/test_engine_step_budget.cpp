@@ -91,7 +91,11 @@ class RecordingModel final : public Model {
   }
   void forward_batch(std::span<const BatchItem> items, const TensorView& logits) override {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::unique_lock<std::mutex> lock(mutex_);
+      waiting_ = true;
+      signal_.notify_all();
+      signal_.wait(lock, [&] { return !held_; });
+      waiting_ = false;
       auto& step = steps_.emplace_back();
       for (const BatchItem& item : items) step.push_back({item.state, item.state->length(), int64_t(item.tokens.size())});
     }
@@ -107,10 +111,27 @@ class RecordingModel final : public Model {
     std::lock_guard<std::mutex> lock(mutex_);
     return steps_;
   }
+  // hold(): forwards wait until release(); wait_held() returns once one is waiting. A request
+  // submitted in between arrives while the step before it is being made.
+  void hold() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    held_ = true;
+  }
+  void wait_held() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    signal_.wait(lock, [&] { return waiting_; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    held_ = false;
+    signal_.notify_all();
+  }
 
  private:
   Model& inner_;
   std::mutex mutex_;
+  std::condition_variable signal_;
+  bool held_ = false, waiting_ = false;
   std::vector<std::vector<Item>> steps_;
 };
 
@@ -529,6 +550,48 @@ TEST_F(EngineStepBudget, SeveralChunksAStepWithinTheCost) {
     ASSERT_EQ(outcome.ids.size(), 4u);
     if (chunks == 1) one_chunk_ids = outcome.ids;
     EXPECT_EQ(outcome.ids, one_chunk_ids);
+  }
+}
+
+// A 40-token prompt arrives while a lone 470-token prompt's first step runs: it is fed the next
+// step, beside the long prompt's next chunk, whatever the chunks a step (the long prompt's extra
+// chunks come after every prompt's next one, not before; they held it back until the long prompt
+// was nearly all fed). Chunks of 32 at 1 and 4 a step, and vt serve's CPU shape (chunks of 64, 128
+// tokens a step, its 2 chunks a step).
+TEST_F(EngineStepBudget, APromptArrivingMidWayIsFedTheNextStep) {
+  const int64_t vocab = model_->info().vocab_size;
+  EngineOptions cpu_serve = chunks_per_step_options(1);
+  cpu_serve.prefill_chunk = 64;
+  cpu_serve.step_token_budget = 128;
+  cpu_serve.max_prompt_chunks_per_step = serving_prompt_chunks_per_step(cpu_serve, false);
+  ASSERT_EQ(cpu_serve.max_prompt_chunks_per_step, 2);
+  for (const EngineOptions& options : {chunks_per_step_options(1), chunks_per_step_options(4), cpu_serve}) {
+    SCOPED_TRACE("chunks of " + std::to_string(options.prefill_chunk) + ", " +
+                 std::to_string(options.max_prompt_chunks_per_step) + " a step");
+    RecordingModel recording(*model_);
+    Outcome long_outcome, short_outcome;
+    {
+      Engine engine(recording, nullptr, options);
+      RequestParams params;
+      params.max_tokens = 4;
+      recording.hold();
+      engine.submit(prompt_of(80, 470, vocab), params, long_outcome.callback());
+      recording.wait_held();  // the long prompt's first step is made and waits to run
+      engine.submit(prompt_of(81, 40, vocab), params, short_outcome.callback());
+      recording.release();
+      long_outcome.wait();
+      short_outcome.wait();
+    }
+    EXPECT_EQ(long_outcome.last.error, "");
+    EXPECT_EQ(short_outcome.last.error, "");
+    const auto steps = recording.steps();
+    ASSERT_GE(steps.size(), 2u);
+    ASSERT_EQ(steps[0].size(), 1u);  // the long prompt alone, its chunks as a lone prompt's
+    const SequenceState* long_state = steps[0][0].state;
+    EXPECT_EQ(steps[0][0].tokens, options.prefill_chunk * options.max_prompt_chunks_per_step);
+    ASSERT_EQ(steps[1].size(), 2u);
+    EXPECT_EQ(steps[1][0].state, long_state);
+    EXPECT_EQ(steps[1][1].begin, 0);  // the newcomer's first chunk
   }
 }
 
