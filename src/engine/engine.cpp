@@ -262,7 +262,7 @@ void Engine::schedule(std::vector<Sequence*>& scheduled) {
   const bool prompts_alone = scheduled.empty();
   bool chunked = false;
   for (auto& sequence : running_) {
-    if (sequence->decoding()) continue;
+    if (sequence->finished || sequence->decoding()) continue;  // finished: one that could not start
     const int64_t chunk = prompt_chunk(*sequence, sequence->fed);
     const double cost = step_budget_.cost(sequence->fed, sequence->fed + chunk);
     if (!scheduled.empty() && (chunk > budget || (chunked && cost > cost_left))) break;

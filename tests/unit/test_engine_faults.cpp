@@ -224,5 +224,29 @@ TEST_F(EngineFaultTest, FaultAmidPrefill) {
   EXPECT_EQ(engine.stats().cache.blocks_used, 0);
 }
 
+// A request that cannot start takes none of the step's budget: beside it, a 500-token prompt is fed
+// in four steps of up to four chunks (the failed one's phantom chunk left one of them 96 tokens, and a
+// fifth forward).
+TEST_F(EngineFaultTest, ARequestThatCannotStartTakesNoStepBudget) {
+  HeldFaultyModel faulty(*model_, 0, 2);
+  EngineOptions options;
+  options.prefill_chunk = 32;
+  options.step_token_budget = 4 * 32 + 4;
+  options.max_prompt_chunks_per_step = 4;
+  Engine engine(faulty, nullptr, options);
+  const int64_t vocab = model_->info().vocab_size;
+  Outcome long_prompt, failed;
+  RequestParams params;
+  params.max_tokens = 1;
+  engine.submit(prompt_of(50, 500, vocab), params, long_prompt.callback());
+  engine.submit(prompt_of(51, 40, vocab), params, failed.callback());
+  faulty.release();
+  long_prompt.wait();
+  failed.wait();
+  EXPECT_EQ(long_prompt.last.error, "");
+  EXPECT_NE(failed.last.error.find("the request could not start"), std::string::npos) << failed.last.error;
+  EXPECT_EQ(faulty.forwards(), 4);
+}
+
 }  // namespace
 }  // namespace vt
