@@ -61,6 +61,36 @@ class EngineFaultTest : public ::testing::Test {
 };
 Model* EngineFaultTest::model_ = nullptr;
 
+// A FaultyModel whose forwards wait until release(): requests submitted before it are all queued
+// when the engine's first step ends, however the engine's thread is scheduled.
+class HeldFaultyModel : public FaultyModel {
+ public:
+  using FaultyModel::FaultyModel;
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    released_ = true;
+    released_signal_.notify_all();
+  }
+  void forward_batch(std::span<const BatchItem> items, const TensorView& logits) override {
+    hold();
+    FaultyModel::forward_batch(items, logits);
+  }
+  void forward_batch_sample(std::span<const BatchItem> items, std::span<const RowOutput> rows,
+                            std::span<int32_t> tokens, const TensorView& logits) override {
+    hold();
+    FaultyModel::forward_batch_sample(items, rows, tokens, logits);
+  }
+
+ private:
+  void hold() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    released_signal_.wait(lock, [&] { return released_; });
+  }
+  std::mutex mutex_;
+  std::condition_variable released_signal_;
+  bool released_ = false;
+};
+
 TEST_F(EngineFaultTest, NoFaultChangesNothing) {
   const auto prompt = prompt_of(1, 9, model_->info().vocab_size);
   GenerateOptions generate_options;
@@ -120,7 +150,7 @@ TEST_F(EngineFaultTest, ARequestThatCannotStartFailsAlone) {
 // Two run (max_running 2) while two wait; the 6th batched forward throws. The running ones end with
 // the error and are not retryable; the waiting ones never ran and are; nothing is admitted again.
 TEST_F(EngineFaultTest, AFailedForwardFailsTheEngine) {
-  FaultyModel faulty(*model_, 6);
+  HeldFaultyModel faulty(*model_, 6);  // all four submitted before a forward runs
   EngineOptions options;
   options.max_running = 2;
   options.prefill_chunk = 8;
@@ -131,6 +161,7 @@ TEST_F(EngineFaultTest, AFailedForwardFailsTheEngine) {
   RequestParams params;
   params.max_tokens = 40;
   for (int i = 0; i < 4; ++i) engine.submit(prompt_of(10 + uint32_t(i), 12, vocab), params, outcomes[i].callback());
+  faulty.release();
   for (Outcome& outcome : outcomes) outcome.wait();
 
   for (int i = 0; i < 2; ++i) {
@@ -167,36 +198,6 @@ TEST_F(EngineFaultTest, AFailedForwardFailsTheEngine) {
   const std::string metrics = server::ServerMetrics("m").render(stats, 0);
   EXPECT_NE(metrics.find("\nvt_engine_failed 1\n"), std::string::npos);
 }
-
-// A FaultyModel whose forwards wait until release(): requests submitted before it are all queued
-// when the engine's first step ends, however the engine's thread is scheduled.
-class HeldFaultyModel : public FaultyModel {
- public:
-  using FaultyModel::FaultyModel;
-  void release() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    released_ = true;
-    released_signal_.notify_all();
-  }
-  void forward_batch(std::span<const BatchItem> items, const TensorView& logits) override {
-    hold();
-    FaultyModel::forward_batch(items, logits);
-  }
-  void forward_batch_sample(std::span<const BatchItem> items, std::span<const RowOutput> rows,
-                            std::span<int32_t> tokens, const TensorView& logits) override {
-    hold();
-    FaultyModel::forward_batch_sample(items, rows, tokens, logits);
-  }
-
- private:
-  void hold() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    released_signal_.wait(lock, [&] { return released_; });
-  }
-  std::mutex mutex_;
-  std::condition_variable released_signal_;
-  bool released_ = false;
-};
 
 // The fault in a step that also feeds a prompt chunk: every sequence in the step fails with it,
 // whichever round of the step it was in. The first forward is held until both requests are queued
