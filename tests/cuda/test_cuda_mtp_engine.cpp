@@ -257,9 +257,10 @@ TEST_F(CudaEngineMtp, SequenceHiddenStatesFollowTheCpu) {
 
 // ---- The serving engine ----
 
-// One request at a time, k = 1..8, prompts fed in chunks of 8 or 3: the ids are plain greedy
-// decoding's (the engine's without speculation); on the fitted prompts the drafts are accepted, as
-// many as the CPU engine accepts for the same request, chained ones too.
+// One request at a time, k = 1..8, prompts fed in chunks of 8 or 3, or (k = 2, 6) three chunks of
+// 8 a step, as vt serve packs a lone prompt (the ring then keeps a whole 24-token step): the ids
+// are plain greedy decoding's (the engine's without speculation); on the fitted prompts the drafts
+// are accepted, as many as the CPU engine accepts for the same request, chained ones too.
 TEST_F(CudaEngineMtp, GreedyAloneIdenticalToPlainForEveryK) {
   auto cuda = load_cuda(1, 24);
   std::vector<std::vector<int32_t>> prompts = *fitted_prompts_;
@@ -275,6 +276,7 @@ TEST_F(CudaEngineMtp, GreedyAloneIdenticalToPlainForEveryK) {
       SCOPED_TRACE("prompt " + std::to_string(p) + " k " + std::to_string(k));
       EngineOptions options = base;
       if (k % 2 == 1) options.prefill_chunk = 3;
+      if (k % 4 == 2) options.max_prompt_chunks_per_step = 3;
       RequestParams params = plain;
       params.num_draft = k;
       EngineStats stats;
@@ -287,6 +289,7 @@ TEST_F(CudaEngineMtp, GreedyAloneIdenticalToPlainForEveryK) {
       if (fitted) {
         EngineOptions on_cpu = mtp_options(*cpu_, 1, 24);
         on_cpu.prefill_chunk = options.prefill_chunk;
+        on_cpu.max_prompt_chunks_per_step = options.max_prompt_chunks_per_step;
         EngineStats cpu_stats;
         EXPECT_EQ(run_all(*cpu_, on_cpu, {prompts[p]}, {params}, &cpu_stats)[0].ids, want);
         EXPECT_GT(spec.accepted, 0);
