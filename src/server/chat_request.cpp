@@ -158,7 +158,11 @@ void add_message_agent_fields(const Json& message, const std::string& role, cons
       if (!name || !name->is_string()) invalid(at, at + " must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
       Json arguments = Json::object();
       if (const Json* given = field(*function, "arguments")) {
-        // The wire form is a JSON text; templates iterate an object, as HF users pass it.
+        // The wire form is a JSON text; templates iterate an object, as HF users pass it. The
+        // body's nesting limit does not see inside the text: it is held to the same limit here.
+        if (given->is_string() && nesting_exceeds(given->get_ref<const std::string&>(), kMaxJsonNesting))
+          invalid(at + ".function.arguments",
+                  at + ".function.arguments nests deeper than " + std::to_string(kMaxJsonNesting) + " levels");
         arguments = given->is_string() ? Json::parse(given->get<std::string>(), nullptr, false) : *given;
         if (!arguments.is_object()) invalid(at + ".function.arguments", at + ".function.arguments must be a JSON object (or its text)");
       }

@@ -188,7 +188,8 @@ void refuse_unsupported(const Json& body) {
       invalid(name, std::string("'") + name + "' is a chat field (/v1/chat/completions)");
 }
 
-// Nesting deeper than any API body, refused before parsing (deep trees cost stack to destroy).
+}  // namespace
+
 bool nesting_exceeds(std::string_view text, int limit) {
   int depth = 0;
   bool in_string = false, escaped = false;
@@ -208,8 +209,6 @@ bool nesting_exceeds(std::string_view text, int limit) {
   return false;
 }
 
-}  // namespace
-
 nlohmann::json error_body(const ApiError& error) {
   const char* type = error.status == 401 ? "authentication_error"
                      : error.status == 404 ? "not_found_error"
@@ -223,7 +222,8 @@ nlohmann::json error_body(const ApiError& error) {
 
 CompletionRequest parse_completion_request(std::string_view text, bool chat, const ValidationLimits& limits) {
   if (!utf8::is_valid(text)) invalid("", "the request body is not valid UTF-8");
-  if (nesting_exceeds(text, 32)) invalid("", "the request body nests deeper than 32 levels");
+  if (nesting_exceeds(text, kMaxJsonNesting))
+    invalid("", "the request body nests deeper than " + std::to_string(kMaxJsonNesting) + " levels");
   Json body = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) invalid("", "the request body is not valid JSON");
   if (!body.is_object()) invalid("", "the request body must be a JSON object");

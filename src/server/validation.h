@@ -31,6 +31,11 @@ nlohmann::json error_body(const ApiError& error);
 // body[name], or null when it is absent or JSON null (both mean "not given").
 const nlohmann::ordered_json* field(const nlohmann::ordered_json& body, const char* name);
 
+// Nesting deeper than any API body, refused before parsing: deep trees cost stack to copy and
+// destroy. Bodies, and JSON texts inside them (tool-call arguments), are held to kMaxJsonNesting.
+constexpr int kMaxJsonNesting = 32;
+bool nesting_exceeds(std::string_view text, int limit);
+
 struct ValidationLimits {
   std::string model_name;      // requests naming another model get 404
   int64_t vocab_size = 0;      // token-id prompts must lie in [0, vocab_size)

@@ -95,6 +95,31 @@ TEST(ChatRequest, BadAgentFieldsAre400sNamingTheField) {
   EXPECT_EQ(outcome(R"(, "tools": [], "tool_choice": "auto")").first, 400);  // no tools to choose from
 }
 
+// Arguments sent as JSON text nest inside a string, where the body's nesting limit does not look:
+// text nested deeper than any body may be is refused before it is parsed (copying a tree 400,000
+// levels deep overflowed the worker's stack and took the server down, from a body under 1 MB).
+TEST(ChatRequest, DeeplyNestedArgumentsTextIsA400) {
+  for (const int depth : {33, 400000}) {
+    const std::string arguments = "{\\\"a\\\": " + std::string(size_t(depth), '[') + std::string(size_t(depth), ']') + "}";
+    try {
+      parse_completion_request(R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": null,
+          "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": ")" +
+                                   arguments + R"("}}]}]})",
+                               true, limits());
+      FAIL() << "arguments nested " << depth << " deep accepted";
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.status, 400);
+      EXPECT_EQ(error.param, "messages[1].tool_calls[0].function.arguments");
+    }
+  }
+  // Nesting a real call has stays accepted.
+  const auto request = parse_completion_request(
+      R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "c",
+          "type": "function", "function": {"name": "f", "arguments": "{\"a\": [[{\"b\": [1, {\"c\": 2}]}]]}"}}]}]})",
+      true, limits());
+  EXPECT_EQ(request.messages[1]["tool_calls"][0]["function"]["arguments"], Json::parse(R"({"a": [[{"b": [1, {"c": 2}]}]]})"));
+}
+
 // The OpenAI wire form of an agent loop (arguments as JSON text, null content) renders as HF
 // renders the dict form HF users pass (tests/jinja/test_agent_loop_render.py checks that one
 // against jinja2 byte for byte).
