@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -61,6 +62,12 @@ ModelText load_model_text(const std::string& path) {
   }
   const std::string& eos = text.tokenizer->config().eos_token;
   if (!eos.empty() && text.tokenizer->token_to_id(eos) >= 0) text.stop_ids.push_back(text.tokenizer->token_to_id(eos));
+  text.generation = load_generation_config(path);
+  // HF generate and vLLM stop on each of these; an id the tokenizer lacks is never produced as text.
+  for (int32_t id : text.generation.eos_token_ids)
+    if (id < text.tokenizer->vocab_size() &&
+        std::find(text.stop_ids.begin(), text.stop_ids.end(), id) == text.stop_ids.end())
+      text.stop_ids.push_back(id);
   return text;
 }
 

@@ -9,6 +9,7 @@
 
 #include "jinja/chat_template.h"
 #include "model/model.h"
+#include "models/generation_config.h"
 #include "models/registry.h"
 #include "tokenizer/tokenizer.h"
 
@@ -20,7 +21,8 @@ std::unique_ptr<Model> load_model_with_progress(const std::string& path, LoadOpt
 struct ModelText {
   std::unique_ptr<Tokenizer> tokenizer;
   jinja::ChatTemplateSet chat_templates;  // empty templates: the model has none
-  std::vector<int32_t> stop_ids;          // end-of-sequence / end-of-turn ids
+  std::vector<int32_t> stop_ids;          // end-of-sequence / end-of-turn ids (generation_config.json's too)
+  GenerationConfig generation;            // an HF folder's generation_config.json (empty for GGUF)
 };
 
 ModelText load_model_text(const std::string& path);

@@ -73,6 +73,7 @@ struct ServeArgs {
   std::string prefix_cache = "on";
   double prefix_cache_gb = 4;
   std::string chat_template;  // a .jinja file replacing the model's templates
+  std::string generation_config = "auto";  // auto: the model's sampling defaults; vt: greedy
   int64_t inject_fault_at_forward = 0;  // testing: batched forwards from this one on throw
   vt::apps::LmHeadArgs lm_head;
 };
@@ -252,6 +253,11 @@ void run_serve(ServeArgs args) {
     text.chat_templates.templates = {{"default", source.str()}};
     text.chat_templates.origin = args.chat_template;
   }
+  if (args.generation_config == "auto" && text.generation.has_sampling()) {
+    args.server.default_sampling = text.generation.sampling_over(args.server.default_sampling);
+    std::fprintf(stderr, "vt serve: requests that leave them out sample with the model's generation_config.json: %s "
+                 "(--generation-config vt: greedy)\n", text.generation.sampling_summary().c_str());
+  }
   vt::server::ModelTextView view{text.tokenizer.get(), &text.chat_templates, text.stop_ids};
   vt::server::Server server(engine, view, args.server);
   const int port = server.bind();
@@ -296,6 +302,10 @@ void add_serve_commands(CLI::App& app) {
   serve->add_option("--weights", args->weights, "--synthetic weights: fp8 (128x128 blocks, default) or bf16");
   serve->add_option("--chat-template", args->chat_template, "a .jinja chat template instead of the model's own");
   serve->add_option("--tokenizer", args->tokenizer, "folder with tokenizer.json (default: the model's own)");
+  serve->add_option("--generation-config", args->generation_config,
+                    "auto (default): requests that leave temperature, top_k or top_p out get the values of the "
+                    "model's generation_config.json, as vLLM does; vt: greedy")
+      ->check(CLI::IsMember({"auto", "vt"}));
   serve->add_option("--tensor-parallel", args->tensor_parallel, "CUDA: GPUs to split the model over (NCCL), default 1")
       ->check(CLI::Range(1, 64));
   serve->add_option("--max-context", args->max_context, "CUDA: tokens per sequence (default 4096)")

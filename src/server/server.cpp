@@ -182,6 +182,8 @@ struct Server::Impl {
     limits.vocab_size = engine.model().info().vocab_size;
     limits.max_total_tokens = engine.max_request_tokens();
     limits.default_chat_max_tokens = options.default_chat_max_tokens;
+    check_sampling_params(options.default_sampling);
+    limits.default_sampling = options.default_sampling;
     limits.max_num_draft = engine.max_num_draft();
     structured = std::make_unique<StructuredOutput>(*text.tokenizer, limits.vocab_size, text.stop_ids);
     VT_CHECK(options.num_draft >= 0 && options.num_draft <= limits.max_num_draft, "serve: the default num_draft ",

@@ -30,6 +30,8 @@ struct ServerOptions {
   // limit are the fields above).
   HttpServerOptions http;
   int64_t default_chat_max_tokens = 512;
+  // Sampling for requests that leave temperature, top_k or top_p out (default: greedy).
+  SamplingParams default_sampling;
   // Origins (exact "scheme://host[:port]", or "*") whose browsers may call the API; others get no
   // CORS headers. Empty: none.
   std::vector<std::string> allowed_origins;

@@ -230,6 +230,8 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat, con
 
   CompletionRequest request;
   request.chat = chat;
+  request.sampling = limits.default_sampling;
+  request.sampling.seed = 0;
   if (const Json* model = field(body, "model")) {
     if (!model->is_string()) invalid("model", "'model' must be a string");
     if (model->get<std::string>() != limits.model_name)

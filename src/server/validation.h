@@ -46,6 +46,9 @@ struct ValidationLimits {
   int64_t max_n = 8;               // choices per request
   int64_t max_logit_bias = 1024;   // entries in logit_bias
   int64_t max_num_draft = 0;       // speculative drafts a request may ask for (0: speculation off)
+  // For requests that leave temperature, top_k or top_p out (greedy unless vt serve took the
+  // model's generation_config.json sampling, as vLLM does); its seed is not used.
+  SamplingParams default_sampling;
 };
 
 struct CompletionRequest {

@@ -50,6 +50,31 @@ TEST(ServerValidation, GoodBodiesParse) {
   EXPECT_EQ(request.messages[3]["role"], "system");
 }
 
+// vt serve --generation-config auto hands the model's sampling defaults over: fields a request
+// sets win, the others keep the defaults.
+TEST(ServerValidation, DefaultSamplingFillsWhatTheRequestLeavesOut) {
+  ValidationLimits with_defaults = limits();
+  with_defaults.default_sampling = {.temperature = 0.6f, .top_k = 20, .top_p = 0.95f, .seed = 9};
+  auto request = parse_completion_request(R"({"prompt": "hi"})", false, with_defaults);
+  EXPECT_FLOAT_EQ(request.sampling.temperature, 0.6f);
+  EXPECT_EQ(request.sampling.top_k, 20);
+  EXPECT_FLOAT_EQ(request.sampling.top_p, 0.95f);
+  EXPECT_EQ(request.sampling.seed, 0u);
+  EXPECT_FALSE(request.seeded);
+
+  request = parse_completion_request(R"({"messages": [{"role": "user", "content": "u"}], "temperature": 0,
+                                         "top_k": -1})",
+                                     true, with_defaults);
+  EXPECT_EQ(request.sampling.temperature, 0.0f);
+  EXPECT_EQ(request.sampling.top_k, 0);
+  EXPECT_FLOAT_EQ(request.sampling.top_p, 0.95f);
+
+  request = parse_completion_request(R"({"prompt": "hi"})", false, limits());
+  EXPECT_EQ(request.sampling.temperature, 0.0f);  // no defaults: greedy
+  EXPECT_EQ(request.sampling.top_k, 0);
+  EXPECT_EQ(request.sampling.top_p, 1.0f);
+}
+
 TEST(ServerValidation, BadBodiesNameTheField) {
   const std::vector<std::tuple<std::string, bool, int, std::string>> cases = {
       {"{not json", false, 400, ""},
