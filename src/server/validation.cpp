@@ -251,6 +251,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat, con
     if (value < 1 || value >= limits.max_total_tokens)
       invalid(name, std::string("'") + name + "' must be in [1, " + std::to_string(limits.max_total_tokens - 1) + "]");
     request.max_tokens = value;
+    request.max_tokens_field = name;
   }
   if (const Json* temperature = field(body, "temperature")) {
     request.sampling.temperature = float(number(*temperature, "temperature"));
@@ -305,9 +306,10 @@ void resolve_max_tokens(CompletionRequest& request, int64_t prompt_tokens, const
   if (request.max_tokens == 0) {
     request.max_tokens = std::min<int64_t>(request.chat ? limits.default_chat_max_tokens : 16, room);
   } else if (request.max_tokens > room) {
-    invalid("max_tokens", "the prompt (" + std::to_string(prompt_tokens) + " tokens) plus max_tokens (" +
-                              std::to_string(request.max_tokens) + ") exceeds this server's context of " +
-                              std::to_string(limits.max_total_tokens) + " tokens");
+    invalid(request.max_tokens_field, "the prompt (" + std::to_string(prompt_tokens) + " tokens) plus " +
+                                          request.max_tokens_field + " (" + std::to_string(request.max_tokens) +
+                                          ") exceeds this server's context of " +
+                                          std::to_string(limits.max_total_tokens) + " tokens");
   }
 }
 

@@ -58,6 +58,7 @@ struct CompletionRequest {
   nlohmann::ordered_json messages;  // chat: [{role, content (a string), agent fields (chat_request.h)}]
   ChatOptions chat_options;         // chat: tools, tool_choice, response_format, template variables
   int64_t max_tokens = 0;           // 0: not given (the default is set by resolve_max_tokens)
+  std::string max_tokens_field = "max_tokens";  // or max_completion_tokens: what errors name
   SamplingParams sampling;
   bool seeded = false;
   std::vector<std::string> stop;

@@ -172,8 +172,18 @@ TEST(ServerValidation, MaxTokensAgainstThePrompt) {
   request = parse_completion_request(R"({"messages": [{"role": "user", "content": "x"}]})", true, limits());
   resolve_max_tokens(request, 10, limits());
   EXPECT_EQ(request.max_tokens, 54);  // what is left of the context
-  request = parse_completion_request(R"({"prompt": "a", "max_tokens": 60})", false, limits());
-  EXPECT_THROW(resolve_max_tokens(request, 10, limits()), ApiError);
+  // The 400 names the field the request used.
+  for (const std::string name : {"max_tokens", "max_completion_tokens"}) {
+    request = parse_completion_request(R"({"messages": [{"role": "user", "content": "x"}], ")" + name + R"(": 60})",
+                                       true, limits());
+    try {
+      resolve_max_tokens(request, 10, limits());
+      ADD_FAILURE() << name << ": no error";
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.param, name);
+      EXPECT_NE(std::string(error.what()).find("plus " + name), std::string::npos) << error.what();
+    }
+  }
   request = parse_completion_request(R"({"prompt": "a"})", false, limits());
   EXPECT_THROW(resolve_max_tokens(request, 64, limits()), ApiError);
 }
