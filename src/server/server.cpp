@@ -59,7 +59,9 @@ struct Choice {
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens the engine took from the prefix cache
   std::string text;  // all text so far
-  int64_t text_chars = 0;  // code points in `text` (text_offset counts code points, as Python does)
+  // Code points of the tokens' own texts so far: a token's text_offset (code points, as Python
+  // counts). Not of `text`, which lags while a possible stop string or a partial character is held.
+  int64_t token_chars = 0;
   bool finished = false;
   bool finish_sent = false;  // streaming: its chunk with a finish_reason is written
   FinishReason finish_reason = FinishReason::kNone;
@@ -494,11 +496,11 @@ struct Server::Impl {
         choice.logprobs["tokens"].push_back(token);
         choice.logprobs["token_logprobs"].push_back(event.logprob);
         choice.logprobs["top_logprobs"].push_back(top);
-        choice.logprobs["text_offset"].push_back(choice.text_chars);
+        choice.logprobs["text_offset"].push_back(choice.token_chars);
+        choice.token_chars += code_points(job.request.tokens_as_ids ? text.tokenizer->decode({event.token_id}) : token);
       }
     }
     choice.text += event.text;
-    choice.text_chars += code_points(event.text);
     choice.completion_tokens = event.completion_tokens;
     // The most any event says: the count holds whether the engine sets it on every event or once.
     choice.cached_tokens = std::max(choice.cached_tokens, event.cached_tokens);

@@ -256,7 +256,18 @@ def test_sampling_features(client):
         # Greedy: the chosen token is the most likely one.
         check(all(abs(max(top.values()) - v) < 1e-6 for top, v in zip(lp.top_logprobs, lp.token_logprobs)),
               "greedy picks the top logprob")
-        check(lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0, f"text_offset {lp.text_offset}")
+        check(lp.text_offset == [len("".join(lp.tokens[:i])) for i in range(len(lp.tokens))],
+              f"text_offset {lp.text_offset} for tokens {lp.tokens}")
+        # A stop string that the text begins to match but never completes holds text back until it
+        # parts: each token's offset still counts the tokens before it.
+        if len(lp.tokens) > 3:
+            stop = "".join(lp.tokens[2:4]) + "#~"
+            held = client.completions.create(model="smollm2", prompt=prompt, max_tokens=6, temperature=0, logprobs=0,
+                                             stop=[stop]).choices[0]
+            check(held.text == choice.text and held.logprobs.tokens == lp.tokens
+                  and held.logprobs.text_offset == lp.text_offset,
+                  f"stop {stop!r}: {held.text!r}, tokens {held.logprobs.tokens}, text_offset {held.logprobs.text_offset}; "
+                  f"without it {lp.text_offset}")
     stream = client.completions.create(model="smollm2", prompt=prompt, max_tokens=6, temperature=0, logprobs=3,
                                        stream=True)
     tokens, values = [], []
