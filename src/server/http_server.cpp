@@ -83,18 +83,31 @@ struct HttpCore {
         io(std::max(1, options.io_threads)),
         workers(size_t(std::max(1, options.worker_threads))) {}
 
+  // HEAD is answered by the GET route, without the body (RFC 9110, 9.3.2).
   const HttpRoute* find_route(const std::string& method, const std::string& path) const {
+    const std::string& wanted = method == "HEAD" ? std::string("GET") : method;
     for (const HttpRoute& route : routes)
-      if (route.method == method && route.path == path) return &route;
+      if (route.method == wanted && route.path == path) return &route;
     return nullptr;
   }
 
+  // The methods `path` answers ("GET, HEAD"), empty for a path no route has: an Allow header.
+  std::string allowed_methods(const std::string& path) const {
+    std::string allow;
+    for (const HttpRoute& route : routes) {
+      if (route.path != path) continue;
+      allow += (allow.empty() ? "" : ", ") + route.method;
+      if (route.method == "GET") allow += ", HEAD";
+    }
+    return allow;
+  }
+
   std::string error_response(int status, const std::string& message,
-                             const HttpHeaders& extra_headers, bool keep_alive) {
+                             const HttpHeaders& extra_headers, bool keep_alive, bool head) {
     if (observe_status) observe_status(status);
     const std::string body = error_body(status, message);
     return response_head(status, "application/json", {}, extra_headers, body.size(), keep_alive) +
-           body;
+           (head ? "" : body);
   }
 
   void accept(const std::shared_ptr<HttpCore>& self);
@@ -112,6 +125,7 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
   bool reading = false;    // a header read is pending
   bool answering = false;  // a request is being answered
   bool keep_alive = true;
+  bool head_request = false;  // the request being answered is a HEAD: its answer has no body
   bool next_ready = false;  // the next request's headers came in while answering
   bool closed = false;
   std::atomic<bool> gone{false};  // hung up or cut off before its answer was written
@@ -157,6 +171,7 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
   }
 
   void read_header() {
+    head_request = false;  // a refusal before the next request's method is known carries its body
     parser.emplace();
     parser->header_limit(uint32_t(core->options.max_header_bytes));
     // No limit until the headers passed the hook (auth comes before size). Not boost::none: Beast
@@ -202,7 +217,7 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
                       const HttpHeaders& extra_headers = {}) {
     keep_alive = false;
     begin_answer();
-    queue_write(core->error_response(status, message, extra_headers, false));
+    queue_write(core->error_response(status, message, extra_headers, false, head_request));
     answer_complete = true;
     flush();
   }
@@ -217,6 +232,7 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
     for (const auto& field : message)
       request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
     keep_alive = message.keep_alive();
+    head_request = request.method == "HEAD";
     const bool has_body = !parser->is_done();
     HttpHeaders extra;
     std::optional<HttpResponse> early;
@@ -227,15 +243,20 @@ struct HttpExchange::Connection : std::enable_shared_from_this<HttpExchange::Con
       const std::string head = response_head(early->status, early->content_type, early->headers,
                                              extra, early->body.size(), keep_alive);
       if (core->observe_status) core->observe_status(early->status);
-      queue_write(head + early->body);
+      queue_write(head_request ? head : head + early->body);
       answer_complete = true;
       return flush();
     }
     const HttpRoute* route = core->find_route(request.method, request.path);
     if (!route) {
-      if (has_body) return refuse_request(404, "no such route", extra);
+      // A known path asked with another method: 405 with the methods it takes, as RFC 9110 asks.
+      const std::string allow = core->allowed_methods(request.path);
+      const int status = allow.empty() ? 404 : 405;
+      const std::string why = allow.empty() ? "no such route" : request.path + " takes " + allow + ", not " + request.method;
+      if (!allow.empty()) extra.emplace_back("Allow", allow);
+      if (has_body) return refuse_request(status, why, extra);
       begin_answer();
-      queue_write(core->error_response(404, "no such route", extra, keep_alive));
+      queue_write(core->error_response(status, why, extra, keep_alive, head_request));
       answer_complete = true;
       return flush();
     }
@@ -416,11 +437,11 @@ void HttpExchange::respond(HttpResponse response) {
   if (answered_.exchange(true)) return;
   if (connection_->core->observe_status) connection_->core->observe_status(response.status);
   net::post(connection_->executor, [connection = connection_, response = std::move(response),
-                                    extra = extra_headers_] {
+                                    extra = extra_headers_, head = request_.method == "HEAD"] {
     if (connection->closed) return;
     connection->queue_write(response_head(response.status, response.content_type, response.headers,
                                           extra, response.body.size(), connection->keep_alive) +
-                            response.body);
+                            (head ? "" : response.body));
     connection->answer_complete = true;
     connection->flush();
   });

@@ -101,6 +101,41 @@ TEST(HttpServer, KeepAliveAndPipelinedRequestsAnswerInOrder) {
   ::close(fd);
 }
 
+// HEAD is answered as GET without a body, and so is its 404, so that the next answer on the
+// connection is read from its first byte; a known path asked with another method is a 405 naming
+// the methods it takes.
+TEST(HttpServer, HeadHasNoBodyAndAnotherMethodIs405) {
+  HttpRoute health{"GET", "/health", [](const std::shared_ptr<HttpExchange>& exchange) {
+                     exchange->respond({200, "application/json", "{\"status\": \"ok\"}", {}});
+                   }};
+  TestServer server({}, {echo_route(), health});
+  const int fd = connect_to(server.port);
+  send_all(fd,
+           "HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n"
+           "HEAD /nowhere HTTP/1.1\r\nHost: x\r\n\r\n"
+           "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\na");
+  const std::string answers = receive(fd, "got a");
+  const size_t second = answers.find("HTTP/1.1", 1), third = answers.find("HTTP/1.1", second + 1);
+  ASSERT_NE(third, std::string::npos) << answers;
+  const std::string head = answers.substr(0, second), missing = answers.substr(second, third - second);
+  EXPECT_EQ(head.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << head;
+  EXPECT_NE(head.find("Content-Length: 16\r\n"), std::string::npos) << head;  // the GET body's length
+  EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n") << head;             // and no body
+  EXPECT_EQ(missing.rfind("HTTP/1.1 404", 0), 0u) << missing;
+  EXPECT_EQ(missing.substr(missing.size() - 4), "\r\n\r\n") << missing;
+  EXPECT_EQ(answers.substr(third).rfind("HTTP/1.1 200 OK", 0), 0u) << answers.substr(third);
+
+  send_all(fd, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string wrong = receive(fd, "}}");
+  EXPECT_EQ(wrong.rfind("HTTP/1.1 405", 0), 0u) << wrong;
+  EXPECT_NE(wrong.find("Allow: POST\r\n"), std::string::npos) << wrong;
+  send_all(fd, "POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nz");
+  const std::string refused = receive(fd, "}}");
+  EXPECT_EQ(refused.rfind("HTTP/1.1 405", 0), 0u) << refused;
+  EXPECT_NE(refused.find("Allow: GET, HEAD\r\n"), std::string::npos) << refused;
+  ::close(fd);
+}
+
 TEST(HttpServer, StreamsInChunks) {
   HttpRoute route{"GET", "/stream", [](const std::shared_ptr<HttpExchange>& exchange) {
                     exchange->start_stream({200, "text/event-stream", "", {}});
