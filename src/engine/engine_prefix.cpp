@@ -54,8 +54,8 @@ void Engine::save_prefix(Sequence& sequence) {
           cache_.release_blocks(blocks);
           return;
         }
-        model_.copy_kv_block(table[size_t(full)], copy->front());
-        blocks.push_back(copy->front());
+        blocks.push_back(copy->front());  // released with the rest if the copy throws
+        model_.copy_kv_block(table[size_t(full)], blocks.back());
       }
     }
     // A finished speculating sequence may end inside its verify window: its state is at `fed`

@@ -115,6 +115,10 @@ class CachedModel final : public Model {
     state.sync();
   }
   void copy_kv_block(int32_t from, int32_t to) override {
+    if (failing_copies_ > 0) {
+      --failing_copies_;
+      VT_FAIL("CachedModel: a block copy failed");
+    }
     std::copy_n(tags_.begin() + from * block_size(), block_size(), tags_.begin() + to * block_size());
     ++block_copies_;
   }
@@ -125,6 +129,7 @@ class CachedModel final : public Model {
   int64_t wrong_reads() const { return wrong_reads_; }      // rows whose tag is not the sequence's
   int64_t shared_writes() const { return shared_writes_; }  // forwards writing a block held by another
   int64_t block_copies() const { return block_copies_; }
+  void fail_copies(int64_t count) { failing_copies_ = count; }  // the next `count` block copies throw
   int64_t most_owners() const { return most_owners_; }  // the most owners of a block a forward read
   int64_t most_sharers() const { return most_sharers_; }  // the most running sequences over one first block
   // Forwards of a sequence started from a saved prefix whose first block it alone holds now (every
@@ -177,7 +182,7 @@ class CachedModel final : public Model {
   mutable std::vector<const State*> live_;  // the engine thread's sequences
   mutable std::atomic<int64_t> made_{0};
   std::atomic<int64_t> short_of_blocks_{0}, wrong_reads_{0}, shared_writes_{0}, block_copies_{0}, most_owners_{0},
-      most_sharers_{0}, sole_reads_{0};
+      most_sharers_{0}, sole_reads_{0}, failing_copies_{0};
 };
 
 struct Outcome {
@@ -455,6 +460,30 @@ TEST_F(EngineModelCache, SavedStatesGoUnderPressureWhileASharerRuns) {
   EXPECT_EQ(cached.wrong_reads(), 0);
   EXPECT_EQ(cached.shared_writes(), 0);
   EXPECT_EQ(cached.short_of_blocks(), 0);
+}
+
+// Saving a running request's state copies its partly filled last block into one of the cache's:
+// when that copy fails, the state is not saved and the request goes on, and the block taken for
+// the copy goes back to the pool with the rest (it stayed taken, one block fewer for good).
+TEST_F(EngineModelCache, AFailedCopyOfTheLastBlockGivesItBack) {
+  CachedModel cached(*model_, 32, 8, 4);
+  EngineOptions options;
+  options.prefill_chunk = 8;
+  options.step_token_budget = 24;
+  options.max_running = 4;
+  options.prefix_cache = true;
+  options.prefix_snapshot_stride = 1024;  // a state at the prompt's end (21 tokens: 2 full blocks) and the completion's
+  std::mt19937 rng(31);
+  const std::vector<int32_t> prompt = random_prompt(rng, 21, model_->info().vocab_size);
+  EngineStats stats;
+  cached.fail_copies(1);
+  const auto outcomes = run_all(cached, options, {prompt}, 4, &stats);
+  EXPECT_EQ(cached.block_copies(), 0);
+  EXPECT_EQ(outcomes[0].error, "");
+  EXPECT_EQ(outcomes[0].ids, run_all(*model_, EngineOptions{}, {prompt}, 4)[0].ids);
+  EXPECT_EQ(stats.prefix.snapshots, 1);  // the completion's end (24 tokens, full blocks: no copy)
+  EXPECT_EQ(stats.cache.blocks_used, stats.prefix.blocks);
+  EXPECT_EQ(cached.kv_cache()->free_blocks(), 32);  // the engine's saved states went with it
 }
 
 // An engine that ends with requests running gives their entries back to the model's cache.
