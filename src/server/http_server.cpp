@@ -85,7 +85,7 @@ struct HttpCore {
 
   // HEAD is answered by the GET route, without the body (RFC 9110, 9.3.2).
   const HttpRoute* find_route(const std::string& method, const std::string& path) const {
-    const std::string& wanted = method == "HEAD" ? std::string("GET") : method;
+    const std::string_view wanted = method == "HEAD" ? std::string_view("GET") : std::string_view(method);
     for (const HttpRoute& route : routes)
       if (route.method == wanted && route.path == path) return &route;
     return nullptr;
