@@ -55,7 +55,10 @@ Json ChatChoiceOutput::finish() { return delta_json(parser_.finish()); }
 Json ChatChoiceOutput::message() const {
   Json message = {{"role", "assistant"}};
   const bool calls = !parsed_.tool_calls.empty();
-  message["content"] = parsed_.content.empty() && calls ? Json(nullptr) : Json(parsed_.content);
+  // Empty content beside tool calls or reasoning is null, as OpenAI and vLLM send it; an empty
+  // answer with neither (an immediate stop) stays "".
+  const bool nothing_else = !calls && parsed_.reasoning.empty();
+  message["content"] = parsed_.content.empty() && !nothing_else ? Json(nullptr) : Json(parsed_.content);
   message["reasoning_content"] = parsed_.reasoning.empty() ? Json(nullptr) : Json(parsed_.reasoning);
   if (!calls) return message;
   Json list = Json::array();

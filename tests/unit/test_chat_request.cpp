@@ -209,6 +209,19 @@ TEST(ChatResponse, DeltasAndMessageAsOpenAISendsThem) {
   EXPECT_EQ(plain.message()["content"], "Just text.");
   EXPECT_FALSE(plain.message().contains("tool_calls"));
   EXPECT_EQ(plain.finish_reason(FinishReason::kStop), "stop");
+  // Output that is all reasoning (max_tokens inside <think>): content null, as vLLM sends it; an
+  // empty answer without reasoning stays "".
+  OutputParserOptions thinking;
+  thinking.reasoning = true;
+  ChatChoiceOutput cut(thinking, true);
+  cut.feed("Still thinking about");
+  cut.finish();
+  EXPECT_TRUE(cut.message()["content"].is_null());
+  EXPECT_EQ(cut.message()["reasoning_content"], "Still thinking about");
+  ChatChoiceOutput empty(thinking, true);
+  empty.finish();
+  EXPECT_EQ(empty.message()["content"], "");
+  EXPECT_TRUE(empty.message()["reasoning_content"].is_null());
 }
 
 }  // namespace
