@@ -113,7 +113,24 @@ bool PrefixCache::evict_one() {
 }
 
 void PrefixCache::trim() {
-  while (!uses_.empty() && bytes() > max_bytes_) evict_one();
+  while (!uses_.empty() && bytes() > max_bytes_) {
+    // An entry that alone is over the budget (its snapshot and the blocks no sequence holds) goes
+    // first: evicting the others would not keep it, so least recently used order would empty the
+    // cache for nothing.
+    auto victim = std::prev(uses_.end());
+    for (auto it = uses_.begin(); it != uses_.end(); ++it)
+      if (alone_bytes(entries_.at(*it)) > max_bytes_) {
+        victim = it;
+        break;
+      }
+    evict(victim);
+  }
+}
+
+int64_t PrefixCache::alone_bytes(const Entry& entry) const {
+  int64_t blocks = 0;
+  for (int32_t block : entry.blocks) blocks += cache_.ref_count(block) == block_refs_.at(block);
+  return entry.snapshot->bytes() + blocks * block_bytes_;
 }
 
 int64_t PrefixCache::cached_blocks() const {

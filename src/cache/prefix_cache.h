@@ -42,9 +42,8 @@ class PrefixCache {
   // Whether tokens (all of them) have a saved state; counts as a use.
   bool touch(std::span<const int32_t> tokens);
   // Saves the state of `tokens` (snapshot->length() == tokens.size()) with one reference to each
-  // of `blocks` (the cache's blocks holding them), which the entry takes over; then evicts the
-  // least recently used entries while over the budget (the new one last, so one larger than the
-  // whole budget is not kept). A prefix saved already keeps its entry; the references go back.
+  // of `blocks` (the cache's blocks holding them), which the entry takes over; then trims. A
+  // prefix saved already keeps its entry; the references go back.
   void insert(std::span<const int32_t> tokens, std::unique_ptr<StateSnapshot> snapshot, std::vector<int32_t> blocks);
   // Drops the least recently used entry (its snapshot and block references); false when empty.
   bool evict_one();
@@ -52,8 +51,9 @@ class PrefixCache {
   // that free none), until `blocks` blocks are free in the pool. False, evicting nothing, when
   // even evicting every entry would not free enough (blocks held by sequences stay theirs).
   bool make_room(int64_t blocks);
-  // Evicts the least recently used entries while over the budget (after sequences let go of
-  // blocks they shared).
+  // Evicts entries while over the budget (after sequences let go of blocks they shared): first one
+  // that alone is over the whole budget (it could not stay whatever else went), else the least
+  // recently used.
   void trim();
 
   int64_t entries() const { return int64_t(entries_.size()); }
@@ -75,6 +75,8 @@ class PrefixCache {
   void evict(std::list<uint64_t>::iterator use);
   // Whether evicting the entry gives a block back to the pool now.
   bool frees_a_block(const Entry& entry) const;
+  // What the entry would cost were it the only one: its snapshot and its blocks no sequence holds.
+  int64_t alone_bytes(const Entry& entry) const;
 
   int64_t max_bytes_, block_bytes_, snapshot_bytes_ = 0, evictions_ = 0;
   HybridCache& cache_;

@@ -60,6 +60,17 @@ TEST(PrefixCache, FindsTheLongestSavedPrefixAndEvictsTheLeastRecentlyUsed) {
     PrefixCache small(100, pool, 0);
     small.insert(all.first(3), snapshot_of(3, 100), blocks_of(pool, 3));  // larger than the whole budget: not kept
     EXPECT_EQ(small.entries(), 0);
+    // Nor does one larger than the budget evict the entries that fit: a 400-byte snapshot over one
+    // 1000-byte block stays; one over two blocks (2,400 bytes) goes alone and its blocks go back.
+    PrefixCache tight(1500, pool, 1000);
+    tight.insert(all.first(2), snapshot_of(2, 100), blocks_of(pool, 2));
+    EXPECT_EQ(tight.bytes(), 1400);
+    const int64_t free_before = pool.free_blocks();
+    tight.insert(all.first(8), snapshot_of(8, 100), blocks_of(pool, 8));
+    EXPECT_EQ(tight.entries(), 1);
+    EXPECT_EQ(tight.evictions(), 1);
+    EXPECT_EQ(tight.find(all, 8).length, 2);
+    EXPECT_EQ(pool.free_blocks(), free_before);
   }
   EXPECT_EQ(pool.free_blocks(), 64);  // the entries' blocks went back with the caches
 }
@@ -117,15 +128,19 @@ TEST(PrefixCache, CountsTheBlocksOnlyItHoldsAndGivesThemBackUnderPressure) {
     EXPECT_EQ(cache.find(all, 12).length, 8);
     // The budget follows the sequences: within it while one shares the blocks, over it (trimmed)
     // once it lets go.
+    // An older entry within the budget stays: the one over it alone goes, not least recently used first.
     PrefixCache tight(1500, pool, 1000);
+    tight.insert(std::vector<int32_t>{9}, snapshot_of(1, 10), blocks_of(pool, 1));
     ASSERT_TRUE(pool.admit(3, 8, 0));
     std::vector<int32_t> held = pool.block_table(3);
     pool.retain_blocks(held);
     tight.insert(std::vector<int32_t>{7, 7, 7, 7, 7, 7, 7, 7}, snapshot_of(8, 10), held);
-    EXPECT_EQ(tight.entries(), 1);
+    EXPECT_EQ(tight.entries(), 2);
+    EXPECT_EQ(tight.bytes(), 40 + 40 + 1000);
     pool.release(3);
     tight.trim();
-    EXPECT_EQ(tight.entries(), 0);
+    EXPECT_EQ(tight.entries(), 1);
+    EXPECT_TRUE(tight.touch(std::vector<int32_t>{9}));
   }
   EXPECT_EQ(pool.free_blocks(), 8);
 }
