@@ -85,11 +85,15 @@ void parse_messages(const Json& body, CompletionRequest& request) {
     if (content && content->is_string()) {
       text = content->get<std::string>();
     } else if (content && content->is_array()) {
-      for (const Json& part : *content) {  // [{"type": "text", "text": "..."}]
+      // [{"type": "text", "text": "..."}], one part per line as vLLM and llama.cpp join them for a
+      // template that reads content as a string (glued, a part's last word ran into the next's first).
+      for (size_t part_index = 0; part_index < content->size(); ++part_index) {
+        const Json& part = (*content)[part_index];
         const Json* type = part.is_object() ? field(part, "type") : nullptr;
         const Json* part_text = part.is_object() ? field(part, "text") : nullptr;
         if (!type || *type != "text" || !part_text || !part_text->is_string())
           invalid(where + ".content", where + ".content parts must be {\"type\": \"text\", \"text\": string}");
+        if (part_index > 0) text += '\n';
         text += part_text->get<std::string>();
       }
     } else if (content || role_name != "assistant") {

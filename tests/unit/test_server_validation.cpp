@@ -50,6 +50,19 @@ TEST(ServerValidation, GoodBodiesParse) {
   EXPECT_EQ(request.messages[3]["role"], "system");
 }
 
+// Text parts of one message are joined a line apart, as vLLM and llama.cpp join them (Continue and
+// the Agents SDK send a user turn as several parts: glued, "x = 1" ran into "Explain it").
+TEST(ServerValidation, TextPartsJoinedOneALine) {
+  auto request = parse_completion_request(
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "x = 1"},
+                                                     {"type": "text", "text": "Explain it"},
+                                                     {"type": "text", "text": ""}]}]})",
+      true, limits());
+  EXPECT_EQ(request.messages[0]["content"], "x = 1\nExplain it\n");
+  request = parse_completion_request(R"({"messages": [{"role": "user", "content": []}]})", true, limits());
+  EXPECT_EQ(request.messages[0]["content"], "");
+}
+
 // vt serve --generation-config auto hands the model's sampling defaults over: fields a request
 // sets win, the others keep the defaults.
 TEST(ServerValidation, DefaultSamplingFillsWhatTheRequestLeavesOut) {
