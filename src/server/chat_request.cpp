@@ -157,7 +157,9 @@ void add_message_agent_fields(const Json& message, const std::string& role, cons
       const Json* name = function && function->is_object() ? field(*function, "name") : nullptr;
       if (!name || !name->is_string()) invalid(at, at + " must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
       Json arguments = Json::object();
-      if (const Json* given = field(*function, "arguments")) {
+      // "" and "null" are no arguments, as vLLM reads them (clients send "" for a call without
+      // any, e.g. LiteLLM for an Anthropic tool_use with an empty input).
+      if (const Json* given = field(*function, "arguments"); given && *given != "" && *given != "null") {
         // The wire form is a JSON text; templates iterate an object, as HF users pass it. The
         // body's nesting limit does not see inside the text: it is held to the same limit here.
         if (given->is_string() && nesting_exceeds(given->get_ref<const std::string&>(), kMaxJsonNesting))

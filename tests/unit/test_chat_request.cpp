@@ -120,6 +120,19 @@ TEST(ChatRequest, DeeplyNestedArgumentsTextIsA400) {
   EXPECT_EQ(request.messages[1]["tool_calls"][0]["function"]["arguments"], Json::parse(R"({"a": [[{"b": [1, {"c": 2}]}]]})"));
 }
 
+// A call without arguments may come back as "" or "null" (LiteLLM sends "" for one): no arguments,
+// as vLLM reads them, not a 400 that ends the agent's loop.
+TEST(ChatRequest, EmptyArgumentsTextIsNoArguments) {
+  for (const char* given : {R"("")", R"("null")", "null"}) {
+    const auto request = parse_completion_request(
+        std::string(R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": null,
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "list_files", "arguments": )") +
+            given + R"(}}]}, {"role": "tool", "tool_call_id": "c", "content": "a.txt"}]})",
+        true, limits());
+    EXPECT_EQ(request.messages[1]["tool_calls"][0]["function"]["arguments"], Json::object()) << given;
+  }
+}
+
 // The OpenAI wire form of an agent loop (arguments as JSON text, null content) renders as HF
 // renders the dict form HF users pass (tests/jinja/test_agent_loop_render.py checks that one
 // against jinja2 byte for byte).
