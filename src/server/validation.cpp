@@ -144,8 +144,10 @@ void parse_choices_and_logprobs(const Json& body, CompletionRequest& request, co
     if (top_logprobs) {
       const int64_t count = integer(*top_logprobs, "top_logprobs");
       if (count < 0 || count > 20) invalid("top_logprobs", "'top_logprobs' must be in [0, 20]");
-      if (!asked) invalid("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-      request.logprobs = count;
+      // 0 is the field's default, sent by clients that fill every field: without logprobs it asks
+      // for nothing (vLLM refuses only a count it could not honour).
+      if (!asked && count > 0) invalid("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+      if (asked) request.logprobs = count;
     } else if (asked) {
       request.logprobs = 0;
     }

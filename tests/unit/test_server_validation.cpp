@@ -176,6 +176,10 @@ TEST(ServerValidation, ChoicesLogprobsAndLogitBias) {
   EXPECT_EQ(parse_completion_request(chat + R"("logprobs": true})", true, limits()).logprobs, 0);
   EXPECT_EQ(parse_completion_request(chat + R"("logprobs": true, "top_logprobs": 20})", true, limits()).logprobs, 20);
   EXPECT_EQ(parse_completion_request(chat + R"("logprobs": false})", true, limits()).logprobs, -1);
+  // top_logprobs 0 (its default) without logprobs asks for none, as vLLM takes it; more is a 400.
+  EXPECT_EQ(parse_completion_request(chat + R"("top_logprobs": 0})", true, limits()).logprobs, -1);
+  EXPECT_EQ(parse_completion_request(chat + R"("logprobs": false, "top_logprobs": 0})", true, limits()).logprobs, -1);
+  EXPECT_EQ(parse_completion_request(chat + R"("logprobs": true, "top_logprobs": 0})", true, limits()).logprobs, 0);
 }
 
 TEST(ServerValidation, MaxTokensAgainstThePrompt) {
