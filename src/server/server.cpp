@@ -148,7 +148,15 @@ Json chunk_json(const Job& job, int index, const std::string& text, const char* 
                 {"created", job.created},
                 {"model", job.model},
                 {"choices", Json::array({choice})}};
-  if (job.request.include_usage) chunk["usage"] = nullptr;
+  if (job.request.continuous_usage) {
+    // As vLLM: this choice's tokens so far beside the prompt's.
+    const int64_t completion = job.choices[size_t(index)].completion_tokens;
+    chunk["usage"] = {{"prompt_tokens", job.prompt_tokens},
+                      {"completion_tokens", completion},
+                      {"total_tokens", job.prompt_tokens + completion}};
+  } else if (job.request.include_usage) {
+    chunk["usage"] = nullptr;
+  }
   return chunk;
 }
 

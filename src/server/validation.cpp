@@ -285,6 +285,8 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat, con
     if (!options->is_object()) invalid("stream_options", "'stream_options' must be an object");
     if (const Json* usage = field(*options, "include_usage"))
       request.include_usage = boolean(*usage, "stream_options.include_usage");
+    if (const Json* continuous = field(*options, "continuous_usage_stats"))  // only with include_usage, as vLLM
+      request.continuous_usage = boolean(*continuous, "stream_options.continuous_usage_stats") && request.include_usage;
   }
   parse_choices_and_logprobs(body, request, limits);
   if (const Json* drafts = field(body, "num_speculative_tokens")) {

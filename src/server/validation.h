@@ -63,6 +63,8 @@ struct CompletionRequest {
   bool seeded = false;
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
+  // stream_options.continuous_usage_stats (vLLM's, with include_usage): every chunk carries usage so far.
+  bool continuous_usage = false;
   int64_t n = 1;  // choices, each its own sequence
   // -1: no logprobs. Else how many top alternatives per token (completions: `logprobs` 0..5;
   // chat: `top_logprobs` 0..20 with `logprobs: true`).

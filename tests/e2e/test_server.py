@@ -162,6 +162,12 @@ def test_completions(client):
     check_usage(plain.usage, "completion")
     check_usage(usage, "streamed completion")
     check(finish == choice.finish_reason, f"finish {finish} vs {choice.finish_reason}")
+    check_continuous_usage(client.completions.create(
+        model="smollm2", prompt=prompt, max_tokens=8, temperature=0, stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True}), plain.usage, "completion")
+    for chunk in client.completions.create(model="smollm2", prompt=prompt, max_tokens=3, temperature=0, stream=True,
+                                           stream_options={"continuous_usage_stats": True}):
+        check(chunk.usage is None, f"continuous_usage_stats without include_usage: {chunk}")
     stopped = client.completions.create(model="smollm2", prompt=prompt, max_tokens=8, temperature=0, stop=["aris"])
     check(stopped.choices[0].text == choice.text.split("aris")[0] and stopped.choices[0].finish_reason == "stop",
           f"stop string: {stopped.choices[0].text!r}")
@@ -186,6 +192,25 @@ def test_chat(client):
     check(same_counts(usage, plain.usage), f"chat stream usage {usage} vs {plain.usage}")
     check_usage(plain.usage, "chat")
     check_usage(usage, "streamed chat")
+    check_continuous_usage(client.chat.completions.create(
+        model="smollm2", messages=messages, max_tokens=10, temperature=0, stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True}), plain.usage, "chat")
+
+
+def check_continuous_usage(stream, whole, what):
+    """vLLM's stream_options.continuous_usage_stats: every chunk's usage counts the prompt and the
+    tokens so far (the role chunk none), the last its total; without include_usage, no usage."""
+    counts, last = [], None
+    for chunk in stream:
+        usage = chunk.usage
+        check(usage is not None and usage.prompt_tokens == whole.prompt_tokens and
+              usage.total_tokens == usage.prompt_tokens + usage.completion_tokens, f"{what} continuous usage {chunk}")
+        if chunk.choices and usage:
+            counts.append(usage.completion_tokens)
+        last = usage
+    check(len(counts) > 2 and counts == sorted(counts) and counts[-1] == whole.completion_tokens,
+          f"{what}: continuous completion_tokens {counts}, whole {whole}")
+    check(same_counts(last, whole), f"{what}: the usage chunk {last} vs {whole}")
 
 
 def generate_text(vt, model, prompt, max_tokens):

@@ -36,6 +36,12 @@ TEST(ServerValidation, GoodBodiesParse) {
   EXPECT_EQ(request.sampling.top_k, 0);
   EXPECT_EQ(request.sampling.seed, 7u);
   EXPECT_TRUE(request.seeded && request.stream && request.include_usage);
+  EXPECT_FALSE(request.continuous_usage);
+  // vLLM's continuous_usage_stats: usage in every chunk, only beside include_usage.
+  const std::string streamed = R"({"prompt": "hi", "stream": true, "stream_options": )";
+  EXPECT_TRUE(parse_completion_request(streamed + R"({"include_usage": true, "continuous_usage_stats": true}})", false,
+                                       limits()).continuous_usage);
+  EXPECT_FALSE(parse_completion_request(streamed + R"({"continuous_usage_stats": true}})", false, limits()).continuous_usage);
   EXPECT_EQ(request.stop, (std::vector<std::string>{"a", "b"}));
 
   request = parse_completion_request(R"({"prompt": [[1, 2, 3]]})", false, limits());
@@ -124,6 +130,8 @@ TEST(ServerValidation, BadBodiesNameTheField) {
       {R"({"prompt": "a", "stop": 3})", false, 400, "stop"},
       {R"({"prompt": "a", "stream": "yes"})", false, 400, "stream"},
       {R"({"prompt": "a", "stream_options": {"include_usage": true}})", false, 400, "stream_options"},
+      {R"({"prompt": "a", "stream": true, "stream_options": {"continuous_usage_stats": 1}})", false, 400,
+       "stream_options.continuous_usage_stats"},
       {R"({"prompt": "a", "logprobs": 6})", false, 400, "logprobs"},
       {R"({"prompt": "a", "logprobs": -1})", false, 400, "logprobs"},
       {R"({"prompt": "a", "logprobs": true})", false, 400, "logprobs"},
