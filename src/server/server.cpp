@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <ctime>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -56,6 +57,7 @@ struct Channel {
 // One choice (one engine sequence) of a request.
 struct Choice {
   int64_t engine_id = 0;
+  size_t prompt = 0;  // its prompt in a completions batch
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens the engine took from the prefix cache
   std::string text;  // all text so far
@@ -77,7 +79,8 @@ struct Job {
   CompletionRequest request;
   std::string id, model;
   int64_t created = 0;
-  int64_t prompt_tokens = 0;
+  int64_t prompt_tokens = 0;          // all prompts'
+  std::vector<int64_t> prompt_sizes;  // each prompt's tokens
   int64_t cache_point = 0;  // chat: where the generation prompt starts (RequestParams::cache_point)
   std::vector<Choice> choices;
   OutputParserOptions output_options;  // chat: how the output is parsed (tool-call format, reasoning)
@@ -98,12 +101,15 @@ struct Job {
     for (const Choice& choice : choices) total += choice.completion_tokens;
     return total;
   }
-  // Counted once, as prompt_tokens is: the fewest any choice took from the cache, so that it never
-  // exceeds prompt_tokens and a choice reusing its sibling's prompt does not count.
+  // Counted once per prompt, as prompt_tokens is: the fewest any of its choices took from the
+  // cache, so that it never exceeds prompt_tokens and a choice reusing its sibling's prompt does not count.
   int64_t cached_tokens() const {
-    int64_t fewest = choices.empty() ? 0 : choices.front().cached_tokens;
-    for (const Choice& choice : choices) fewest = std::min(fewest, choice.cached_tokens);
-    return fewest;
+    std::vector<int64_t> fewest(prompt_sizes.size(), std::numeric_limits<int64_t>::max());
+    for (const Choice& choice : choices) fewest[choice.prompt] = std::min(fewest[choice.prompt], choice.cached_tokens);
+    int64_t total = 0;
+    for (const int64_t count : fewest)
+      if (count != std::numeric_limits<int64_t>::max()) total += count;
+    return total;
   }
 };
 
@@ -149,11 +155,12 @@ Json chunk_json(const Job& job, int index, const std::string& text, const char* 
                 {"model", job.model},
                 {"choices", Json::array({choice})}};
   if (job.request.continuous_usage) {
-    // As vLLM: this choice's tokens so far beside the prompt's.
-    const int64_t completion = job.choices[size_t(index)].completion_tokens;
-    chunk["usage"] = {{"prompt_tokens", job.prompt_tokens},
-                      {"completion_tokens", completion},
-                      {"total_tokens", job.prompt_tokens + completion}};
+    // As vLLM: this choice's tokens so far beside its prompt's.
+    const Choice& choice = job.choices[size_t(index)];
+    const int64_t prompt = job.prompt_sizes[choice.prompt];
+    chunk["usage"] = {{"prompt_tokens", prompt},
+                      {"completion_tokens", choice.completion_tokens},
+                      {"total_tokens", prompt + choice.completion_tokens}};
   } else if (job.request.include_usage) {
     chunk["usage"] = nullptr;
   }
@@ -293,10 +300,15 @@ struct Server::Impl {
     exchange.respond(json_response(error.status, error_body(error)));
   }
 
-  // The prompt's ids; for chat also how its output is to be parsed (job.output_options).
-  std::vector<int32_t> prompt_ids(Job& job) {
+  // Each prompt's ids (chat: one); for chat also how its output is to be parsed (job.output_options).
+  std::vector<std::vector<int32_t>> prompt_ids(Job& job) {
     const CompletionRequest& request = job.request;
-    if (!request.chat) return request.prompt_ids.empty() ? text.tokenizer->encode(request.prompt_text) : request.prompt_ids;
+    if (!request.chat) {
+      std::vector<std::vector<int32_t>> prompts;
+      for (const CompletionRequest::Prompt& prompt : request.prompts)
+        prompts.push_back(prompt.ids.empty() ? text.tokenizer->encode(prompt.text) : prompt.ids);
+      return prompts;
+    }
     if (!text.chat_templates || text.chat_templates->templates.empty())
       throw ApiError(400, "this model has no chat template; use /v1/completions", "messages");
     const RenderedPrompt rendered = render_chat_prompt(*text.chat_templates, request.messages, request.chat_options);
@@ -309,7 +321,7 @@ struct Server::Impl {
     const std::vector<int32_t> tail = text.tokenizer->encode(rendered.generation_prompt, encode);
     if (!tail.empty() && tail.size() < ids.size() && std::equal(tail.rbegin(), tail.rend(), ids.rbegin()))
       job.cache_point = int64_t(ids.size() - tail.size());
-    return ids;
+    return {std::move(ids)};
   }
 
   // A slot among the requests in flight, or null when the cap is reached. Releasing it (the last
@@ -352,12 +364,14 @@ struct Server::Impl {
     if (engine.failed()) return fail(*exchange, engine_failed_error());
     auto job = std::make_shared<Job>();
     job->exchange = exchange;
-    std::vector<int32_t> prompt;
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<int64_t> max_tokens;  // per prompt
     ConstraintFactory make_constraint;
     try {
       job->request = parse_completion_request(exchange->request().body, chat, limits);
-      prompt = prompt_ids(*job);
-      resolve_max_tokens(job->request, int64_t(prompt.size()), limits);
+      prompts = prompt_ids(*job);
+      for (const std::vector<int32_t>& prompt : prompts)
+        max_tokens.push_back(max_tokens_for(job->request, int64_t(prompt.size()), limits));
       if (chat) make_constraint = structured->constraint_for(job->request.chat_options, job->output_options);
     } catch (const ApiError& error) {
       fail(*exchange, error);
@@ -366,8 +380,13 @@ struct Server::Impl {
     job->id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
     job->model = options.model_name;
     job->created = int64_t(std::time(nullptr));
-    job->prompt_tokens = int64_t(prompt.size());
-    job->choices.resize(size_t(job->request.n));
+    const size_t n = size_t(job->request.n);
+    job->choices.resize(prompts.size() * n);
+    for (size_t index = 0; index < job->choices.size(); ++index) job->choices[index].prompt = index / n;
+    for (const std::vector<int32_t>& prompt : prompts) {
+      job->prompt_sizes.push_back(int64_t(prompt.size()));
+      job->prompt_tokens += int64_t(prompt.size());
+    }
     if (chat)
       for (Choice& choice : job->choices)
         choice.output = std::make_shared<ChatChoiceOutput>(job->output_options, job->request.chat_options.parallel_tool_calls);
@@ -382,7 +401,6 @@ struct Server::Impl {
     RequestParams params;
     params.sampling = job->request.sampling;
     const uint64_t seed = job->request.seeded ? job->request.sampling.seed : std::random_device{}();
-    params.max_tokens = job->request.max_tokens;
     params.cache_point = job->cache_point;
     params.stop_token_ids = text.stop_ids;
     params.stop_strings = job->request.stop;
@@ -396,12 +414,15 @@ struct Server::Impl {
     try {
       std::lock_guard<std::mutex> lock(live_mutex);  // drain() reads the engine ids
       for (int index = 0; index < int(job->choices.size()); ++index) {
-        params.sampling.seed = seed + uint64_t(index);  // choices differ; a seeded request repeats
+        const size_t prompt = job->choices[size_t(index)].prompt;
+        // A prompt's choices differ; a seeded request repeats, and a batch's prompt gives what it gives alone.
+        params.sampling.seed = seed + uint64_t(size_t(index) % n);
+        params.max_tokens = max_tokens[prompt];
         auto last_token = std::make_shared<Clock::time_point>();  // touched on the engine thread only
         ++in_engine;
         try {
           job->choices[size_t(index)].engine_id = engine.submit(
-              prompt, params, [this, job, first, arrival, last_token, index](const TokenEvent& event) {
+              prompts[prompt], params, [this, job, first, arrival, last_token, index](const TokenEvent& event) {
                 if (event.token_id >= 0) {
                   const auto now = Clock::now();
                   if (!first->exchange(true))

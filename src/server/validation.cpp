@@ -38,29 +38,46 @@ bool boolean(const Json& value, const char* name) {
   return value.get<bool>();
 }
 
-void parse_prompt(const Json& body, CompletionRequest& request, const ValidationLimits& limits) {
-  const Json* prompt = field(body, "prompt");
-  if (!prompt) invalid("prompt", "'prompt' is required");
-  const Json* single = prompt;
-  // A list of one prompt is the same request; several would be a batch (not supported).
-  if (prompt->is_array() && prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
-    single = &(*prompt)[0];
-  if (single->is_string()) {
-    request.prompt_text = single->get<std::string>();
-    if (request.prompt_text.empty()) invalid("prompt", "'prompt' must not be empty");
-    return;
-  }
-  if (!single->is_array()) invalid("prompt", "'prompt' must be a string or a list of token ids");
-  if (single->empty()) invalid("prompt", "'prompt' must not be empty");
-  for (const Json& id : *single) {
-    if (id.is_string() || id.is_array()) invalid("prompt", "only one prompt per request is supported");
+// Token ids of one prompt, each in the vocabulary.
+std::vector<int32_t> prompt_token_ids(const Json& ids, const ValidationLimits& limits) {
+  if (ids.empty()) invalid("prompt", "'prompt' must not be empty");
+  std::vector<int32_t> result;
+  for (const Json& id : ids) {
     if (!id.is_number_integer()) invalid("prompt", "'prompt' token ids must be integers");
     const int64_t value = id.is_number_unsigned() && id.get<uint64_t>() > uint64_t(limits.vocab_size)
                               ? limits.vocab_size
                               : id.get<int64_t>();
     if (value < 0 || value >= limits.vocab_size)
       invalid("prompt", "token id " + id.dump() + " is outside the vocabulary [0, " + std::to_string(limits.vocab_size) + ")");
-    request.prompt_ids.push_back(int32_t(value));
+    result.push_back(int32_t(value));
+  }
+  return result;
+}
+
+// A text, a list of token ids, or a batch: a list of texts or of token-id lists.
+void parse_prompt(const Json& body, CompletionRequest& request, const ValidationLimits& limits) {
+  const Json* prompt = field(body, "prompt");
+  if (!prompt) invalid("prompt", "'prompt' is required");
+  auto add_text = [&](const Json& text) {
+    if (text.get_ref<const std::string&>().empty()) invalid("prompt", "'prompt' must not be empty");
+    request.prompts.push_back({text.get<std::string>(), {}});
+  };
+  if (prompt->is_string()) return add_text(*prompt);
+  if (!prompt->is_array()) invalid("prompt", "'prompt' must be a string, a list of token ids or a list of prompts");
+  if (prompt->empty()) invalid("prompt", "'prompt' must not be empty");
+  const Json& first = prompt->front();
+  if (!first.is_string() && !first.is_array()) {
+    request.prompts.push_back({"", prompt_token_ids(*prompt, limits)});
+    return;
+  }
+  if (int64_t(prompt->size()) > limits.max_prompts)
+    invalid("prompt", "'prompt' has " + std::to_string(prompt->size()) + " prompts; at most " +
+                          std::to_string(limits.max_prompts) + " are allowed");
+  for (const Json& item : *prompt) {
+    if (first.is_string() != item.is_string() || first.is_array() != item.is_array())
+      invalid("prompt", "a list of prompts must be all strings or all lists of token ids");
+    if (item.is_string()) add_text(item);
+    else request.prompts.push_back({"", prompt_token_ids(item, limits)});
   }
 }
 
@@ -304,21 +321,20 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat, con
   return request;
 }
 
-void resolve_max_tokens(CompletionRequest& request, int64_t prompt_tokens, const ValidationLimits& limits) {
+int64_t max_tokens_for(const CompletionRequest& request, int64_t prompt_tokens, const ValidationLimits& limits) {
   const char* prompt_field = request.chat ? "messages" : "prompt";
   if (prompt_tokens < 1) invalid(prompt_field, std::string("'") + prompt_field + "' encodes to no tokens");
   const int64_t room = limits.max_total_tokens - prompt_tokens;
   if (room < 1)
     invalid(prompt_field, "the prompt is " + std::to_string(prompt_tokens) + " tokens; this server's context is " +
                               std::to_string(limits.max_total_tokens) + " tokens");
-  if (request.max_tokens == 0) {
-    request.max_tokens = std::min<int64_t>(request.chat ? limits.default_chat_max_tokens : 16, room);
-  } else if (request.max_tokens > room) {
+  if (request.max_tokens == 0) return std::min<int64_t>(request.chat ? limits.default_chat_max_tokens : 16, room);
+  if (request.max_tokens > room)
     invalid(request.max_tokens_field, "the prompt (" + std::to_string(prompt_tokens) + " tokens) plus " +
                                           request.max_tokens_field + " (" + std::to_string(request.max_tokens) +
                                           ") exceeds this server's context of " +
                                           std::to_string(limits.max_total_tokens) + " tokens");
-  }
+  return request.max_tokens;
 }
 
 bool constant_time_equal(std::string_view a, std::string_view b) {

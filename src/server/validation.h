@@ -43,7 +43,8 @@ struct ValidationLimits {
   int64_t max_stop_strings = 4;
   int64_t max_stop_bytes = 256;
   int64_t default_chat_max_tokens = 512;
-  int64_t max_n = 8;               // choices per request
+  int64_t max_n = 8;               // choices per prompt
+  int64_t max_prompts = 64;        // prompts in a completions batch
   int64_t max_logit_bias = 1024;   // entries in logit_bias
   int64_t max_num_draft = 0;       // speculative drafts a request may ask for (0: speculation off)
   // For requests that leave temperature, top_k or top_p out (greedy unless vt serve took the
@@ -53,11 +54,16 @@ struct ValidationLimits {
 
 struct CompletionRequest {
   bool chat = false;
-  std::string prompt_text;         // completions: a text prompt
-  std::vector<int32_t> prompt_ids;  // completions: a token-id prompt (then prompt_text is empty)
+  // Completions: the prompts, each a text or token ids (then its text is empty). A list of several
+  // is a batch, as vLLM and OpenAI take it: n choices per prompt, prompt i's at i * n .. i * n + n - 1.
+  struct Prompt {
+    std::string text;
+    std::vector<int32_t> ids;
+  };
+  std::vector<Prompt> prompts;
   nlohmann::ordered_json messages;  // chat: [{role, content (a string), agent fields (chat_request.h)}]
   ChatOptions chat_options;         // chat: tools, tool_choice, response_format, template variables
-  int64_t max_tokens = 0;           // 0: not given (the default is set by resolve_max_tokens)
+  int64_t max_tokens = 0;           // 0: not given (max_tokens_for gives the default)
   std::string max_tokens_field = "max_tokens";  // or max_completion_tokens: what errors name
   SamplingParams sampling;
   bool seeded = false;
@@ -79,9 +85,9 @@ struct CompletionRequest {
 // Throws ApiError for any body the server cannot serve exactly as asked.
 CompletionRequest parse_completion_request(std::string_view body, bool chat, const ValidationLimits& limits);
 
-// Once the prompt is tokenized: checks prompt + max_tokens against the limit and fills the
-// default max_tokens (16 for completions, as OpenAI; what is left up to a cap for chat).
-void resolve_max_tokens(CompletionRequest& request, int64_t prompt_tokens, const ValidationLimits& limits);
+// Once the prompt is tokenized: checks prompt + max_tokens against the limit and gives the
+// max_tokens to use (the request's, else 16 for completions, as OpenAI; what is left up to a cap for chat).
+int64_t max_tokens_for(const CompletionRequest& request, int64_t prompt_tokens, const ValidationLimits& limits);
 
 // Equal strings in time that depends only on their lengths (API keys).
 bool constant_time_equal(std::string_view a, std::string_view b);

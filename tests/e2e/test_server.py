@@ -168,9 +168,37 @@ def test_completions(client):
     for chunk in client.completions.create(model="smollm2", prompt=prompt, max_tokens=3, temperature=0, stream=True,
                                            stream_options={"continuous_usage_stats": True}):
         check(chunk.usage is None, f"continuous_usage_stats without include_usage: {chunk}")
+    test_prompt_batch(client)
     stopped = client.completions.create(model="smollm2", prompt=prompt, max_tokens=8, temperature=0, stop=["aris"])
     check(stopped.choices[0].text == choice.text.split("aris")[0] and stopped.choices[0].finish_reason == "stop",
           f"stop string: {stopped.choices[0].text!r}")
+
+
+def test_prompt_batch(client):
+    """A list of prompts is a batch (vLLM, OpenAI; LangChain's OpenAI LLM sends its batches so): n
+    choices per prompt, prompt i's at indices i*n.., each as the prompt alone; usage adds them up."""
+    for prompts in (["The capital of France is", "Once upon a time"], [[504, 3575, 282], [1000, 2000, 3000, 4000]]):
+        alone = [client.completions.create(model="smollm2", prompt=p, max_tokens=8, temperature=0) for p in prompts]
+        texts = [a.choices[0].text for a in alone]
+        prompt_tokens = sum(a.usage.prompt_tokens for a in alone)
+        batch = client.completions.create(model="smollm2", prompt=prompts, max_tokens=8, temperature=0, n=2)
+        got = [c.text for c in sorted(batch.choices, key=lambda c: c.index)]
+        check(sorted(c.index for c in batch.choices) == [0, 1, 2, 3] and got == [texts[0], texts[0], texts[1], texts[1]],
+              f"batch {prompts}: {got} vs {texts}")
+        check(batch.usage.prompt_tokens == prompt_tokens and
+              batch.usage.completion_tokens == 2 * sum(a.usage.completion_tokens for a in alone) and
+              batch.usage.total_tokens == batch.usage.prompt_tokens + batch.usage.completion_tokens,
+              f"batch usage {batch.usage}")
+        check_usage(batch.usage, "batch")
+        pieces, finishes, last = {}, {}, None
+        for chunk in client.completions.create(model="smollm2", prompt=prompts, max_tokens=8, temperature=0,
+                                               stream=True, stream_options={"include_usage": True}):
+            for c in chunk.choices:
+                pieces[c.index] = pieces.get(c.index, "") + c.text
+                finishes[c.index] = c.finish_reason or finishes.get(c.index)
+            last = chunk.usage or last
+        check(pieces == {0: texts[0], 1: texts[1]} and all(finishes.values()) and
+              last is not None and last.prompt_tokens == prompt_tokens, f"streamed batch {pieces} {finishes} {last}")
 
 
 def test_chat(client):
@@ -393,7 +421,7 @@ BAD_REQUESTS = [
     ("/v1/completions", {}),
     ("/v1/completions", {"prompt": ""}),
     ("/v1/completions", {"prompt": []}),
-    ("/v1/completions", {"prompt": ["a", "b"]}),
+    ("/v1/completions", {"prompt": ["a", [1]]}),
     ("/v1/completions", {"prompt": [1, 10**9]}),
     ("/v1/completions", {"prompt": "hi", "model": "gpt-4"}),
     ("/v1/completions", {"prompt": "hi", "max_tokens": 0}),
@@ -428,7 +456,7 @@ BAD_REQUESTS = [
     ("/v1/completions", {"prompt": "hi", "max_tokens": -1}),
     ("/v1/completions", {"prompt": "hi", "max_tokens": 2.5}),
     ("/v1/completions", {"prompt": [1.5, 2]}),
-    ("/v1/completions", {"prompt": [[1, 2], [3, 4]]}),
+    ("/v1/completions", {"prompt": [[1, 2], []]}),
     ("/v1/completions", {"prompt": "hi", "model": 7}),
     ("/v1/completions", {"prompt": "hi", "stream_options": {"include_usage": True}}),
     ("/v1/chat/completions", {}),

@@ -30,7 +30,8 @@ TEST(ServerValidation, GoodBodiesParse) {
           "seed": 7, "stop": ["a", "b"], "stream": true, "stream_options": {"include_usage": true}, "n": 1,
           "logprobs": null, "user": "x"})",
       false, limits());
-  EXPECT_EQ(request.prompt_text, "hi");
+  ASSERT_EQ(request.prompts.size(), 1u);
+  EXPECT_EQ(request.prompts[0].text, "hi");
   EXPECT_EQ(request.max_tokens, 5);
   EXPECT_FLOAT_EQ(request.sampling.temperature, 0.5f);
   EXPECT_EQ(request.sampling.top_k, 0);
@@ -45,7 +46,8 @@ TEST(ServerValidation, GoodBodiesParse) {
   EXPECT_EQ(request.stop, (std::vector<std::string>{"a", "b"}));
 
   request = parse_completion_request(R"({"prompt": [[1, 2, 3]]})", false, limits());
-  EXPECT_EQ(request.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  ASSERT_EQ(request.prompts.size(), 1u);
+  EXPECT_EQ(request.prompts[0].ids, (std::vector<int32_t>{1, 2, 3}));
 
   request = parse_completion_request(
       R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "u"}]},
@@ -67,6 +69,32 @@ TEST(ServerValidation, TextPartsJoinedOneALine) {
   EXPECT_EQ(request.messages[0]["content"], "x = 1\nExplain it\n");
   request = parse_completion_request(R"({"messages": [{"role": "user", "content": []}]})", true, limits());
   EXPECT_EQ(request.messages[0]["content"], "");
+}
+
+// A list of prompts is a batch, as vLLM and OpenAI take it (LangChain's OpenAI LLM sends its
+// batch so): texts or token-id lists, each checked as one prompt is.
+TEST(ServerValidation, PromptBatches) {
+  auto request = parse_completion_request(R"({"prompt": ["a", "b c", "d"], "n": 2})", false, limits());
+  ASSERT_EQ(request.prompts.size(), 3u);
+  EXPECT_EQ(request.prompts[1].text, "b c");
+  EXPECT_TRUE(request.prompts[1].ids.empty());
+  request = parse_completion_request(R"({"prompt": [[1, 2], [3]]})", false, limits());
+  ASSERT_EQ(request.prompts.size(), 2u);
+  EXPECT_EQ(request.prompts[0].ids, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(request.prompts[1].ids, (std::vector<int32_t>{3}));
+  request = parse_completion_request(R"({"prompt": [4, 5]})", false, limits());  // one prompt of ids
+  ASSERT_EQ(request.prompts.size(), 1u);
+  EXPECT_EQ(request.prompts[0].ids, (std::vector<int32_t>{4, 5}));
+  ValidationLimits two = limits();
+  two.max_prompts = 2;
+  EXPECT_NO_THROW(parse_completion_request(R"({"prompt": ["a", "b"]})", false, two));
+  try {
+    parse_completion_request(R"({"prompt": ["a", "b", "c"]})", false, two);
+    FAIL() << "a batch over the limit accepted";
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.status, 400);
+    EXPECT_EQ(error.param, "prompt");
+  }
 }
 
 // vt serve --generation-config auto hands the model's sampling defaults over: fields a request
@@ -105,7 +133,12 @@ TEST(ServerValidation, BadBodiesNameTheField) {
       {R"({"prompt": ""})", false, 400, "prompt"},
       {R"({"prompt": []})", false, 400, "prompt"},
       {R"({"prompt": 5})", false, 400, "prompt"},
-      {R"({"prompt": ["a", "b"]})", false, 400, "prompt"},
+      {R"({"prompt": ["a", [1]]})", false, 400, "prompt"},
+      {R"({"prompt": [[1], 2]})", false, 400, "prompt"},
+      {R"({"prompt": [1, "a"]})", false, 400, "prompt"},
+      {R"({"prompt": ["a", ""]})", false, 400, "prompt"},
+      {R"({"prompt": [[1], []]})", false, 400, "prompt"},
+      {R"({"prompt": [[1], [100]]})", false, 400, "prompt"},
       {R"({"prompt": [1, 100]})", false, 400, "prompt"},
       {R"({"prompt": [1, -1]})", false, 400, "prompt"},
       {R"({"prompt": [1.5]})", false, 400, "prompt"},
@@ -192,17 +225,15 @@ TEST(ServerValidation, ChoicesLogprobsAndLogitBias) {
 
 TEST(ServerValidation, MaxTokensAgainstThePrompt) {
   auto request = parse_completion_request(R"({"prompt": "a"})", false, limits());
-  resolve_max_tokens(request, 10, limits());
-  EXPECT_EQ(request.max_tokens, 16);
+  EXPECT_EQ(max_tokens_for(request, 10, limits()), 16);
   request = parse_completion_request(R"({"messages": [{"role": "user", "content": "x"}]})", true, limits());
-  resolve_max_tokens(request, 10, limits());
-  EXPECT_EQ(request.max_tokens, 54);  // what is left of the context
+  EXPECT_EQ(max_tokens_for(request, 10, limits()), 54);  // what is left of the context
   // The 400 names the field the request used.
   for (const std::string name : {"max_tokens", "max_completion_tokens"}) {
     request = parse_completion_request(R"({"messages": [{"role": "user", "content": "x"}], ")" + name + R"(": 60})",
                                        true, limits());
     try {
-      resolve_max_tokens(request, 10, limits());
+      max_tokens_for(request, 10, limits());
       ADD_FAILURE() << name << ": no error";
     } catch (const ApiError& error) {
       EXPECT_EQ(error.param, name);
@@ -210,7 +241,7 @@ TEST(ServerValidation, MaxTokensAgainstThePrompt) {
     }
   }
   request = parse_completion_request(R"({"prompt": "a"})", false, limits());
-  EXPECT_THROW(resolve_max_tokens(request, 64, limits()), ApiError);
+  EXPECT_THROW(max_tokens_for(request, 64, limits()), ApiError);
 }
 
 TEST(ServerValidation, ErrorBodyAndKeyCompare) {
