@@ -121,8 +121,10 @@ ChatOptions parse_chat_options(const Json& body) {
   if (const Json* effort = field(body, "reasoning_effort")) {
     if (!effort->is_string()) invalid("reasoning_effort", "'reasoning_effort' must be a string");
     const std::string level = effort->get<std::string>();
-    if (level != "none" && level != "minimal" && level != "low" && level != "medium" && level != "high")
-      invalid("reasoning_effort", "'reasoning_effort' must be one of none, minimal, low, medium, high");
+    // The OpenAI SDK's levels (xhigh, max: its newest), all of which vLLM takes.
+    if (level != "none" && level != "minimal" && level != "low" && level != "medium" && level != "high" &&
+        level != "xhigh" && level != "max")
+      invalid("reasoning_effort", "'reasoning_effort' must be one of none, minimal, low, medium, high, xhigh, max");
     options.template_kwargs["reasoning_effort"] = level;
   }
   if (const Json* kwargs = field(body, "chat_template_kwargs")) {

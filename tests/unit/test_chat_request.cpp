@@ -52,6 +52,9 @@ TEST(ChatRequest, AgentFieldsParse) {
             Json({{"reasoning_effort", "low"}, {"enable_thinking", false}, {"preserve_thinking", true}}));
   EXPECT_EQ(outcome(std::string(R"(, "tools": )") + kTools).first, 0);
   EXPECT_EQ(outcome(R"(, "tools": [], "tool_choice": "none")").first, 0);
+  // Every level the OpenAI SDK sends, as vLLM takes them.
+  for (const char* level : {"none", "minimal", "low", "medium", "high", "xhigh", "max"})
+    EXPECT_EQ(outcome(std::string(R"(, "reasoning_effort": ")") + level + "\"").first, 0) << level;
 }
 
 TEST(ChatRequest, BadAgentFieldsAre400sNamingTheField) {
