@@ -136,6 +136,10 @@ ChatOptions parse_chat_options(const Json& body) {
       options.template_kwargs[key] = value;
     }
   }
+  // As vLLM: a reasoning_effort turns the template's thinking on, "none" off, unless
+  // chat_template_kwargs says (Qwen's templates read enable_thinking, not reasoning_effort).
+  if (options.template_kwargs.contains("reasoning_effort") && !options.template_kwargs.contains("enable_thinking"))
+    options.template_kwargs["enable_thinking"] = options.template_kwargs["reasoning_effort"] != "none";
   return options;
 }
 

@@ -126,6 +126,10 @@ def test_reasoning(client):
                                             extra_body={"chat_template_kwargs": {"enable_thinking": False}})
     reasoning, content, calls, finish = stream_parts(stream)
     check(content == message.content and reasoning == "", f"streamed off {content!r} vs {message.content!r}")
+    # reasoning_effort "none" turns thinking off as vLLM does (Qwen's templates read enable_thinking).
+    none = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=12, temperature=0,
+                                          reasoning_effort="none").choices[0].message
+    check(none.content == message.content and not reasoning_of(none), f"reasoning_effort none: {none}")
 
 
 SCHEMAS = [

@@ -57,6 +57,20 @@ TEST(ChatRequest, AgentFieldsParse) {
     EXPECT_EQ(outcome(std::string(R"(, "reasoning_effort": ")") + level + "\"").first, 0) << level;
 }
 
+// reasoning_effort sets the template's enable_thinking as vLLM does ("none" off, any other level on),
+// unless chat_template_kwargs sets it.
+TEST(ChatRequest, ReasoningEffortSetsEnableThinking) {
+  auto kwargs = [](const std::string& fields) {
+    return parse_completion_request(R"({"messages": [{"role": "user", "content": "hi"}])" + fields + "}", true, limits())
+        .chat_options.template_kwargs;
+  };
+  EXPECT_EQ(kwargs(R"(, "reasoning_effort": "none")"), Json({{"reasoning_effort", "none"}, {"enable_thinking", false}}));
+  EXPECT_EQ(kwargs(R"(, "reasoning_effort": "low")"), Json({{"reasoning_effort", "low"}, {"enable_thinking", true}}));
+  EXPECT_EQ(kwargs(R"(, "reasoning_effort": "none", "chat_template_kwargs": {"enable_thinking": true})"),
+            Json({{"reasoning_effort", "none"}, {"enable_thinking", true}}));
+  EXPECT_EQ(kwargs(""), Json::object());
+}
+
 TEST(ChatRequest, BadAgentFieldsAre400sNamingTheField) {
   const std::string tools = std::string(R"(, "tools": )") + kTools;
   const std::vector<std::pair<std::string, std::string>> cases = {
