@@ -103,6 +103,7 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const RequestParams& params,
              ") must lie in [0, ", vocab_size_, ") with a finite bias");
   auto sequence = std::make_unique<Sequence>(params, tokenizer_);  // validates sampling params
   sequence->prompt_size = int64_t(prompt.size());
+  sequence->penalty_state = PenaltyState(params.penalties, prompt);  // validates the penalties
   sequence->tokens = std::move(prompt);
   sequence->tokens.reserve(size_t(total));
   sequence->callback = std::move(callback);
@@ -652,8 +653,9 @@ void Engine::fail_remaining(std::vector<TokenEvent>& events, std::vector<TokenCa
   waiting_.clear();
 }
 
-void Engine::bias(const Sequence& sequence, float* logits) const {
+void Engine::bias(const Sequence& sequence, float* logits, std::span<const int32_t> drafted) const {
   for (const auto& [token, bias] : sequence.params.logit_bias) logits[token] += bias;
+  sequence.penalty_state.apply(logits, vocab_size_, drafted);
 }
 
 RowOutput Engine::row_output(const Sequence& sequence, int64_t tokens) const {
@@ -661,8 +663,9 @@ RowOutput Engine::row_output(const Sequence& sequence, int64_t tokens) const {
   const bool samples = sequence.fed + tokens == int64_t(sequence.tokens.size());  // the row makes a token
   const RequestParams& params = sequence.params;
   // Speculating requests (rejection sampling: every token, the prefill's too, from the host
-  // Sampler's generator), logprobs and biased logits stay on the host.
-  const bool host = sequence.drafter || params.logprobs >= 0 || !params.logit_bias.empty() || sequence.constraint;
+  // Sampler's generator), logprobs and biased or penalised logits stay on the host.
+  const bool host = sequence.drafter || params.logprobs >= 0 || !params.logit_bias.empty() || params.penalties.any() ||
+                    sequence.constraint;
   if (sequence.verifying || (samples && host)) {
     output.kind = RowOutput::Kind::kLogits;
   } else if (samples) {
@@ -688,7 +691,8 @@ void Engine::advance(Sequence& sequence, float* logits) {
 int64_t Engine::advance_verified(Sequence& sequence, float* logits) {
   const int64_t drafts = int64_t(sequence.draft.tokens.size());
   const int64_t length = sequence.fed - 1 - drafts;
-  for (int64_t row = 0; row <= drafts; ++row) bias(sequence, logits + row * vocab_size_);
+  const std::span<const int32_t> drafted(sequence.draft.tokens);
+  for (int64_t row = 0; row <= drafts; ++row) bias(sequence, logits + row * vocab_size_, drafted.first(size_t(row)));
   if (sequence.constraint) {
     // Row r is masked in the state after drafts [0, r); a draft the grammar refuses has
     // probability 0 there, so verification rejects it and the rows after it go unused.
@@ -723,6 +727,7 @@ int64_t Engine::advance_verified(Sequence& sequence, float* logits) {
 
 bool Engine::emit(Sequence& sequence, int32_t id, const float* logits) {
   sequence.tokens.push_back(id);
+  sequence.penalty_state.add(id);
   TokenEvent event = sequence.counted();
   event.token_id = id;
   if (sequence.params.logprobs >= 0)

@@ -27,6 +27,7 @@
 #include "cache/prefix_cache.h"
 #include "core/tensor.h"
 #include "engine/logprobs.h"
+#include "engine/penalties.h"
 #include "engine/step_budget.h"
 #include "engine/step_record.h"
 #include "engine/stop_strings.h"
@@ -135,9 +136,12 @@ struct RequestParams {
   std::vector<int32_t> stop_token_ids;  // end the request; the token's text is not emitted
   std::vector<std::string> stop_strings;  // end the request; the text stops before the match
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits before logprobs and sampling
+  // Presence, frequency and repetition penalties (engine/penalties.h), after logit_bias and before
+  // logprobs and sampling; a penalised request samples on the host.
+  Penalties penalties;
   // -1: none. Else each token event carries the chosen token's logprob and this many (<= 20) top
-  // alternatives: the log-softmax of the model's logits plus logit_bias (before temperature,
-  // top-k and top-p).
+  // alternatives: the log-softmax of the model's logits plus logit_bias and the penalties (before
+  // temperature, top-k and top-p).
   int64_t logprobs = -1;
   // Speculative decoding: 0 decodes one token per step; k in [1, EngineOptions::max_num_draft]
   // verifies up to k n-gram (prompt-lookup) drafts per step. With adaptive_draft, k moves in
@@ -263,7 +267,8 @@ class Engine {
   // Decides a verify step's tokens from its rows [drafts + 1, vocab], emits them, rolls back;
   // returns the drafts accepted.
   int64_t advance_verified(Sequence& sequence, float* logits);
-  void bias(const Sequence& sequence, float* logits) const;
+  // logit_bias, then the penalties after the completion so far and `drafted` (a verify row's drafts before it).
+  void bias(const Sequence& sequence, float* logits, std::span<const int32_t> drafted = {}) const;
   // Ends a sequence with an error (its final event says why); it leaves at the end of the step.
   void fail(Sequence& sequence, const std::string& error);
   void fail_engine(const std::string& error);  // sets failure_ (the first error stays)

@@ -42,6 +42,7 @@ struct Engine::Sequence {
   int64_t drafted_for = -1;  // the context length `draft` follows (a waiting verify keeps it)
   std::vector<int32_t> verify_tokens;
   std::unique_ptr<TokenConstraint> constraint;  // structured output: masks every sampled row
+  PenaltyState penalty_state;  // params.penalties' counts
 
   Sequence(const RequestParams& request, const Tokenizer* tokenizer)
       : params(request), sampler(request.sampling), stop_filter(request.stop_strings) {

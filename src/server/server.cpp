@@ -405,6 +405,7 @@ struct Server::Impl {
     params.stop_token_ids = text.stop_ids;
     params.stop_strings = job->request.stop;
     params.logit_bias = job->request.logit_bias;
+    params.penalties = job->request.penalties;
     params.logprobs = job->request.logprobs;
     params.num_draft = job->request.num_speculative_tokens >= 0 ? job->request.num_speculative_tokens : options.num_draft;
     params.adaptive_draft = options.adaptive_draft;

@@ -175,6 +175,19 @@ void parse_choices_and_logprobs(const Json& body, CompletionRequest& request, co
     }
     if (top_logprobs) invalid("top_logprobs", "'top_logprobs' is a chat field; completions take 'logprobs': 0..5");
   }
+  for (const auto& [name, value] : {std::pair{"presence_penalty", &request.penalties.presence},
+                                    std::pair{"frequency_penalty", &request.penalties.frequency}}) {
+    const Json* penalty = field(body, name);
+    if (!penalty) continue;
+    const double amount = number(*penalty, name);
+    if (amount < -2 || amount > 2) invalid(name, std::string("'") + name + "' must be in [-2, 2]");
+    *value = float(amount);
+  }
+  if (const Json* penalty = field(body, "repetition_penalty")) {
+    const double amount = number(*penalty, "repetition_penalty");
+    if (!(amount > 0)) invalid("repetition_penalty", "'repetition_penalty' must be > 0");
+    request.penalties.repetition = float(amount);
+  }
   if (const Json* as_ids = field(body, "return_tokens_as_token_ids"))
     request.tokens_as_ids = boolean(*as_ids, "return_tokens_as_token_ids");
   if (const Json* bias = field(body, "logit_bias")) {
@@ -197,13 +210,6 @@ void parse_choices_and_logprobs(const Json& body, CompletionRequest& request, co
 
 // Fields vt does not implement are refused unless they ask for the default behaviour.
 void refuse_unsupported(const Json& body) {
-  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
-    const Json* penalty = field(body, name);
-    if (!penalty) continue;
-    const double value = number(*penalty, name);
-    if (value < -2 || value > 2) invalid(name, std::string("'") + name + "' must be in [-2, 2]");
-    if (value != 0) invalid(name, std::string("'") + name + "' is not supported (only 0)");
-  }
   if (const Json* echo = field(body, "echo"); echo && boolean(*echo, "echo")) invalid("echo", "'echo' is not supported");
   if (field(body, "suffix")) invalid("suffix", "'suffix' is not supported");
   for (const char* name : {"tools", "tool_choice", "response_format"})

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/penalties.h"
 #include "ops/sampling/sampler.h"
 #include "server/chat_request.h"
 
@@ -76,6 +77,8 @@ struct CompletionRequest {
   // chat: `top_logprobs` 0..20 with `logprobs: true`).
   int64_t logprobs = -1;
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> bias in [-100, 100]
+  // presence_penalty and frequency_penalty in [-2, 2] (OpenAI's); repetition_penalty > 0 (vLLM's).
+  Penalties penalties;
   bool tokens_as_ids = false;  // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N"
   // vt extension `num_speculative_tokens`: drafts verified per step for this request (0: plain
   // decoding); -1: not given (the server's default).

@@ -384,6 +384,15 @@ def test_sampling_features(client):
     banned_id = free[0].split(":")[1]
     banned = client.completions.create(logit_bias={banned_id: -100}, **ids).choices[0].logprobs.tokens
     check(free[0] not in banned, f"logit_bias -100 on {banned_id}: {free} -> {banned}")
+    # Penalties (OpenAI's presence and frequency, vLLM's repetition) change a greedy continuation
+    # long enough to repeat itself.
+    longer = {**ids, "max_tokens": 32}
+    unpenalised = client.completions.create(**longer).choices[0].logprobs.tokens
+    check(len(set(unpenalised)) < len(unpenalised), f"greedy repeats itself: {unpenalised}")
+    for penalty in ({"presence_penalty": 2}, {"frequency_penalty": 2}, {"extra_body": {"repetition_penalty": 50}}):
+        extra = penalty.pop("extra_body", {})
+        penalised = client.completions.create(**{**longer, "extra_body": {**ids["extra_body"], **extra}}, **penalty)
+        check(penalised.choices[0].logprobs.tokens != unpenalised, f"{penalty or extra}: {unpenalised} unchanged")
 
 
 def test_disconnect(port):
@@ -445,7 +454,8 @@ BAD_REQUESTS = [
     ("/v1/completions", {"prompt": "hi", "logit_bias": {"5": "x"}}),
     ("/v1/completions", {"prompt": "hi", "logit_bias": [1, 2]}),
     ("/v1/completions", {"prompt": "hi", "presence_penalty": 3}),
-    ("/v1/completions", {"prompt": "hi", "frequency_penalty": 0.5}),
+    ("/v1/completions", {"prompt": "hi", "frequency_penalty": -2.5}),
+    ("/v1/completions", {"prompt": "hi", "repetition_penalty": 0}),
     ("/v1/completions", {"prompt": "hi", "echo": True}),
     ("/v1/completions", {"prompt": "hi", "suffix": "x"}),
     ("/v1/completions", {"prompt": "hi", "top_k": -5}),

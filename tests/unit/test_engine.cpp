@@ -327,6 +327,69 @@ TEST_F(EngineTest, LogprobsAndLogitBias) {
   EXPECT_THROW(engine.submit(prompt, params, pushed.callback()), Error);
 }
 
+// Presence, frequency and repetition penalties: greedy ids and logprobs as a step-by-step decode
+// that applies logit_bias and then vLLM's definitions to the model's logits gives them. Three
+// favoured tokens would otherwise repeat; the penalties change the output.
+TEST_F(EngineTest, PenaltiesFollowTheirDefinitions) {
+  std::mt19937 rng(31);
+  const int64_t vocab = model_->info().vocab_size;
+  const auto prompt = random_prompt(rng, 9, vocab);
+  const std::vector<std::pair<int32_t, float>> favoured = {{prompt[0], 6.0f}, {17, 6.0f}, {40, 6.0f}};
+  const auto reference = [&](const Penalties& penalties, int64_t steps) {
+    auto state = model_->new_sequence(64);
+    Buffer logits(DType::kF32, {1, vocab});
+    model_->forward(prompt, *state, logits, {});
+    std::vector<int32_t> out;
+    std::vector<float> logprobs;
+    for (int64_t step = 0; step < steps; ++step) {
+      std::vector<float> row(logits.f32(), logits.f32() + vocab);
+      for (const auto& [token, bias] : favoured) row[size_t(token)] += bias;
+      for (int32_t token = 0; token < vocab; ++token) {
+        const int64_t count = std::count(out.begin(), out.end(), token);
+        const bool seen = count > 0 || std::count(prompt.begin(), prompt.end(), token) > 0;
+        float& x = row[size_t(token)];
+        if (seen) x = x > 0 ? x / penalties.repetition : x * penalties.repetition;
+        if (count > 0) x -= penalties.presence + penalties.frequency * float(count);
+      }
+      const int32_t id = argmax(row.data(), vocab);
+      const float top = row[size_t(id)];
+      double total = 0;
+      for (float x : row) total += std::exp(double(x - top));
+      out.push_back(id);
+      logprobs.push_back(float(-std::log(total)));
+      model_->forward(std::vector<int32_t>{id}, *state, logits, {});
+    }
+    return std::pair{out, logprobs};
+  };
+  Engine engine(*model_, nullptr, {});
+  std::vector<int32_t> plain_ids;
+  for (const Penalties& penalties : {Penalties{}, Penalties{1.5f, 0.0f, 1.0f}, Penalties{0.0f, 1.2f, 1.0f},
+                                     Penalties{0.0f, 0.0f, 1.8f}, Penalties{-0.5f, 0.8f, 1.4f}}) {
+    SCOPED_TRACE(::testing::Message() << "presence " << penalties.presence << " frequency " << penalties.frequency
+                                      << " repetition " << penalties.repetition);
+    RequestParams params;
+    params.max_tokens = 14;
+    params.logprobs = 0;
+    params.logit_bias = favoured;
+    params.penalties = penalties;
+    Collector got;
+    engine.submit(prompt, params, got.callback());
+    got.wait();
+    const auto [ids, logprobs] = reference(penalties, params.max_tokens);
+    EXPECT_EQ(got.ids, ids);
+    ASSERT_EQ(got.events.size(), logprobs.size());
+    for (size_t t = 0; t < logprobs.size(); ++t) EXPECT_NEAR(got.events[t].logprob, logprobs[t], 1e-4) << t;
+    if (!penalties.any()) plain_ids = got.ids;
+    else EXPECT_NE(got.ids, plain_ids);
+  }
+  RequestParams params;
+  for (const Penalties& bad : {Penalties{2.5f, 0.0f, 1.0f}, Penalties{0.0f, -3.0f, 1.0f}, Penalties{0.0f, 0.0f, 0.0f}}) {
+    params.penalties = bad;
+    Collector unused;
+    EXPECT_THROW(engine.submit(prompt, params, unused.callback()), Error);
+  }
+}
+
 TEST_F(EngineTest, RejectsWhatCanNeverFitAndQueuesTheRest) {
   EngineOptions options;
   options.cache_blocks = 4;  // 64 tokens in all
@@ -555,21 +618,23 @@ std::vector<std::vector<int32_t>> spec_prompts(int64_t vocab) {
 // Batch 1: for k = 1..8, the n-gram and the oracle drafter give exactly the plain greedy ids and
 // logprobs (the verify's rows are the decode's logits), and the oracle's drafts are accepted at
 // every prefix length. The random tiny model never repeats itself, so a logit_bias (applied to
-// every verify row) makes outputs the n-gram drafter can predict: one token forced, or a few favoured.
+// every verify row) makes outputs the n-gram drafter can predict: one token forced, or a few
+// favoured; and a few favoured under penalties (each verify row penalised after the drafts before it).
 TEST_F(EngineSpecTest, GreedyAloneIdenticalToPlainForEveryK) {
   const int64_t vocab = model_->info().vocab_size;
   SpeculativeStats oracle_totals;
   oracle_totals.reset(8);
   int64_t ngram_accepted = 0, ngram_drafted = 0;
   const std::vector<std::vector<std::pair<int32_t, float>>> biases = {
-      {}, {{17, 100.0f}}, {{17, 6.0f}, {40, 6.0f}, {99, 6.0f}}};
+      {}, {{17, 100.0f}}, {{17, 6.0f}, {40, 6.0f}, {99, 6.0f}}, {{17, 6.0f}, {40, 6.0f}, {99, 6.0f}}};
   const auto prompts = spec_prompts(vocab);
-  for (size_t case_index = 0; case_index < prompts.size() + 2; ++case_index) {
+  for (size_t case_index = 0; case_index < prompts.size() + 3; ++case_index) {
     const auto& prompt = prompts[std::min(case_index, prompts.size() - 1)];
     RequestParams plain;
     plain.max_tokens = 48;
     plain.logprobs = 3;
     plain.logit_bias = biases[case_index < prompts.size() ? 0 : case_index - prompts.size() + 1];
+    if (case_index == prompts.size() + 2) plain.penalties = {0.5f, 0.7f, 1.3f};
     const Outcome want = run_all(*model_, {}, {prompt}, {plain})[0];
     ASSERT_EQ(int64_t(want.ids.size()), plain.max_tokens);
     for (int64_t k = 1; k <= 8; ++k) {

@@ -44,6 +44,14 @@ TEST(ServerValidation, GoodBodiesParse) {
                                        limits()).continuous_usage);
   EXPECT_FALSE(parse_completion_request(streamed + R"({"continuous_usage_stats": true}})", false, limits()).continuous_usage);
   EXPECT_EQ(request.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_FALSE(request.penalties.any());
+  // OpenAI's presence and frequency penalties and vLLM's repetition penalty reach the engine.
+  request = parse_completion_request(
+      R"({"prompt": "hi", "presence_penalty": 1.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1})", false,
+      limits());
+  EXPECT_FLOAT_EQ(request.penalties.presence, 1.5f);
+  EXPECT_FLOAT_EQ(request.penalties.frequency, -0.5f);
+  EXPECT_FLOAT_EQ(request.penalties.repetition, 1.1f);
 
   request = parse_completion_request(R"({"prompt": [[1, 2, 3]]})", false, limits());
   ASSERT_EQ(request.prompts.size(), 1u);
@@ -177,6 +185,9 @@ TEST(ServerValidation, BadBodiesNameTheField) {
       {R"({"prompt": "a", "logit_bias": [5]})", false, 400, "logit_bias"},
       {R"({"prompt": "a", "return_tokens_as_token_ids": 1})", false, 400, "return_tokens_as_token_ids"},
       {R"({"prompt": "a", "presence_penalty": 3})", false, 400, "presence_penalty"},
+      {R"({"prompt": "a", "frequency_penalty": -2.5})", false, 400, "frequency_penalty"},
+      {R"({"prompt": "a", "frequency_penalty": "1"})", false, 400, "frequency_penalty"},
+      {R"({"prompt": "a", "repetition_penalty": 0})", false, 400, "repetition_penalty"},
       {R"({"prompt": "a", "seed": "x"})", false, 400, "seed"},
       {R"({"prompt": "a", "echo": true})", false, 400, "echo"},
       {"{}", true, 400, "messages"},
