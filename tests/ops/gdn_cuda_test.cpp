@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -489,7 +490,10 @@ TEST_F(GdnCuda, GatedDeltaNetChunkedFp8OutputAndBf16) {
     cuda::copy_to_host(codes.data(), q.data(), codes.size());
     scales = download(q_scales);
   }
-  EXPECT_LE(relative_l2(outs[0], outs[1]), numerics::kCudaChunkedBf16OutputRelL2);
+  const double out_rel_l2 = relative_l2(outs[0], outs[1]);
+  std::printf("gdn_chunked bf16 output vs gdn_recurrent: relative L2 %.3g (bound %.3g)\n", out_rel_l2,
+              numerics::kCudaChunkedBf16OutputRelL2);
+  EXPECT_LE(out_rel_l2, numerics::kCudaChunkedBf16OutputRelL2);
   int64_t code_mismatches = 0, scale_mismatches = 0;
   for (int64_t row = 0; row < T * hv; ++row) {
     float absmax = 0.0f;

@@ -9,13 +9,15 @@
 //     the next chunk's rows copied (cp.async) while this one's products run;
 //   output (chunk, value head): O = (q e^c) S_start + attn V', then the gated RMSNorm epilogue
 //     (and the optional FP8 codes) exactly as sm90_gdn_recurrent writes them.
-// The state and output products run on the tensor cores in 3xTF32 (fp32-accurate, see mma_3xtf32),
-// the rest in fp32; fixed reduction orders, no atomics: bit-identical run to run.
+// The products run on the tensor cores in TF32: for f32 activations in 3xTF32 (fp32-accurate, see
+// mma_xtf32), for bf16 ones in one TF32 product (2^-11 per operand, a quarter of the bf16 rounding
+// around it); the rest in fp32; fixed reduction orders, no atomics: bit-identical run to run.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "cuda/check.h"
 #include "cuda/common.cuh"
@@ -117,10 +119,13 @@ __device__ __forceinline__ void copy_16(float* destination, const float* source,
                : "memory");
 }
 
-// The state and output products on the tensor cores: mma.sync m16n8k8 in TF32 with each f32
-// operand split into a TF32 high part and the TF32 rounding of its remainder, summed as
-// lo * hi + hi * lo + hi * hi ("3xTF32"): the dropped lo * lo term is ~2^-22 of the product, so the
-// result is fp32-accurate (kCudaChunkedDeltaRuleRelL2 holds) at several times the CUDA cores' rate.
+// The products on the tensor cores: mma.sync m16n8k8 in TF32 with each f32 operand split into a
+// TF32 high part and the TF32 rounding of its remainder. kTerms 3 sums lo * hi + hi * lo + hi * hi
+// ("3xTF32"): the dropped lo * lo term is ~2^-22 of the product, so the result is fp32-accurate
+// (kCudaChunkedDeltaRuleRelL2 holds). kTerms 1, for bf16 activations, takes hi * hi alone: 2^-11
+// per operand, below the bf16 rounding (2^-9) of every input and output around it, and a third of
+// the mma.sync issue (flash-linear-attention, the peer, multiplies in bf16). The lo parts are then
+// dead code.
 // Fragments (PTX ISA, m16n8k8 .tf32), g = lane / 4, t = lane % 4: A rows g, g + 8 x columns t, t + 4;
 // B rows t, t + 4 x column g; C rows g, g + 8 x columns 2t, 2t + 1.
 __device__ __forceinline__ uint32_t to_tf32(float x) {
@@ -152,11 +157,19 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const Split<4>& a, const Split<2>& b) {
-  mma_tf32(d, a.lo, b.hi);
-  mma_tf32(d, a.hi, b.lo);
+template <int kTerms>
+__device__ __forceinline__ void mma_xtf32(float (&d)[4], const Split<4>& a, const Split<2>& b) {
+  static_assert(kTerms == 1 || kTerms == 3, "1xTF32 or 3xTF32");
+  if constexpr (kTerms == 3) {
+    mma_tf32(d, a.lo, b.hi);
+    mma_tf32(d, a.hi, b.lo);
+  }
   mma_tf32(d, a.hi, b.hi);
 }
+
+// One TF32 product for bf16 activations, three for f32 (see mma_xtf32).
+template <typename T>
+constexpr int kTermsFor = std::is_same_v<T, float> ? 3 : 1;
 
 // A fragment of the 16 x 8 tile at (r0, k0) of a row-major shared matrix (row stride `ld`).
 __device__ __forceinline__ Split<4> load_a(const float* s, int ld, int r0, int k0, int g, int t) {
@@ -189,6 +202,7 @@ __device__ __forceinline__ Split<2> load_b_transposed(const float* s, int ld, in
 // Grid (chunk bound, value head), kThreads threads.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_prepare(ChunkedArgs args) {
+  constexpr int kTerms = kTermsFor<T>;
   extern __shared__ float4 shared_f4[];
   float* s_q = reinterpret_cast<float*>(shared_f4);  // [64][kQLd], normalised, q scaled
   float* s_k = s_q + kChunk * kQLd;                   // [64][kQLd], normalised
@@ -270,8 +284,8 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_prepare(ChunkedArgs a
       for (int n = 0; n < 4; ++n) {
         if (on0 + 8 * n > om0 + 15) continue;  // warp-uniform
         const Split<2> b = load_b_transposed(s_k, kQLd, k0, on0 + 8 * n, g, t);
-        mma_3xtf32(kk[n], ak, b);
-        mma_3xtf32(qk[n], aq, b);
+        mma_xtf32<kTerms>(kk[n], ak, b);
+        mma_xtf32<kTerms>(qk[n], aq, b);
       }
     }
 #pragma unroll
@@ -318,7 +332,7 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_prepare(ChunkedArgs a
       for (int k0 = 0; k0 < r0; k0 += 8) {
         const Split<4> a = load_a(s_a, kAttnLd, r0, k0, g, t);
 #pragma unroll
-        for (int n = 0; n < 4; ++n) mma_3xtf32(acc[n], a, load_b(s_x, kXLd, k0, 32 * warp + 8 * n, g, t));
+        for (int n = 0; n < 4; ++n) mma_xtf32<kTerms>(acc[n], a, load_b(s_x, kXLd, k0, 32 * warp + 8 * n, g, t));
       }
 #pragma unroll
       for (int n = 0; n < 4; ++n)
@@ -378,7 +392,8 @@ __device__ __forceinline__ void copy_chunk_rows(float* shared, int ld, const flo
 // and columns 16 (w / 4)..; S = e^{c_last} S + (k e^{c_last - c})^T V': warp w owns rows 16 w.. of
 // S, all 32 columns, held in registers (C fragments) between chunks. The next chunk's W rows are
 // copied (cp.async) while this chunk's state update runs, its k rows while its V' product runs, so
-// the walk waits on L2 once per chunk at most rather than once per row.
+// the walk waits on L2 once per chunk at most rather than once per row. kTerms: see mma_xtf32.
+template <int kTerms>
 __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs args) {
   extern __shared__ float4 shared_f4[];
   float* s_s = reinterpret_cast<float*>(shared_f4);  // [128][kStateLd] S at the chunk's start
@@ -470,7 +485,7 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs 
     for (int k0 = 0; k0 < dk8; k0 += 8) {
       const Split<4> a = load_a(s_w, kWLd, vm0, k0, g, t);
 #pragma unroll
-      for (int n = 0; n < 2; ++n) mma_3xtf32(acc[n], a, load_b(s_s, kStateLd, k0, vn0 + 8 * n, g, t));
+      for (int n = 0; n < 2; ++n) mma_xtf32<kTerms>(acc[n], a, load_b(s_s, kStateLd, k0, vn0 + 8 * n, g, t));
     }
 #pragma unroll
     for (int n = 0; n < 2; ++n)
@@ -512,7 +527,7 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs 
     for (int j0 = 0; j0 < L; j0 += 8) {
       const Split<4> a = load_a_transposed(s_kd, kKLd, sm0, j0, g, t);
 #pragma unroll
-      for (int n = 0; n < 4; ++n) mma_3xtf32(r_s[n], a, load_b(s_v, kStateLd, j0, 8 * n, g, t));
+      for (int n = 0; n < 4; ++n) mma_xtf32<kTerms>(r_s[n], a, load_b(s_v, kStateLd, j0, 8 * n, g, t));
     }
     __syncthreads();  // s_s, s_kd and s_v are rewritten by the next chunk
     if (next_L > 0) copy_k(next, next_L);
@@ -534,6 +549,7 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gdn_chunk_state(ChunkedArgs 
 // silu(z) and its FP8 codes, as sm90_gdn_recurrent writes them.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs args) {
+  constexpr int kTerms = kTermsFor<T>;
   extern __shared__ float4 shared_f4[];
   float* s_s = reinterpret_cast<float*>(shared_f4);  // phase 1: [128][kOutLd] S at the chunk's start
   float* s_q = s_s + kMaxDk * kOutLd;                 // phase 1: [64][kQLd] q, scaled
@@ -589,7 +605,7 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs ar
   for (int k0 = 0; k0 < dk8; k0 += 8) {
     const Split<4> a = load_a(s_q, kQLd, om0, k0, g, t);
 #pragma unroll
-    for (int n = 0; n < 8; ++n) mma_3xtf32(acc[n], a, load_b(s_s, kOutLd, k0, on0 + 8 * n, g, t));
+    for (int n = 0; n < 8; ++n) mma_xtf32<kTerms>(acc[n], a, load_b(s_s, kOutLd, k0, on0 + 8 * n, g, t));
   }
   __syncthreads();  // phase 2 reuses the shared memory
   // V' rows and attn rows (zeros past the chunk's tokens and past dv), copied at once.
@@ -614,7 +630,7 @@ __global__ void __launch_bounds__(kThreads) sm90_gdn_chunk_output(ChunkedArgs ar
   for (int j0 = 0; j0 < j_end; j0 += 8) {
     const Split<4> a = load_a(s_attn, kAttnLd, om0, j0, g, t);
 #pragma unroll
-    for (int n = 0; n < 8; ++n) mma_3xtf32(acc[n], a, load_b(s_v, kOutLd, j0, on0 + 8 * n, g, t));
+    for (int n = 0; n < 8; ++n) mma_xtf32<kTerms>(acc[n], a, load_b(s_v, kOutLd, j0, on0 + 8 * n, g, t));
   }
 #pragma unroll
   for (int n = 0; n < 8; ++n)
@@ -763,15 +779,14 @@ void gdn_chunked(const GdnArgs& core, DType act, cudaStream_t stream, float* scr
       ::vt::trace::OpGroup::kGdn};
   const dim3 chunk_grid{unsigned(chunks), unsigned(hv)};
   const dim3 state_grid{unsigned(layout.num_seqs), unsigned(hv), unsigned((dv + kStateCols - 1) / kStateCols)};
-  static std::atomic<uint64_t> state_shared_set{0};
-  allow_shared(sm90_gdn_chunk_state, kStateShared, state_shared_set);
   VT_DISPATCH_ACT(act, T, {
-    static std::atomic<uint64_t> prepare_shared_set{0}, output_shared_set{0};
+    static std::atomic<uint64_t> prepare_shared_set{0}, state_shared_set{0}, output_shared_set{0};
+    allow_shared(sm90_gdn_chunk_state<kTermsFor<T>>, kStateShared, state_shared_set);
     allow_shared(sm90_gdn_chunk_prepare<T>, kPrepareShared, prepare_shared_set);
     allow_shared(sm90_gdn_chunk_output<T>, kOutputShared, output_shared_set);
     launch("sm90_gdn_chunk_prepare", prepare_cost, sm90_gdn_chunk_prepare<T>, chunk_grid, dim3(kThreads),
            kPrepareShared, stream, args);
-    launch("sm90_gdn_chunk_state", state_cost, sm90_gdn_chunk_state, state_grid, dim3(kThreads), kStateShared, stream,
+    launch("sm90_gdn_chunk_state", state_cost, sm90_gdn_chunk_state<kTermsFor<T>>, state_grid, dim3(kThreads), kStateShared, stream,
            args);
     launch("sm90_gdn_chunk_output", output_cost, sm90_gdn_chunk_output<T>, chunk_grid, dim3(kThreads), kOutputShared,
            stream, args);
