@@ -255,6 +255,7 @@ void run_serve(ServeArgs args) {
   }
   if (args.generation_config == "auto" && text.generation.has_sampling()) {
     args.server.default_sampling = text.generation.sampling_over(args.server.default_sampling);
+    if (text.generation.repetition_penalty) args.server.default_penalties.repetition = *text.generation.repetition_penalty;
     std::fprintf(stderr, "vt serve: requests that leave them out sample with the model's generation_config.json: %s "
                  "(--generation-config vt: greedy)\n", text.generation.sampling_summary().c_str());
   }
@@ -303,8 +304,8 @@ void add_serve_commands(CLI::App& app) {
   serve->add_option("--chat-template", args->chat_template, "a .jinja chat template instead of the model's own");
   serve->add_option("--tokenizer", args->tokenizer, "folder with tokenizer.json (default: the model's own)");
   serve->add_option("--generation-config", args->generation_config,
-                    "auto (default): requests that leave temperature, top_k or top_p out get the values of the "
-                    "model's generation_config.json, as vLLM does; vt: greedy")
+                    "auto (default): requests that leave temperature, top_k, top_p, min_p or repetition_penalty out "
+                    "get the values of the model's generation_config.json, as vLLM does; vt: greedy")
       ->check(CLI::IsMember({"auto", "vt"}));
   serve->add_option("--tensor-parallel", args->tensor_parallel, "CUDA: GPUs to split the model over (NCCL), default 1")
       ->check(CLI::Range(1, 64));

@@ -12,6 +12,7 @@ SamplingParams GenerationConfig::sampling_over(SamplingParams base) const {
   if (temperature) base.temperature = *temperature;
   if (top_k) base.top_k = *top_k;
   if (top_p) base.top_p = *top_p;
+  if (min_p) base.min_p = *min_p;
   return base;
 }
 
@@ -20,7 +21,9 @@ std::string GenerationConfig::sampling_summary() const {
   const char* gap = "";
   if (temperature) out << gap << "temperature=" << *temperature, gap = " ";
   if (top_k) out << gap << "top_k=" << *top_k, gap = " ";
-  if (top_p) out << gap << "top_p=" << *top_p;
+  if (top_p) out << gap << "top_p=" << *top_p, gap = " ";
+  if (min_p) out << gap << "min_p=" << *min_p, gap = " ";
+  if (repetition_penalty) out << gap << "repetition_penalty=" << *repetition_penalty;
   return out.str();
 }
 
@@ -53,6 +56,16 @@ GenerationConfig load_generation_config(const std::filesystem::path& dir) {
     const double value = object.get_number("top_p");
     VT_CHECK(value > 0 && value <= 1, path.string(), ": top_p ", value, " must be in (0, 1]");
     config.top_p = float(value);
+  }
+  if (object.has("min_p")) {
+    const double value = object.get_number("min_p");
+    VT_CHECK(value >= 0 && value <= 1, path.string(), ": min_p ", value, " must be in [0, 1]");
+    config.min_p = float(value);
+  }
+  if (object.has("repetition_penalty")) {
+    const double value = object.get_number("repetition_penalty");
+    VT_CHECK(std::isfinite(value) && value > 0, path.string(), ": repetition_penalty ", value, " must be > 0");
+    config.repetition_penalty = float(value);
   }
   return config;
 }

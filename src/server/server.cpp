@@ -201,6 +201,8 @@ struct Server::Impl {
     limits.default_chat_max_tokens = options.default_chat_max_tokens;
     check_sampling_params(options.default_sampling);
     limits.default_sampling = options.default_sampling;
+    check_penalties(options.default_penalties);
+    limits.default_penalties = options.default_penalties;
     limits.max_num_draft = engine.max_num_draft();
     structured = std::make_unique<StructuredOutput>(*text.tokenizer, limits.vocab_size, text.stop_ids);
     VT_CHECK(options.num_draft >= 0 && options.num_draft <= limits.max_num_draft, "serve: the default num_draft ",

@@ -30,8 +30,10 @@ struct ServerOptions {
   // limit are the fields above).
   HttpServerOptions http;
   int64_t default_chat_max_tokens = 512;
-  // Sampling for requests that leave temperature, top_k or top_p out (default: greedy).
+  // Sampling for requests that leave temperature, top_k, top_p or min_p out (default: greedy), and
+  // penalties for those that leave them out (default: none).
   SamplingParams default_sampling;
+  Penalties default_penalties;
   // Origins (exact "scheme://host[:port]", or "*") whose browsers may call the API; others get no
   // CORS headers. Empty: none.
   std::vector<std::string> allowed_origins;

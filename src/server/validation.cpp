@@ -260,6 +260,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat, con
   CompletionRequest request;
   request.chat = chat;
   request.sampling = limits.default_sampling;
+  request.penalties = limits.default_penalties;
   request.sampling.seed = 0;
   if (const Json* model = field(body, "model")) {
     if (!model->is_string()) invalid("model", "'model' must be a string");
@@ -296,6 +297,11 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat, con
     const int64_t value = integer(*top_k, "top_k");
     if (value < -1) invalid("top_k", "'top_k' must be -1 (off), 0 (off) or positive");
     request.sampling.top_k = value < 0 ? 0 : value;
+  }
+  if (const Json* min_p = field(body, "min_p")) {  // vLLM's
+    const double value = number(*min_p, "min_p");
+    if (value < 0 || value > 1) invalid("min_p", "'min_p' must be in [0, 1]");
+    request.sampling.min_p = float(value);
   }
   if (const Json* seed = field(body, "seed")) {
     request.sampling.seed = uint64_t(integer(*seed, "seed"));

@@ -48,9 +48,10 @@ struct ValidationLimits {
   int64_t max_prompts = 64;        // prompts in a completions batch
   int64_t max_logit_bias = 1024;   // entries in logit_bias
   int64_t max_num_draft = 0;       // speculative drafts a request may ask for (0: speculation off)
-  // For requests that leave temperature, top_k or top_p out (greedy unless vt serve took the
+  // For requests that leave temperature, top_k, top_p or min_p out (greedy unless vt serve took the
   // model's generation_config.json sampling, as vLLM does); its seed is not used.
   SamplingParams default_sampling;
+  Penalties default_penalties;  // likewise (generation_config.json's repetition_penalty)
 };
 
 struct CompletionRequest {

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`vt serve` reads an HF folder's generation_config.json as HF generate and vLLM do: it stops on
 every id of its eos_token_id list (not only the tokenizer's eos_token), and with --generation-config
-auto (the default) requests that leave temperature / top_k / top_p out get the file's values;
+auto (the default) requests that leave temperature / top_k / top_p / min_p / repetition_penalty out
+get the file's values;
 --generation-config vt keeps them greedy. On a copy of the trained golden model (CPU).
 
   test_generation_config.py VT_BINARY"""
@@ -103,6 +104,22 @@ def main():
         if sampled == greedy[:len(sampled)] or sampled != again:
             failures.append(f"temperature 1.5 from the file, seed 7: {sampled} and {again}; greedy {greedy}")
 
+        # vLLM also takes the file's repetition_penalty for requests that leave it out.
+        with open(config_path, "w") as f:
+            json.dump({**published, "repetition_penalty": 3.0}, f)
+        process, port, log = serve(vt, model)
+        try:
+            penalised, _ = complete(port, temperature=0)
+            unpenalised, _ = complete(port, temperature=0, repetition_penalty=1)
+        finally:
+            stop(process)
+        if "repetition_penalty=3" not in log:
+            failures.append(f"the start-up line does not name the model's repetition_penalty: {log}")
+        if penalised == greedy or unpenalised != greedy:
+            failures.append(f"repetition_penalty 3 from the file: {penalised}; with 1 asked: {unpenalised}; greedy {greedy}")
+
+        with open(config_path, "w") as f:
+            json.dump({**published, "eos_token_id": [0, greedy[cut]], "temperature": 1.5, "top_k": 0, "top_p": 1.0}, f)
         process, port, log = serve(vt, model, "--generation-config", "vt")
         try:
             plain, reason = complete(port, seed=7)

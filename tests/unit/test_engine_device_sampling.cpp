@@ -1,8 +1,9 @@
 // The engine's device-sampling path on the CPU: the tiny golden model behind a wrapper that
 // "samples on its device" with the CUDA kernel's twin (cpu::sample_rows). Greedy outputs equal the
 // host path's; a sampled request's tokens are the twin's draws with its seed and token index
-// (whatever else runs, through preemption); requests with logprobs, logit_bias or speculation get
-// their logits rows and the host Sampler, as with device sampling off; the option turns it off.
+// (whatever else runs, through preemption); requests with logprobs, logit_bias, penalties, min_p
+// or speculation get their logits rows and the host Sampler, as with device sampling off; the
+// option turns it off.
 // Requests with a token rule (structured output) get their rows masked on the host, speculating
 // or not, next to requests sampled on the device.
 #include <gtest/gtest.h>
@@ -225,16 +226,16 @@ TEST_F(EngineDeviceSampling, PreemptionKeepsDrawsExact) {
     EXPECT_EQ(collectors[i].ids, run_all(device, alone, {prompts[i]}, {params[i]})[0]) << "request " << i;
 }
 
-// Logprobs, logit_bias and speculative decoding need the logits on the host: those requests get
-// their rows and sample with the host Sampler, so they give exactly what they give with device
+// Logprobs, logit_bias, penalties, min_p and speculative decoding need the logits on the host:
+// those requests get their rows and sample with the host Sampler, so they give exactly what they give with device
 // sampling off, next to requests sampled on the device.
 TEST_F(EngineDeviceSampling, HostRowsForLogprobsBiasAndSpeculation) {
   TwinSamplingModel device(*model_);
   const int64_t vocab = model_->info().vocab_size;
   std::mt19937 rng(34);
   std::vector<std::vector<int32_t>> prompts;
-  std::vector<RequestParams> params(6);
-  for (int i = 0; i < 6; ++i) {
+  std::vector<RequestParams> params(8);
+  for (int i = 0; i < 8; ++i) {
     prompts.push_back(random_prompt(rng, 5 + i, vocab));
     params[i].max_tokens = 12;
     params[i].sampling = {1.0f, 0, 0.9f, uint64_t(70 + i)};
@@ -244,18 +245,20 @@ TEST_F(EngineDeviceSampling, HostRowsForLogprobsBiasAndSpeculation) {
   params[2].num_draft = 3;
   params[3].sampling = {};  // greedy, speculating
   params[3].num_draft = 2;
+  params[4].penalties = {0.5f, 0.5f, 1.2f};
+  params[5].sampling.min_p = 0.05f;
   EngineOptions options;
   options.max_num_draft = 4;
   const auto on = run_all(device, options, prompts, params);
   EXPECT_EQ(device.plain_steps.load(), 0);
   EXPECT_GT(device.logit_rows.load(), 0);
-  EXPECT_EQ(device.token_rows.load(), params[4].max_tokens + params[5].max_tokens);
+  EXPECT_EQ(device.token_rows.load(), params[6].max_tokens + params[7].max_tokens);
   EngineOptions host = options;
   host.device_sampling = false;
   const auto off = run_all(device, host, prompts, params);
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(on[i], off[i]) << "request " << i;
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(on[i], off[i]) << "request " << i;
   EXPECT_GT(device.plain_steps.load(), 0);  // device_sampling = false: forward_batch only
-  EXPECT_EQ(device.token_rows.load(), params[4].max_tokens + params[5].max_tokens);
+  EXPECT_EQ(device.token_rows.load(), params[6].max_tokens + params[7].max_tokens);
 }
 
 // A token rule allowing only ids divisible by 3; it keeps what it took (rollbacks undo).

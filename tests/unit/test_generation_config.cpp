@@ -47,6 +47,14 @@ TEST_F(GenerationConfigTest, WhatItLeavesOutStaysAsItWas) {
   EXPECT_FLOAT_EQ(sampling.top_p, 0.8f);
   EXPECT_EQ(config.sampling_summary(), "top_p=0.8");
 
+  // vLLM also reads min_p and repetition_penalty.
+  write(R"({"min_p": 0.05, "repetition_penalty": 1.05})");
+  const GenerationConfig more = load_generation_config(dir_);
+  ASSERT_TRUE(more.has_sampling());
+  EXPECT_FLOAT_EQ(more.sampling_over({}).min_p, 0.05f);
+  EXPECT_FLOAT_EQ(more.repetition_penalty.value_or(0.0f), 1.05f);
+  EXPECT_EQ(more.sampling_summary(), "min_p=0.05 repetition_penalty=1.05");
+
   write(R"({"_from_model_config": true, "use_cache": true})");
   EXPECT_FALSE(load_generation_config(dir_).has_sampling());
   EXPECT_TRUE(load_generation_config(dir_).eos_token_ids.empty());
@@ -56,7 +64,8 @@ TEST_F(GenerationConfigTest, WhatItLeavesOutStaysAsItWas) {
 
 TEST_F(GenerationConfigTest, BadValuesNameTheKey) {
   for (const char* text : {R"({"top_p": 0})", R"({"top_p": 1.5})", R"({"temperature": -1})", R"({"top_k": -2})",
-                           R"({"top_k": 0.5})", R"({"eos_token_id": "2"})", R"({"eos_token_id": [-1]})"}) {
+                           R"({"top_k": 0.5})", R"({"eos_token_id": "2"})", R"({"eos_token_id": [-1]})",
+                           R"({"min_p": 2})", R"({"repetition_penalty": 0})"}) {
     write(text);
     EXPECT_THROW(load_generation_config(dir_), Error) << text;
   }

@@ -52,6 +52,7 @@ TEST(ServerValidation, GoodBodiesParse) {
   EXPECT_FLOAT_EQ(request.penalties.presence, 1.5f);
   EXPECT_FLOAT_EQ(request.penalties.frequency, -0.5f);
   EXPECT_FLOAT_EQ(request.penalties.repetition, 1.1f);
+  EXPECT_FLOAT_EQ(parse_completion_request(R"({"prompt": "hi", "min_p": 0.1})", false, limits()).sampling.min_p, 0.1f);
 
   request = parse_completion_request(R"({"prompt": [[1, 2, 3]]})", false, limits());
   ASSERT_EQ(request.prompts.size(), 1u);
@@ -109,8 +110,13 @@ TEST(ServerValidation, PromptBatches) {
 // sets win, the others keep the defaults.
 TEST(ServerValidation, DefaultSamplingFillsWhatTheRequestLeavesOut) {
   ValidationLimits with_defaults = limits();
-  with_defaults.default_sampling = {.temperature = 0.6f, .top_k = 20, .top_p = 0.95f, .seed = 9};
+  with_defaults.default_sampling = {.temperature = 0.6f, .top_k = 20, .top_p = 0.95f, .seed = 9, .min_p = 0.05f};
+  with_defaults.default_penalties.repetition = 1.05f;
   auto request = parse_completion_request(R"({"prompt": "hi"})", false, with_defaults);
+  EXPECT_FLOAT_EQ(request.sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(request.penalties.repetition, 1.05f);
+  EXPECT_FLOAT_EQ(parse_completion_request(R"({"prompt": "hi", "repetition_penalty": 1, "min_p": 0})", false,
+                                           with_defaults).penalties.repetition, 1.0f);
   EXPECT_FLOAT_EQ(request.sampling.temperature, 0.6f);
   EXPECT_EQ(request.sampling.top_k, 20);
   EXPECT_FLOAT_EQ(request.sampling.top_p, 0.95f);
@@ -188,6 +194,7 @@ TEST(ServerValidation, BadBodiesNameTheField) {
       {R"({"prompt": "a", "frequency_penalty": -2.5})", false, 400, "frequency_penalty"},
       {R"({"prompt": "a", "frequency_penalty": "1"})", false, 400, "frequency_penalty"},
       {R"({"prompt": "a", "repetition_penalty": 0})", false, 400, "repetition_penalty"},
+      {R"({"prompt": "a", "min_p": 1.5})", false, 400, "min_p"},
       {R"({"prompt": "a", "seed": "x"})", false, 400, "seed"},
       {R"({"prompt": "a", "echo": true})", false, 400, "echo"},
       {"{}", true, 400, "messages"},

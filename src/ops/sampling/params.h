@@ -16,6 +16,9 @@ struct SamplingParams {
   int64_t top_k = 0;         // 0: no limit
   float top_p = 1.0f;        // nucleus mass in (0, 1]
   uint64_t seed = 0;
+  // vLLM's min_p in [0, 1]: after temperature, tokens less likely than min_p times the most likely
+  // one are dropped (before top-k and top-p). The host Sampler alone applies it.
+  float min_p = 0.0f;
 };
 
 inline void check_sampling_params(const SamplingParams& params) {
@@ -23,6 +26,7 @@ inline void check_sampling_params(const SamplingParams& params) {
            " must be finite and >= 0");
   VT_CHECK(params.top_p > 0 && params.top_p <= 1, "top_p ", params.top_p, " must be in (0, 1]");
   VT_CHECK(params.top_k >= 0, "top_k ", params.top_k, " must be >= 0");
+  VT_CHECK(params.min_p >= 0 && params.min_p <= 1, "min_p ", params.min_p, " must be in [0, 1]");
 }
 
 // What Model::forward_batch_sample does with one row of logits.
@@ -42,6 +46,7 @@ struct RowOutput {
 // The device's row parameters for a kToken row `row` of a vocab-wide step.
 inline SampleRowParams sample_row_params(const SamplingParams& sampling, uint64_t counter, int64_t row, int64_t vocab) {
   check_sampling_params(sampling);
+  VT_CHECK(sampling.min_p == 0.0f, "device sampling has no min_p (", sampling.min_p, "): sample on the host");
   SampleRowParams params;
   params.seed = sampling.seed;
   params.counter = counter;

@@ -28,6 +28,16 @@ int64_t Sampler::nucleus(const float* logits, int64_t vocab, double* nucleus_tot
   double total = 0;
   probs_.resize(keep);
   for (int64_t i = 0; i < keep; ++i) total += probs_[i] = std::exp(double(candidates_[i].first - max_logit));
+  // min_p: probs_[i] is p_i / p_max, so the survivors are a prefix (the most likely one stays).
+  if (params_.min_p > 0.0f) {
+    int64_t kept = 1;
+    while (kept < keep && probs_[kept] >= double(params_.min_p)) ++kept;
+    keep = kept;
+    candidates_.resize(keep);
+    probs_.resize(keep);
+    total = 0;
+    for (int64_t i = 0; i < keep; ++i) total += probs_[i];
+  }
   // Nucleus: the smallest prefix whose mass reaches top_p (always at least one token).
   int64_t nucleus = keep;
   if (params_.top_p < 1.0f) {

@@ -1,4 +1,4 @@
-// Token sampling on the host: greedy, temperature, top-k, top-p, seeded.
+// Token sampling on the host: greedy, temperature, min-p, top-k, top-p, seeded.
 #pragma once
 
 #include <cstdint>
