@@ -471,10 +471,11 @@ void bench_moe(OpBench& bench, int64_t m) {
     cuda::silu_mul(activated.data(), hidden.data(), pairs, inter, kAct, stream, codes.as<uint8_t>(),
                    scales.as<float>());
   };
+  // The routings are all made above: ready before each launch's wait, as the model's down GEMV.
   const auto expert_down = [&](int64_t copy) {
     cuda::moe_expert_gemv(expert_out.data(), codes.data(), scales.as<float>(), routings[copy],
                           down.data(), down_scales.as<float>(), m, experts, top_k, h, inter, 1,
-                          true, kAct, stream, experts_read);
+                          true, kAct, stream, experts_read, {}, true);
   };
   const auto combine = [&](int64_t copy) {
     cuda::moe_combine(branch.data(), expert_out.data(), weights.as<float>() + copy * pairs,
@@ -493,9 +494,10 @@ void bench_moe(OpBench& bench, int64_t m) {
                 combine);
   // The FP8 expert GEMVs at each work split (cuda::MoeGemvSchedule; the rows above are the
   // built-in choice): what the split heuristic is to be chosen from.
-  for (int splits : {1, 2, 4, 8}) {
-    const cuda::MoeGemvSchedule schedule{splits};
-    const std::string split = " splits " + std::to_string(splits);
+  std::vector<std::pair<cuda::MoeGemvSchedule, std::string>> schedules;
+  for (int splits : {1, 2, 4, 8}) schedules.push_back({{splits, 0}, " splits " + std::to_string(splits)});
+  for (int columns : {2, 4, 8}) schedules.push_back({{0, columns}, " cores " + std::to_string(columns)});
+  for (const auto& [schedule, split] : schedules) {
     bench.measure("moe", "grouped_gemv gate_up" + split, m, dims({pairs, 2 * inter, h}) + of, copies,
                   [&](int64_t copy) {
                     cuda::moe_expert_gemv(hidden.data(), x_codes.data(), x_scales.as<float>(), routings[copy],
@@ -506,9 +508,19 @@ void bench_moe(OpBench& bench, int64_t m) {
                   [&](int64_t copy) {
                     cuda::moe_expert_gemv(expert_out.data(), codes.data(), scales.as<float>(), routings[copy],
                                           down.data(), down_scales.as<float>(), m, experts, top_k, h, inter, 1,
-                                          true, kAct, stream, experts_read, schedule);
+                                          true, kAct, stream, experts_read, schedule, true);
                   });
   }
+  // The down GEMV with the SwiGLU in it (the model's choice up to 4 tokens): what the row pair
+  // silu_mul+fp8 and grouped_gemv down costs as one launch.
+  if (cuda::moe_expert_gemv_swiglu_supports(m, inter))
+    for (int columns : {0, 2, 4, 8})
+      bench.measure("moe", "swiglu+grouped_gemv down" + (columns ? " cores " + std::to_string(columns) : std::string()),
+                    m, dims({pairs, h, inter}) + of, copies, [&](int64_t copy) {
+                      cuda::moe_expert_gemv_swiglu(expert_out.data(), hidden.data(), routings[copy], down.data(),
+                                                   down_scales.as<float>(), m, experts, top_k, h, inter, kAct, stream,
+                                                   experts_read, columns, true);
+                    });
   bench.measure("moe", "route+experts+combine", m, dims({m, h}), copies, [&](int64_t copy) {
     route(copy);
     expert_gate_up(copy);

@@ -23,6 +23,10 @@ constexpr int kFp8Warps = 8;
 constexpr int kFp8Tiles = 2;
 constexpr int kFp8BlocksPerStep =
     2;  // 128-blocks of K a warp loads at once: 64 bytes per lane in flight
+// FP8 on the CUDA cores for few pairs per expert (decode at small batch): kCoreWarps warps a block.
+constexpr int kCoreWarps = 4;
+constexpr int kCorePairs = 2;        // pairs a pass serves (more take another pass, from L2)
+constexpr int64_t kCoreMaxTokens = 4;  // the built-in choice takes it up to this many tokens
 // Dense (act-dtype weights): a warp per output row, kDensePairs pairs per pass.
 constexpr int kDenseWarps = 8;
 constexpr int kDensePairs = 8;
@@ -146,6 +150,146 @@ __global__ void __launch_bounds__(kFp8Warps * 32, 2)
   }
 }
 
+// FP8 with few pairs per expert, on the CUDA cores as the dense M = 1 GEMV (ops/gemm/fp8_gemm.cu):
+// grid (row blocks, active-expert slot); a warp owns kCols consecutive output rows of the slot's
+// expert over the whole of K. Each round a lane loads 16 bytes of each row (a warp load is 512
+// contiguous bytes of one row), the next round's loads issued before this one is used, and each
+// weight piece is applied to up to kCorePairs pairs (more take another pass, from L2). At batch 1
+// the MMA kernel's 16-pair tiles are 1/16th full and its short blocks wait out one or two round
+// trips each (1.2-1.5 TB/s). routing_ready: the routing was complete before the previous kernel
+// started (with PDL, when every kernel triggers after its wait: two launches back), so the slot's
+// expert and the first round of its weights are read before the wait. kSwiglu: x is each pair's
+// gate_up row [2k] in act dtype, and the pair's input codes are made here as silu_mul's fused FP8
+// output makes them (silu(gate) * up rounded to act, 1x128 groups: scale = max(absmax, 1e-10) /
+// 448), the same bits, so the SwiGLU launch goes.
+template <typename T, int kCols, bool kSwiglu>
+__device__ __forceinline__ void grouped_gemv_fp8_cores(const GroupedGemvArgs& args, bool routing_ready) {
+  constexpr int64_t kPiece = 32 * 16;
+  const int slot = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t n = args.n, k = args.k, k_blocks = (k + kGroup - 1) / kGroup,
+                n_blocks = (n + kGroup - 1) / kGroup;
+  const int64_t column0 = (int64_t(blockIdx.x) * kCoreWarps + warp) * kCols;
+  if (!routing_ready) device::pdl_wait();
+  // Warps without rows or slot leave at once (no block barrier below).
+  if (slot >= *args.active_count || column0 >= n) return;
+  const int64_t expert = args.active_experts[slot];
+  const uint8_t* weights = static_cast<const uint8_t*>(args.weights) + (expert * n + column0) * k;
+  // column0 is a multiple of kCols (<= 8), so the warp's rows share one 128-row scale block.
+  const float* w_scales = args.w_scales + (expert * n_blocks + column0 / kGroup) * k_blocks;
+  uint4 r_next[kCols];
+  const auto load_round = [&](int64_t round) {
+    const int64_t k0 = round + lane * 16;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c)
+      r_next[c] = k0 < k && column0 + c < n ? __ldcs(reinterpret_cast<const uint4*>(weights + c * k + k0))
+                                            : make_uint4(0, 0, 0, 0);
+  };
+  load_round(0);
+  if (routing_ready) device::pdl_wait();
+  device::pdl_trigger();
+  const int begin = args.expert_offsets[expert], end = args.expert_offsets[expert + 1];
+  const uint8_t* x = static_cast<const uint8_t*>(args.x);
+  for (int pass = begin; pass < end; pass += kCorePairs) {
+    const int count = min(end - pass, kCorePairs);
+    int r_pair[kCorePairs];
+    int64_t r_input[kCorePairs];
+#pragma unroll
+    for (int p = 0; p < kCorePairs; ++p) {
+      r_pair[p] = p < count ? args.sorted_pairs[pass + p] : 0;
+      r_input[p] = r_pair[p] / args.input_divisor;
+    }
+    if (pass != begin) load_round(0);
+    float r_acc[kCorePairs][kCols];
+#pragma unroll
+    for (int p = 0; p < kCorePairs; ++p)
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) r_acc[p][c] = 0.0f;
+    for (int64_t round = 0; round < k; round += kPiece) {
+      uint4 r_w[kCols];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) r_w[c] = r_next[c];
+      if (round + kPiece < k) load_round(round + kPiece);
+      // k is a multiple of 16: a lane's piece is all in K or all past it.
+      const int64_t k0 = round + lane * 16, block = k0 / kGroup;
+      const bool in_k = k0 < k;
+      const float w_scale = in_k ? w_scales[block] : 0.0f;
+      float r_xf[kCorePairs][16], r_scale[kCorePairs];
+#pragma unroll
+      for (int p = 0; p < kCorePairs; ++p) {
+        if (p >= count) break;  // uniform over the warp
+        if constexpr (kSwiglu) {
+          // A 128-group of K is 8 lanes' pieces: their absmax by shuffles (every lane takes part).
+          float r_gate[16], r_up[16], absmax = 0.0f;
+          const T* row = static_cast<const T*>(args.x) + r_input[p] * 2 * k;
+#pragma unroll
+          for (int e = 0; e < 16; ++e) r_gate[e] = r_up[e] = 0.0f;
+          if (in_k) {
+            device::load8(row + k0, r_gate);
+            device::load8(row + k0 + 8, r_gate + 8);
+            device::load8(row + k + k0, r_up);
+            device::load8(row + k + k0 + 8, r_up + 8);
+          }
+#pragma unroll
+          for (int e = 0; e < 16; ++e) {
+            r_xf[p][e] = device::round_to(device::silu(r_gate[e]) * r_up[e], static_cast<T*>(nullptr));
+            absmax = fmaxf(absmax, fabsf(r_xf[p][e]));
+          }
+#pragma unroll
+          for (int offset = 1; offset < 8; offset *= 2)
+            absmax = fmaxf(absmax, __shfl_xor_sync(0xffffffffu, absmax, offset));
+          const float scale = fmaxf(absmax, 1e-10f) / 448.0f;
+#pragma unroll
+          for (int e = 0; e < 16; ++e)
+            r_xf[p][e] = float(__nv_fp8_e4m3(fminf(fmaxf(r_xf[p][e] / scale, -448.0f), 448.0f)));
+          r_scale[p] = scale * w_scale;
+        } else {
+          if (in_k)
+            device::fp8x16_to_float(*reinterpret_cast<const uint4*>(x + r_input[p] * k + k0), r_xf[p]);
+          r_scale[p] = in_k ? args.x_scales[r_input[p] * k_blocks + block] * w_scale : 0.0f;
+        }
+      }
+      if (!in_k) continue;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        float r_wf[16];
+        device::fp8x16_to_float(r_w[c], r_wf);
+#pragma unroll
+        for (int p = 0; p < kCorePairs; ++p) {
+          if (p >= count) break;
+          float dot = 0.0f;
+#pragma unroll
+          for (int e = 0; e < 16; ++e) dot += r_xf[p][e] * r_wf[e];
+          r_acc[p][c] += dot * r_scale[p];
+        }
+      }
+    }
+    T* y = static_cast<T*>(args.y);
+#pragma unroll
+    for (int p = 0; p < kCorePairs; ++p) {
+      if (p >= count) break;  // uniform over the warp
+      float mine = 0.0f;  // lane c keeps row c's total
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const float total = device::warp_sum(r_acc[p][c]);
+        mine = lane == c ? total : mine;
+      }
+      if (lane < kCols && column0 + lane < n) y[int64_t(r_pair[p]) * n + column0 + lane] = device::from_float<T>(mine);
+    }
+  }
+}
+
+// Two kernels (names the kernel-ran gate tells apart): codes in, and gate_up rows in.
+template <typename T, int kCols>
+__global__ void __launch_bounds__(kCoreWarps * 32)
+    sm90_moe_grouped_gemv_fp8_cores(GroupedGemvArgs args, bool routing_ready) {
+  grouped_gemv_fp8_cores<T, kCols, false>(args, routing_ready);
+}
+template <typename T, int kCols>
+__global__ void __launch_bounds__(kCoreWarps * 32)
+    sm90_moe_swiglu_gemv_fp8_cores(GroupedGemvArgs args, bool routing_ready) {
+  grouped_gemv_fp8_cores<T, kCols, true>(args, routing_ready);
+}
+
 // Dense weights (act dtype): grid (ceil(n / 8), active-expert slot), a warp per output row; each
 // weight element loaded is used for up to kDensePairs pairs.
 template <typename T>
@@ -243,6 +387,37 @@ int fp8_splits(int64_t k) {
   return splits;
 }
 
+template <typename T, int kCols, bool kSwiglu>
+void launch_fp8_cores(const char* name, const ::vt::trace::LaunchCost& cost, const GroupedGemvArgs& args,
+                      unsigned slots, bool routing_ready, cudaStream_t stream) {
+  constexpr int64_t kRows = kCols * kCoreWarps;
+  launch(name, cost,
+         kSwiglu ? sm90_moe_swiglu_gemv_fp8_cores<T, kCols> : sm90_moe_grouped_gemv_fp8_cores<T, kCols>, dim3(unsigned((args.n + kRows - 1) / kRows), slots), dim3(kCoreWarps * 32), 0, stream, args, routing_ready);
+}
+
+template <bool kSwiglu>
+void launch_fp8_cores_columns(int columns, const ::vt::trace::LaunchCost& cost, const GroupedGemvArgs& args,
+                              unsigned slots, bool routing_ready, DType act, cudaStream_t stream) {
+  const char* name = kSwiglu ? "sm90_moe_swiglu_gemv_fp8_cores" : "sm90_moe_grouped_gemv_fp8_cores";
+  VT_DISPATCH_ACT(act, T, {
+    switch (columns) {
+      case 2:
+        launch_fp8_cores<T, 2, kSwiglu>(name, cost, args, slots, routing_ready, stream);
+        break;
+      case 4:
+        launch_fp8_cores<T, 4, kSwiglu>(name, cost, args, slots, routing_ready, stream);
+        break;
+      default:
+        launch_fp8_cores<T, 8, kSwiglu>(name, cost, args, slots, routing_ready, stream);
+        break;
+    }
+  });
+}
+
+// The built-in rows a warp of the CUDA-core kernel: long K 4 (2 KB a round in flight), short K
+// (a round or two) 8.
+int core_columns(int64_t k) { return k >= 1024 ? 4 : 8; }
+
 template <typename T, int kSplits>
 void launch_fp8(const char* name, const ::vt::trace::LaunchCost& cost, const GroupedGemvArgs& args,
                 unsigned slots, cudaStream_t stream) {
@@ -257,8 +432,12 @@ void launch_fp8(const char* name, const ::vt::trace::LaunchCost& cost, const Gro
 void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRouting& routing,
                      const void* weights, const float* w_scales, int64_t tokens, int64_t experts,
                      int64_t top_k, int64_t n, int64_t k, int64_t input_divisor, bool fp8,
-                     DType act, cudaStream_t stream, double experts_read, MoeGemvSchedule schedule) {
+                     DType act, cudaStream_t stream, double experts_read, MoeGemvSchedule schedule,
+                     bool routing_ready) {
   VT_CHECK(!fp8 || k % 16 == 0, "moe_expert_gemv: FP8 K = ", k, " must be a multiple of 16");
+  VT_CHECK(schedule.columns == 0 || schedule.columns == 2 || schedule.columns == 4 || schedule.columns == 8,
+           "moe_expert_gemv: CUDA-core rows a warp ", schedule.columns, " (0: the MMA kernel, or 2, 4, 8)");
+  VT_CHECK(schedule.columns == 0 || schedule.splits == 0, "moe_expert_gemv: K splits are the MMA kernel's");
   VT_CHECK(schedule.splits == 0 || schedule.splits == 1 || schedule.splits == 2 || schedule.splits == 4 ||
                schedule.splits == 8,
            "moe_expert_gemv: K splits ", schedule.splits, " (0: built-in, or 1, 2, 4, 8)");
@@ -300,6 +479,14 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
                            dim3(kDenseWarps * 32), 0, stream, args));
     return;
   }
+  // Few tokens: the CUDA-core kernel, unless a schedule asks for the MMA kernel's splits.
+  const int columns = schedule.columns                                   ? schedule.columns
+                      : schedule.splits == 0 && tokens <= kCoreMaxTokens ? core_columns(k)
+                                                                         : 0;
+  if (columns) {
+    launch_fp8_cores_columns<false>(columns, cost, args, unsigned(slots), routing_ready, act, stream);
+    return;
+  }
   const char* name = "sm90_moe_grouped_gemv_fp8";
   VT_DISPATCH_ACT(act, T, {
     switch (schedule.splits ? schedule.splits : fp8_splits(k)) {
@@ -317,6 +504,45 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
         break;
     }
   });
+}
+
+bool moe_expert_gemv_swiglu_supports(int64_t tokens, int64_t k) {
+  return tokens >= 1 && tokens <= kCoreMaxTokens && k % kGroup == 0;
+}
+
+void moe_expert_gemv_swiglu(void* y, const void* gate_up, const MoeRouting& routing, const void* weights,
+                            const float* w_scales, int64_t tokens, int64_t experts, int64_t top_k, int64_t n,
+                            int64_t k, DType act, cudaStream_t stream, double experts_read, int columns,
+                            bool routing_ready) {
+  VT_CHECK(moe_expert_gemv_swiglu_supports(tokens, k), "moe_expert_gemv_swiglu: ", tokens, " tokens, K = ", k,
+           " (at most ", kCoreMaxTokens, " tokens, K a multiple of 128)");
+  VT_CHECK(columns == 0 || columns == 2 || columns == 4 || columns == 8, "moe_expert_gemv_swiglu: rows a warp ",
+           columns, " (0: built-in, or 2, 4, 8)");
+  const int64_t pairs = tokens * top_k, slots = std::min(pairs, experts);
+  const GroupedGemvArgs args{y,
+                             gate_up,
+                             nullptr,
+                             routing.expert_offsets,
+                             routing.sorted_pairs,
+                             routing.active_experts,
+                             routing.active_count,
+                             weights,
+                             w_scales,
+                             n,
+                             k,
+                             1};
+  // Each routed expert's weights and scales once, each pair's gate_up row, each output.
+  const double element = double(dtype_size(act));
+  const double expert_bytes = double(n) * double(k) + double((n + 127) / 128) * double(k / 128) * 4;
+  const ::vt::trace::LaunchCost cost{
+      "fp8_expert_gemv",
+      {pairs, n, k, 0},
+      (experts_read > 0 ? experts_read : double(slots)) * expert_bytes + double(pairs) * 2 * double(k) * element +
+          double(pairs) * double(n) * element + double(pairs) * 8,
+      2.0 * double(pairs) * double(n) * double(k),
+      ::vt::trace::OpGroup::kMoe};
+  launch_fp8_cores_columns<true>(columns ? columns : core_columns(k), cost, args, unsigned(slots), routing_ready,
+                                 act, stream);
 }
 
 void moe_combine(void* out, const void* expert_out, const float* weights, const void* shared,

@@ -80,16 +80,30 @@ void moe_route(const MoeRouting& routing, const void* logits, int64_t tokens, in
 // [E, ceil(n/128), ceil(k/128)] scales; x then e4m3 codes [rows, k] with [rows, ceil(k/128)]
 // scales, k a multiple of 16). experts_read: how many distinct experts the caller expects the
 // launch to read (the routing is on the device), for the profile's bytes; 0: min(pairs, E).
-// schedule: the FP8 kernel's work split (0: the built-in choice); `vt bench op moe` times them.
-// (Four 128-blocks a step per warp instead of two spilled registers at the kernel's occupancy.)
+// schedule: the FP8 kernel and its work split (all 0: the built-in choice, the CUDA-core kernel
+// up to 4 tokens, the MMA kernel above); `vt bench op moe` times them. (Four 128-blocks a step
+// per warp instead of two spilled registers at the MMA kernel's occupancy.)
+// routing_ready: the caller's promise that the routing was written before the previous kernel on
+// the stream started (a kernel between moe_route and this launch), so the FP8 CUDA-core kernel
+// reads it, and loads its first weights, before waiting on that kernel (PDL).
 struct MoeGemvSchedule {
-  int splits = 0;  // warps of a block splitting K: 1, 2, 4, 8 (the rest take more columns)
+  int splits = 0;   // MMA kernel: warps of a block splitting K: 1, 2, 4, 8 (the rest take more columns)
+  int columns = 0;  // CUDA-core kernel: output rows a warp, 2, 4, 8 (0: not asked for)
 };
 void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRouting& routing,
                      const void* weights, const float* w_scales, int64_t tokens, int64_t experts,
                      int64_t top_k, int64_t n, int64_t k, int64_t input_divisor, bool fp8,
                      DType act, cudaStream_t stream, double experts_read = 0,
-                     MoeGemvSchedule schedule = {});
+                     MoeGemvSchedule schedule = {}, bool routing_ready = false);
+// The FP8 down projection with the SwiGLU in it, for few tokens (the CUDA-core kernel): gate_up
+// [pairs, 2k] act (each pair's gate then up) -> the pair's input codes as silu_mul's fused FP8
+// output makes them (the same bits), then as moe_expert_gemv with input_divisor 1. One launch
+// fewer a MoE layer. columns: output rows a warp (0: the built-in choice; 2, 4, 8).
+bool moe_expert_gemv_swiglu_supports(int64_t tokens, int64_t k);
+void moe_expert_gemv_swiglu(void* y, const void* gate_up, const MoeRouting& routing, const void* weights,
+                            const float* w_scales, int64_t tokens, int64_t experts, int64_t top_k, int64_t n,
+                            int64_t k, DType act, cudaStream_t stream, double experts_read = 0, int columns = 0,
+                            bool routing_ready = false);
 // out [T, H] = sum_j weights[t, j] expert_out[t*k + j] (+ sigmoid(shared_gate[t]) shared[t] when
 // shared is not null).
 void moe_combine(void* out, const void* expert_out, const float* weights, const void* shared,
