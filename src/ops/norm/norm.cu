@@ -76,28 +76,30 @@ __device__ __forceinline__ void load8_partials(const GemmPartials& p, int row, i
 // Eight values of a row of a MoE layer's pairs (MoePairs): the weighted sum over the row's top_k
 // pairs in order, in f32, rounded to T: moe_combine's arithmetic, so the same bits as its stored
 // output.
-template <typename T>
+template <typename T, int kAhead>
 __device__ __forceinline__ void load8_pairs(const MoePairs& p, int row, int64_t n, int64_t column, float* out) {
   const T* values = static_cast<const T*>(p.values);
   float sum[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-  // Four pairs' loads in flight before their sums (a loop of one load at a time waits out a round
-  // trip per pair: 9 of them at batch 1); the sums still run in pair order.
-  constexpr int kAhead = 4;
+  // kAhead pairs' loads in flight before their sums (a loop of one load at a time waits out a round
+  // trip per pair), kept packed until summed, in pair order.
   for (int64_t j0 = 0; j0 < p.top_k; j0 += kAhead) {
-    float weight[kAhead], in[kAhead][8];
+    float weight[kAhead];
+    device::Packed8<T> in[kAhead];
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) {
       const int64_t pair = int64_t(row) * p.top_k + j0 + u;
       if (j0 + u < p.top_k) {
         weight[u] = p.weights[pair];
-        device::load8(values + pair * n + column, in[u]);
+        device::load_packed8(values + pair * n + column, in[u]);
       }
     }
 #pragma unroll
     for (int u = 0; u < kAhead; ++u)
       if (j0 + u < p.top_k) {
+        float r_in[8];
+        device::unpack8(in[u], r_in);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) sum[i] += weight[u] * in[u][i];
+        for (int i = 0; i < 8; ++i) sum[i] += weight[u] * r_in[i];
       }
   }
 #pragma unroll
@@ -139,7 +141,10 @@ __device__ __forceinline__ void add_rms_norm_quant_body(T* __restrict__ g_out, T
     if (kKind != BranchKind::kValues || branch) {
       float r_b[8];
       if constexpr (kKind == BranchKind::kPartials) load8_partials<T>(partials, int(blockIdx.x), int(chunk * 8), r_b);
-      else if constexpr (kKind == BranchKind::kPairs) load8_pairs<T>(pairs, int(blockIdx.x), n, chunk * 8, r_b);
+      else if constexpr (kKind == BranchKind::kPairs)
+        // One chunk a thread in bf16 (n <= 5,120, the MoE models' widths): all the 35B-A3B's 9 pairs
+        // (8 routed and the shared one) at once, where four at a time waited out three round trips.
+        load8_pairs<T, kChunks == 1 && sizeof(T) == 2 ? 9 : 4>(pairs, int(blockIdx.x), n, chunk * 8, r_b);
       else device::load8(branch + chunk * 8, r_b);
 #pragma unroll
       for (int i = 0; i < 8; ++i) r_x[c][i] = device::round_to(r_x[c][i] + r_b[i], row);
