@@ -511,16 +511,6 @@ void bench_moe(OpBench& bench, int64_t m) {
                                           true, kAct, stream, experts_read, schedule, true);
                   });
   }
-  // The down GEMV with the SwiGLU in it (the model's choice up to 4 tokens): what the row pair
-  // silu_mul+fp8 and grouped_gemv down costs as one launch.
-  if (cuda::moe_expert_gemv_swiglu_supports(m, inter))
-    for (int columns : {0, 2, 4, 8})
-      bench.measure("moe", "swiglu+grouped_gemv down" + (columns ? " cores " + std::to_string(columns) : std::string()),
-                    m, dims({pairs, h, inter}) + of, copies, [&](int64_t copy) {
-                      cuda::moe_expert_gemv_swiglu(expert_out.data(), hidden.data(), routings[copy], down.data(),
-                                                   down_scales.as<float>(), m, experts, top_k, h, inter, kAct, stream,
-                                                   experts_read, columns, true);
-                    });
   bench.measure("moe", "route+experts+combine", m, dims({m, h}), copies, [&](int64_t copy) {
     route(copy);
     expert_gate_up(copy);

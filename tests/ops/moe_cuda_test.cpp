@@ -14,7 +14,6 @@
 #include "cuda/device.h"
 #include "cuda/device_buffer.h"
 #include "op_cuda_test_support.h"
-#include "ops/activation/activation.h"
 #include "ops/moe/moe.h"
 
 namespace vt {
@@ -353,52 +352,6 @@ TEST_F(MoeCuda, MoeGroupedGemvFp8CudaCoresMatchesCpu) {
           check_grouped_gemv(logits, tokens, experts, top_k, 200, 272, 1, true, act, seed + 7, {0, columns},
                              true);
         }
-}
-
-// The down GEMV with the SwiGLU in it gives the bits of silu_mul's fused FP8 output fed to the
-// same CUDA-core kernel: 1, 3 and 4 tokens (its range), every row count, f32 and bf16, K of 3,
-// 4 and 5 128-groups (a partial round of lanes, one round, two), experts chosen by one token and
-// by all.
-TEST_F(MoeCuda, MoeSwigluGemvEqualsSiluMulThenGemv) {
-  const int64_t experts = 16, top_k = 4, n = 200;
-  for (int64_t tokens : {1, 3, 4})
-    for (int64_t k : {384, 512, 640})
-      for (bool pinned : {false, true})
-        for (DType act : {DType::kF32, DType::kBF16})
-          for (int columns : {2, 4, 8}) {
-            const std::string what = std::to_string(tokens) + " tokens, k " + std::to_string(k) +
-                                     (pinned ? ", pinned" : "") + ", " + std::string(dtype_name(act)) + ", rows a warp " +
-                                     std::to_string(columns);
-            ASSERT_TRUE(cuda::moe_expert_gemv_swiglu_supports(tokens, k)) << what;
-            const uint64_t seed = 700 + tokens + k + (pinned ? 1000 : 0);
-            const int64_t pairs = tokens * top_k, k_blocks = k / 128, n_blocks = (n + 127) / 128;
-            auto d_logits = upload(pinned ? pinned_logits(tokens, experts, seed) : random_vector(tokens * experts, seed),
-                                   DType::kF32);
-            DeviceRouting device(tokens, experts, top_k);
-            cuda::moe_route(device.routing, d_logits.data(), tokens, experts, top_k, true, DType::kF32, nullptr);
-            std::mt19937_64 rng(seed);
-            std::normal_distribution<float> normal(0.0f, 60.0f);
-            std::uniform_real_distribution<float> uniform(1e-3f, 2e-3f);
-            std::vector<uint8_t> w(experts * n * k);
-            for (auto& c : w) c = f32_to_f8e4m3(normal(rng));
-            std::vector<float> w_scales(experts * n_blocks * k_blocks);
-            for (auto& v : w_scales) v = uniform(rng);
-            auto d_w = upload(w, DType::kU8);
-            auto d_w_scales = upload(w_scales, DType::kF32);
-            cuda::DeviceBuffer gate_up(act, {pairs * 2 * k});
-            upload_as(gate_up, random_vector(pairs * 2 * k, seed + 1, 3.0f), act);
-            cuda::DeviceBuffer codes(DType::kU8, {pairs * k}), scales(DType::kF32, {pairs * k_blocks});
-            cuda::DeviceBuffer expected(act, {pairs * n}), got(act, {pairs * n});
-            upload_as(got, std::vector<float>(pairs * n, NAN), act);  // poisoned: an unwritten output fails
-            cuda::silu_mul(nullptr, gate_up.data(), pairs, k, act, nullptr, codes.as<uint8_t>(), scales.as<float>());
-            cuda::moe_expert_gemv(expected.data(), codes.data(), scales.as<float>(), device.routing, d_w.data(),
-                                  d_w_scales.as<float>(), tokens, experts, top_k, n, k, 1, true, act, nullptr, 0,
-                                  {0, columns});
-            cuda::moe_expert_gemv_swiglu(got.data(), gate_up.data(), device.routing, d_w.data(),
-                                         d_w_scales.as<float>(), tokens, experts, top_k, n, k, act, nullptr, 0,
-                                         columns, false);
-            EXPECT_EQ(download_bytes(got), download_bytes(expected)) << what;
-          }
 }
 
 TEST_F(MoeCuda, MoeCombineMatchesCpu) {

@@ -369,26 +369,19 @@ void Qwen35CudaForward::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed
                         x_codes.scales, routing, moe.gate_up.data(), moe.gate_up_scales.as<float>(), T, experts, k,
                         2 * inter, H, k, fp8, act, stream_, experts_read);
   const bool fuse_act = fp8 && options_.fuse_fp8_quantization && inter % 128 == 0;
-  // The down GEMV reads the routing (two launches back: the gate_up GEMV and the SwiGLU between, or
-  // at few tokens the gate_up GEMV alone after moe_route) and its first weights before its wait.
-  if (fuse_act && cuda::moe_expert_gemv_swiglu_supports(T, inter)) {
-    cuda::moe_expert_gemv_swiglu(w.expert_out.data(), w.expert_hidden.data(), routing, moe.down.data(),
-                                 moe.down_scales.as<float>(), T, experts, k, H, inter, act, stream_, experts_read, 0,
-                                 true);
-  } else {
-    Fp8Rows act_codes = fuse_act ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()} : Fp8Rows{};
-    // The FP8 expert GEMV reads the fused codes alone: then the act rows are not written.
-    cuda::silu_mul(act_codes.codes ? nullptr : w.expert_act.data(), w.expert_hidden.data(), pairs, inter, act,
-                   stream_, const_cast<uint8_t*>(act_codes.codes), const_cast<float*>(act_codes.scales));
-    if (fp8 && !act_codes.codes) {
-      act_codes = {w.scratch.as<uint8_t>(), w.scratch_scales.as<float>()};
-      cuda::fp8_quantize_rows(w.scratch.as<uint8_t>(), w.scratch_scales.as<float>(), w.expert_act.data(), pairs,
-                              inter, act, stream_);
-    }
-    cuda::moe_expert_gemv(w.expert_out.data(), fp8 ? static_cast<const void*>(act_codes.codes) : w.expert_act.data(),
-                          act_codes.scales, routing, moe.down.data(), moe.down_scales.as<float>(), T, experts, k, H,
-                          inter, 1, fp8, act, stream_, experts_read, {}, true);
+  Fp8Rows act_codes = fuse_act ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()} : Fp8Rows{};
+  // The FP8 expert GEMV reads the fused codes alone: then the act rows are not written.
+  cuda::silu_mul(act_codes.codes ? nullptr : w.expert_act.data(), w.expert_hidden.data(), pairs, inter, act, stream_,
+                 const_cast<uint8_t*>(act_codes.codes), const_cast<float*>(act_codes.scales));
+  if (fp8 && !act_codes.codes) {
+    act_codes = {w.scratch.as<uint8_t>(), w.scratch_scales.as<float>()};
+    cuda::fp8_quantize_rows(w.scratch.as<uint8_t>(), w.scratch_scales.as<float>(), w.expert_act.data(), pairs, inter,
+                            act, stream_);
   }
+  // The routing is two launches back (the gate_up GEMV and the SwiGLU between): ready before the wait.
+  cuda::moe_expert_gemv(w.expert_out.data(), fp8 ? static_cast<const void*>(act_codes.codes) : w.expert_act.data(),
+                        act_codes.scales, routing, moe.down.data(), moe.down_scales.as<float>(), T, experts, k, H,
+                        inter, 1, fp8, act, stream_, experts_read, {}, true);
   if (separate) {
     const int64_t shared = moe.shared.down.k;
     const bool shared_fp8 = options_.fuse_fp8_quantization && moe.shared.gate_up.format == WeightFormat::kFp8Block;

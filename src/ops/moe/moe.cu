@@ -158,12 +158,10 @@ __global__ void __launch_bounds__(kFp8Warps * 32, 2)
 // the MMA kernel's 16-pair tiles are 1/16th full and its short blocks wait out one or two round
 // trips each (1.2-1.5 TB/s). routing_ready: the routing was complete before the previous kernel
 // started (with PDL, when every kernel triggers after its wait: two launches back), so the slot's
-// expert and the first round of its weights are read before the wait. kSwiglu: x is each pair's
-// gate_up row [2k] in act dtype, and the pair's input codes are made here as silu_mul's fused FP8
-// output makes them (silu(gate) * up rounded to act, 1x128 groups: scale = max(absmax, 1e-10) /
-// 448), the same bits, so the SwiGLU launch goes.
-template <typename T, int kCols, bool kSwiglu>
-__device__ __forceinline__ void grouped_gemv_fp8_cores(const GroupedGemvArgs& args, bool routing_ready) {
+// expert and the first round of its weights are read before the wait.
+template <typename T, int kCols>
+__global__ void __launch_bounds__(kCoreWarps * 32)
+    sm90_moe_grouped_gemv_fp8_cores(GroupedGemvArgs args, bool routing_ready) {
   constexpr int64_t kPiece = 32 * 16;
   const int slot = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t n = args.n, k = args.k, k_blocks = (k + kGroup - 1) / kGroup,
@@ -217,36 +215,9 @@ __device__ __forceinline__ void grouped_gemv_fp8_cores(const GroupedGemvArgs& ar
 #pragma unroll
       for (int p = 0; p < kCorePairs; ++p) {
         if (p >= count) break;  // uniform over the warp
-        if constexpr (kSwiglu) {
-          // A 128-group of K is 8 lanes' pieces: their absmax by shuffles (every lane takes part).
-          float r_gate[16], r_up[16], absmax = 0.0f;
-          const T* row = static_cast<const T*>(args.x) + r_input[p] * 2 * k;
-#pragma unroll
-          for (int e = 0; e < 16; ++e) r_gate[e] = r_up[e] = 0.0f;
-          if (in_k) {
-            device::load8(row + k0, r_gate);
-            device::load8(row + k0 + 8, r_gate + 8);
-            device::load8(row + k + k0, r_up);
-            device::load8(row + k + k0 + 8, r_up + 8);
-          }
-#pragma unroll
-          for (int e = 0; e < 16; ++e) {
-            r_xf[p][e] = device::round_to(device::silu(r_gate[e]) * r_up[e], static_cast<T*>(nullptr));
-            absmax = fmaxf(absmax, fabsf(r_xf[p][e]));
-          }
-#pragma unroll
-          for (int offset = 1; offset < 8; offset *= 2)
-            absmax = fmaxf(absmax, __shfl_xor_sync(0xffffffffu, absmax, offset));
-          const float scale = fmaxf(absmax, 1e-10f) / 448.0f;
-#pragma unroll
-          for (int e = 0; e < 16; ++e)
-            r_xf[p][e] = float(__nv_fp8_e4m3(fminf(fmaxf(r_xf[p][e] / scale, -448.0f), 448.0f)));
-          r_scale[p] = scale * w_scale;
-        } else {
-          if (in_k)
-            device::fp8x16_to_float(*reinterpret_cast<const uint4*>(x + r_input[p] * k + k0), r_xf[p]);
-          r_scale[p] = in_k ? args.x_scales[r_input[p] * k_blocks + block] * w_scale : 0.0f;
-        }
+        if (in_k)
+          device::fp8x16_to_float(*reinterpret_cast<const uint4*>(x + r_input[p] * k + k0), r_xf[p]);
+        r_scale[p] = in_k ? args.x_scales[r_input[p] * k_blocks + block] * w_scale : 0.0f;
       }
       if (!in_k) continue;
 #pragma unroll
@@ -276,18 +247,6 @@ __device__ __forceinline__ void grouped_gemv_fp8_cores(const GroupedGemvArgs& ar
       if (lane < kCols && column0 + lane < n) y[int64_t(r_pair[p]) * n + column0 + lane] = device::from_float<T>(mine);
     }
   }
-}
-
-// Two kernels (names the kernel-ran gate tells apart): codes in, and gate_up rows in.
-template <typename T, int kCols>
-__global__ void __launch_bounds__(kCoreWarps * 32)
-    sm90_moe_grouped_gemv_fp8_cores(GroupedGemvArgs args, bool routing_ready) {
-  grouped_gemv_fp8_cores<T, kCols, false>(args, routing_ready);
-}
-template <typename T, int kCols>
-__global__ void __launch_bounds__(kCoreWarps * 32)
-    sm90_moe_swiglu_gemv_fp8_cores(GroupedGemvArgs args, bool routing_ready) {
-  grouped_gemv_fp8_cores<T, kCols, true>(args, routing_ready);
 }
 
 // Dense weights (act dtype): grid (ceil(n / 8), active-expert slot), a warp per output row; each
@@ -387,31 +346,12 @@ int fp8_splits(int64_t k) {
   return splits;
 }
 
-template <typename T, int kCols, bool kSwiglu>
+template <typename T, int kCols>
 void launch_fp8_cores(const char* name, const ::vt::trace::LaunchCost& cost, const GroupedGemvArgs& args,
                       unsigned slots, bool routing_ready, cudaStream_t stream) {
   constexpr int64_t kRows = kCols * kCoreWarps;
-  launch(name, cost,
-         kSwiglu ? sm90_moe_swiglu_gemv_fp8_cores<T, kCols> : sm90_moe_grouped_gemv_fp8_cores<T, kCols>, dim3(unsigned((args.n + kRows - 1) / kRows), slots), dim3(kCoreWarps * 32), 0, stream, args, routing_ready);
-}
-
-template <bool kSwiglu>
-void launch_fp8_cores_columns(int columns, const ::vt::trace::LaunchCost& cost, const GroupedGemvArgs& args,
-                              unsigned slots, bool routing_ready, DType act, cudaStream_t stream) {
-  const char* name = kSwiglu ? "sm90_moe_swiglu_gemv_fp8_cores" : "sm90_moe_grouped_gemv_fp8_cores";
-  VT_DISPATCH_ACT(act, T, {
-    switch (columns) {
-      case 2:
-        launch_fp8_cores<T, 2, kSwiglu>(name, cost, args, slots, routing_ready, stream);
-        break;
-      case 4:
-        launch_fp8_cores<T, 4, kSwiglu>(name, cost, args, slots, routing_ready, stream);
-        break;
-      default:
-        launch_fp8_cores<T, 8, kSwiglu>(name, cost, args, slots, routing_ready, stream);
-        break;
-    }
-  });
+  launch(name, cost, sm90_moe_grouped_gemv_fp8_cores<T, kCols>, dim3(unsigned((args.n + kRows - 1) / kRows), slots),
+         dim3(kCoreWarps * 32), 0, stream, args, routing_ready);
 }
 
 // The built-in rows a warp of the CUDA-core kernel: long K 4 (2 KB a round in flight), short K
@@ -484,7 +424,20 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
                       : schedule.splits == 0 && tokens <= kCoreMaxTokens ? core_columns(k)
                                                                          : 0;
   if (columns) {
-    launch_fp8_cores_columns<false>(columns, cost, args, unsigned(slots), routing_ready, act, stream);
+    const char* name = "sm90_moe_grouped_gemv_fp8_cores";
+    VT_DISPATCH_ACT(act, T, {
+      switch (columns) {
+        case 2:
+          launch_fp8_cores<T, 2>(name, cost, args, unsigned(slots), routing_ready, stream);
+          break;
+        case 4:
+          launch_fp8_cores<T, 4>(name, cost, args, unsigned(slots), routing_ready, stream);
+          break;
+        default:
+          launch_fp8_cores<T, 8>(name, cost, args, unsigned(slots), routing_ready, stream);
+          break;
+      }
+    });
     return;
   }
   const char* name = "sm90_moe_grouped_gemv_fp8";
@@ -504,45 +457,6 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
         break;
     }
   });
-}
-
-bool moe_expert_gemv_swiglu_supports(int64_t tokens, int64_t k) {
-  return tokens >= 1 && tokens <= kCoreMaxTokens && k % kGroup == 0;
-}
-
-void moe_expert_gemv_swiglu(void* y, const void* gate_up, const MoeRouting& routing, const void* weights,
-                            const float* w_scales, int64_t tokens, int64_t experts, int64_t top_k, int64_t n,
-                            int64_t k, DType act, cudaStream_t stream, double experts_read, int columns,
-                            bool routing_ready) {
-  VT_CHECK(moe_expert_gemv_swiglu_supports(tokens, k), "moe_expert_gemv_swiglu: ", tokens, " tokens, K = ", k,
-           " (at most ", kCoreMaxTokens, " tokens, K a multiple of 128)");
-  VT_CHECK(columns == 0 || columns == 2 || columns == 4 || columns == 8, "moe_expert_gemv_swiglu: rows a warp ",
-           columns, " (0: built-in, or 2, 4, 8)");
-  const int64_t pairs = tokens * top_k, slots = std::min(pairs, experts);
-  const GroupedGemvArgs args{y,
-                             gate_up,
-                             nullptr,
-                             routing.expert_offsets,
-                             routing.sorted_pairs,
-                             routing.active_experts,
-                             routing.active_count,
-                             weights,
-                             w_scales,
-                             n,
-                             k,
-                             1};
-  // Each routed expert's weights and scales once, each pair's gate_up row, each output.
-  const double element = double(dtype_size(act));
-  const double expert_bytes = double(n) * double(k) + double((n + 127) / 128) * double(k / 128) * 4;
-  const ::vt::trace::LaunchCost cost{
-      "fp8_expert_gemv",
-      {pairs, n, k, 0},
-      (experts_read > 0 ? experts_read : double(slots)) * expert_bytes + double(pairs) * 2 * double(k) * element +
-          double(pairs) * double(n) * element + double(pairs) * 8,
-      2.0 * double(pairs) * double(n) * double(k),
-      ::vt::trace::OpGroup::kMoe};
-  launch_fp8_cores_columns<true>(columns ? columns : core_columns(k), cost, args, unsigned(slots), routing_ready,
-                                 act, stream);
 }
 
 void moe_combine(void* out, const void* expert_out, const float* weights, const void* shared,

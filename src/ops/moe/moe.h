@@ -95,15 +95,6 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
                      int64_t top_k, int64_t n, int64_t k, int64_t input_divisor, bool fp8,
                      DType act, cudaStream_t stream, double experts_read = 0,
                      MoeGemvSchedule schedule = {}, bool routing_ready = false);
-// The FP8 down projection with the SwiGLU in it, for few tokens (the CUDA-core kernel): gate_up
-// [pairs, 2k] act (each pair's gate then up) -> the pair's input codes as silu_mul's fused FP8
-// output makes them (the same bits), then as moe_expert_gemv with input_divisor 1. One launch
-// fewer a MoE layer. columns: output rows a warp (0: the built-in choice; 2, 4, 8).
-bool moe_expert_gemv_swiglu_supports(int64_t tokens, int64_t k);
-void moe_expert_gemv_swiglu(void* y, const void* gate_up, const MoeRouting& routing, const void* weights,
-                            const float* w_scales, int64_t tokens, int64_t experts, int64_t top_k, int64_t n,
-                            int64_t k, DType act, cudaStream_t stream, double experts_read = 0, int columns = 0,
-                            bool routing_ready = false);
 // out [T, H] = sum_j weights[t, j] expert_out[t*k + j] (+ sigmoid(shared_gate[t]) shared[t] when
 // shared is not null).
 void moe_combine(void* out, const void* expert_out, const float* weights, const void* shared,
