@@ -335,7 +335,7 @@ TEST_F(MoeCuda, MoeGroupedGemvFp8KSplits) {
   }
 }
 
-// The CUDA-core FP8 kernel (the built-in choice up to 4 tokens) asked for at every token count:
+// The CUDA-core FP8 kernel (the built-in choice for one token's long K) asked for at every token count:
 // experts chosen by one token, by all (pinned: 129 pairs on one expert, 65 passes of two), rows
 // past n inside a warp (n 264 = 33 warps of 8), K with a partial 128-block (272); routing ready
 // before the launch (the test's routing is downloaded first) and not.

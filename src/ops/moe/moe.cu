@@ -25,8 +25,7 @@ constexpr int kFp8BlocksPerStep =
     2;  // 128-blocks of K a warp loads at once: 64 bytes per lane in flight
 // FP8 on the CUDA cores for few pairs per expert (decode at small batch): kCoreWarps warps a block.
 constexpr int kCoreWarps = 4;
-constexpr int kCorePairs = 2;        // pairs a pass serves (more take another pass, from L2)
-constexpr int64_t kCoreMaxTokens = 4;  // the built-in choice takes it up to this many tokens
+constexpr int kCorePairs = 2;  // pairs a pass serves (more take another pass, from L2)
 // Dense (act-dtype weights): a warp per output row, kDensePairs pairs per pass.
 constexpr int kDenseWarps = 8;
 constexpr int kDensePairs = 8;
@@ -354,9 +353,13 @@ void launch_fp8_cores(const char* name, const ::vt::trace::LaunchCost& cost, con
          dim3(kCoreWarps * 32), 0, stream, args, routing_ready);
 }
 
-// The built-in rows a warp of the CUDA-core kernel: long K 4 (2 KB a round in flight), short K
-// (a round or two) 8.
-int core_columns(int64_t k) { return k >= 1024 ? 4 : 8; }
+// The built-in choice of the CUDA-core kernel's rows a warp (0: the MMA kernel), from what was
+// measured in the model (docs/perf/2026-12-07-moe-cuda-cores.md): one token and long K (the
+// 35B-A3B's gate_up, K = 2048): 4 rows, -37 us a step at batch 1 in `vt profile decode`. Short K
+// (down, K = 512) and more tokens keep the MMA kernel until the model's step says otherwise: the
+// op bench favours the CUDA cores there too (8 rows for short K), but it has no shared expert,
+// whose slot takes T pairs (T / 2 passes here), and batch 4 in the model was slower.
+int core_columns(int64_t tokens, int64_t k) { return tokens == 1 && k >= 1024 ? 4 : 0; }
 
 template <typename T, int kSplits>
 void launch_fp8(const char* name, const ::vt::trace::LaunchCost& cost, const GroupedGemvArgs& args,
@@ -419,10 +422,8 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
                            dim3(kDenseWarps * 32), 0, stream, args));
     return;
   }
-  // Few tokens: the CUDA-core kernel, unless a schedule asks for the MMA kernel's splits.
-  const int columns = schedule.columns                                   ? schedule.columns
-                      : schedule.splits == 0 && tokens <= kCoreMaxTokens ? core_columns(k)
-                                                                         : 0;
+  // The CUDA-core kernel where the built-in choice or a schedule asks for it.
+  const int columns = schedule.columns ? schedule.columns : schedule.splits == 0 ? core_columns(tokens, k) : 0;
   if (columns) {
     const char* name = "sm90_moe_grouped_gemv_fp8_cores";
     VT_DISPATCH_ACT(act, T, {
