@@ -306,20 +306,25 @@ void check_grouped_gemv(const std::vector<float>& logits, int64_t tokens, int64_
 
 // gate_up-like (inputs per token, n not a multiple of 16, three K blocks) and down-like (inputs
 // per pair, K with a partial last block for FP8 and not a multiple of 32 for dense) shapes, with
-// random routing and pinned routing (expert 0 takes every token: 129 pairs, several passes).
+// random routing and pinned routing (expert 0 takes every token: 129 pairs, several passes). FP8
+// runs the built-in kernel, then the CUDA-core one at each row count a warp (rows past n inside a
+// warp: 264 = 33 warps of 8; pinned: 65 passes of two pairs), the down-like case with the routing
+// ready before the launch (the test's routing is downloaded first).
 TEST_F(MoeCuda, MoeGroupedGemvMatchesCpu) {
   const int64_t experts = 16, top_k = 4;
   for (bool fp8 : {true, false})
-    for (DType act : {DType::kF32, DType::kBF16})
-      for (int64_t tokens : kTokenCounts)
-        for (bool pinned : {false, true}) {
-          const uint64_t seed = 300 + tokens + (pinned ? 1000 : 0);
-          const auto logits =
-              pinned ? pinned_logits(tokens, experts, seed) : random_vector(tokens * experts, seed);
-          check_grouped_gemv(logits, tokens, experts, top_k, 264, 384, top_k, fp8, act, seed);
-          check_grouped_gemv(logits, tokens, experts, top_k, 200, fp8 ? 272 : 200, 1, fp8, act,
-                             seed + 7);
-        }
+    for (int columns : {0, 2, 4, 8})
+      for (DType act : {DType::kF32, DType::kBF16})
+        for (int64_t tokens : kTokenCounts)
+          for (bool pinned : {false, true}) {
+            if (!fp8 && columns) continue;
+            const uint64_t seed = 300 + tokens + (pinned ? 1000 : 0);
+            const auto logits =
+                pinned ? pinned_logits(tokens, experts, seed) : random_vector(tokens * experts, seed);
+            check_grouped_gemv(logits, tokens, experts, top_k, 264, 384, top_k, fp8, act, seed, {0, columns});
+            check_grouped_gemv(logits, tokens, experts, top_k, 200, fp8 ? 272 : 200, 1, fp8, act, seed + 7,
+                               {0, columns}, columns != 0);
+          }
 }
 
 // The FP8 splits of K over warps: K of 1, 8, 16 and 40 128-blocks (1, 2, 4 and 8 splits), and the
@@ -333,25 +338,6 @@ TEST_F(MoeCuda, MoeGroupedGemvFp8KSplits) {
       check_grouped_gemv(random_vector(tokens * experts, 77 + k), tokens, experts, top_k, 128, k,
                          top_k, true, DType::kF32, 78 + k, {0, columns});
   }
-}
-
-// The CUDA-core FP8 kernel (the built-in choice for one token's long K) asked for at every token count:
-// experts chosen by one token, by all (pinned: 129 pairs on one expert, 65 passes of two), rows
-// past n inside a warp (n 264 = 33 warps of 8), K with a partial 128-block (272); routing ready
-// before the launch (the test's routing is downloaded first) and not.
-TEST_F(MoeCuda, MoeGroupedGemvFp8CudaCoresMatchesCpu) {
-  const int64_t experts = 16, top_k = 4;
-  for (int columns : {2, 4, 8})
-    for (DType act : {DType::kF32, DType::kBF16})
-      for (int64_t tokens : kTokenCounts)
-        for (bool pinned : {false, true}) {
-          const uint64_t seed = 500 + tokens + (pinned ? 1000 : 0);
-          const auto logits =
-              pinned ? pinned_logits(tokens, experts, seed) : random_vector(tokens * experts, seed);
-          check_grouped_gemv(logits, tokens, experts, top_k, 264, 384, top_k, true, act, seed, {0, columns});
-          check_grouped_gemv(logits, tokens, experts, top_k, 200, 272, 1, true, act, seed + 7, {0, columns},
-                             true);
-        }
 }
 
 TEST_F(MoeCuda, MoeCombineMatchesCpu) {
