@@ -81,8 +81,8 @@ void moe_route(const MoeRouting& routing, const void* logits, int64_t tokens, in
 // scales, k a multiple of 16). experts_read: how many distinct experts the caller expects the
 // launch to read (the routing is on the device), for the profile's bytes; 0: min(pairs, E).
 // schedule: the FP8 kernel and its work split (all 0: the built-in choice, the CUDA-core kernel
-// for one token's long-K projection, the MMA kernel otherwise); `vt bench op moe` times them. (Four 128-blocks a step
-// per warp instead of two spilled registers at the MMA kernel's occupancy.)
+// for one token's long-K projection, the MMA kernel otherwise); `vt bench op moe` times them.
+// (Four 128-blocks a step per warp instead of two spilled registers at the MMA kernel's occupancy.)
 // routing_ready: the caller's promise that the routing was written before the previous kernel on
 // the stream started (a kernel between moe_route and this launch), so the FP8 CUDA-core kernel
 // reads it, and loads its first weights, before waiting on that kernel (PDL).
