@@ -179,7 +179,8 @@ TEST_F(MoeCuda, MoeRouteSharedExpertMatchesCpu) {
                                  (renormalize ? ", renormalised" : "");
         const int64_t columns = experts + 1, slots = top_k + 1;
         auto logits = random_vector(tokens * columns, 70 + experts + tokens);
-        for (int64_t t = 0; t < tokens; ++t) logits[t * columns + experts] = 0.25f * float(t % 41 - 20);
+        for (int64_t t = 0; t < tokens; ++t)
+          logits[t * columns + experts] = 0.25f * float(t % 41 - 20);
         std::vector<int32_t> expected_ids(tokens * slots);
         std::vector<float> expected_weights(tokens * slots);
         cpu::moe_route(expected_ids.data(), expected_weights.data(), logits.data(), tokens, experts,
@@ -220,7 +221,8 @@ TEST_F(MoeCuda, MoeRouteSharedExpertMatchesCpu) {
         const int64_t stride = (columns + 3) / 4 * 4 + 4;
         std::vector<float> padded(size_t(tokens * stride), 1e3f);
         for (int64_t t = 0; t < tokens; ++t)
-          std::copy(logits.begin() + t * columns, logits.begin() + (t + 1) * columns, padded.begin() + t * stride);
+          std::copy(logits.begin() + t * columns, logits.begin() + (t + 1) * columns,
+                    padded.begin() + t * stride);
         auto d_padded = upload(padded, DType::kF32);
         cuda::moe_route(device.routing, d_padded.data(), tokens, experts, top_k, renormalize,
                         DType::kF32, nullptr, true, stride);
@@ -238,12 +240,11 @@ void check_grouped_gemv(const std::vector<float>& logits, int64_t tokens, int64_
                         bool routing_ready = false) {
   const int64_t pairs = tokens * top_k, rows = (pairs + input_divisor - 1) / input_divisor;
   const int64_t n_blocks = (n + 127) / 128, k_blocks = (k + 127) / 128;
-  const std::string what = std::to_string(tokens) + " tokens, n " + std::to_string(n) + ", k " +
-                           std::to_string(k) + (fp8 ? ", fp8" : ", dense") + ", " +
-                           std::string(dtype_name(act)) +
-                           (input_divisor > 1 ? ", gate_up" : ", down") +
-                           ", splits " + std::to_string(schedule.splits) + ", cores " +
-                           std::to_string(schedule.columns) + (routing_ready ? ", ready" : "");
+  const std::string what =
+      std::to_string(tokens) + " tokens, n " + std::to_string(n) + ", k " + std::to_string(k) +
+      (fp8 ? ", fp8" : ", dense") + ", " + std::string(dtype_name(act)) +
+      (input_divisor > 1 ? ", gate_up" : ", down") + ", splits " + std::to_string(schedule.splits) +
+      ", cores " + std::to_string(schedule.columns) + (routing_ready ? ", ready" : "");
   auto d_logits = upload(logits, DType::kF32);
   DeviceRouting device(tokens, experts, top_k);
   cuda::moe_route(device.routing, d_logits.data(), tokens, experts, top_k, true, DType::kF32,
@@ -319,11 +320,12 @@ TEST_F(MoeCuda, MoeGroupedGemvMatchesCpu) {
           for (bool pinned : {false, true}) {
             if (!fp8 && columns) continue;
             const uint64_t seed = 300 + tokens + (pinned ? 1000 : 0);
-            const auto logits =
-                pinned ? pinned_logits(tokens, experts, seed) : random_vector(tokens * experts, seed);
-            check_grouped_gemv(logits, tokens, experts, top_k, 264, 384, top_k, fp8, act, seed, {0, columns});
-            check_grouped_gemv(logits, tokens, experts, top_k, 200, fp8 ? 272 : 200, 1, fp8, act, seed + 7,
-                               {0, columns}, columns != 0);
+            const auto logits = pinned ? pinned_logits(tokens, experts, seed)
+                                       : random_vector(tokens * experts, seed);
+            check_grouped_gemv(logits, tokens, experts, top_k, 264, 384, top_k, fp8, act, seed,
+                               {0, columns});
+            check_grouped_gemv(logits, tokens, experts, top_k, 200, fp8 ? 272 : 200, 1, fp8, act,
+                               seed + 7, {0, columns}, columns != 0);
           }
 }
 
@@ -412,15 +414,15 @@ TEST_F(MoeCuda, MoeFoldedSharedExpertMatchesUnfoldedCpu) {
       gate[t] = logits[t * columns + experts];
     }
     std::vector<int32_t> ids(tokens * top_k), shared_ids(tokens, int32_t(experts));
-    std::vector<float> weights(tokens * top_k), routed_out(tokens * top_k * n), shared_out(tokens * n),
-        expected(tokens * n);
+    std::vector<float> weights(tokens * top_k), routed_out(tokens * top_k * n),
+        shared_out(tokens * n), expected(tokens * n);
     cpu::moe_route(ids.data(), weights.data(), routed_logits.data(), tokens, experts, top_k, true);
     cpu::moe_expert_gemv_fp8(routed_out.data(), x.data(), x_scales.data(), ids.data(), w.data(),
                              w_scales.data(), tokens * top_k, n, k, top_k);
-    cpu::moe_expert_gemv_fp8(shared_out.data(), x.data(), x_scales.data(), shared_ids.data(), w.data(),
-                             w_scales.data(), tokens, n, k, 1);
-    cpu::moe_combine(expected.data(), routed_out.data(), weights.data(), shared_out.data(), gate.data(),
-                     tokens, n, top_k);
+    cpu::moe_expert_gemv_fp8(shared_out.data(), x.data(), x_scales.data(), shared_ids.data(),
+                             w.data(), w_scales.data(), tokens, n, k, 1);
+    cpu::moe_combine(expected.data(), routed_out.data(), weights.data(), shared_out.data(),
+                     gate.data(), tokens, n, top_k);
     // CUDA, folded.
     auto d_logits = upload(logits, DType::kF32);
     auto d_w = upload(w, DType::kU8), d_x = upload(x, DType::kU8);

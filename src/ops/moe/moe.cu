@@ -114,8 +114,8 @@ __global__ void __launch_bounds__(kFp8Warps * 32, 2)
               r_input[t][1] >= 0 ? args.x_scales[r_input[t][1] * k_blocks + block] * w_scale : 0.0f;
           fp8_mma_tile_block(r_acc[t], r_w, r_a0, r_a1, t == 0,
                              r_input[t][0] >= 0 ? x + r_input[t][0] * k : nullptr,
-                             r_input[t][1] >= 0 ? x + r_input[t][1] * k : nullptr, step, block, k, quad, scale0,
-                             scale1);
+                             r_input[t][1] >= 0 ? x + r_input[t][1] * k : nullptr, step, block, k,
+                             quad, scale0, scale1);
         }
       }
     }
@@ -178,8 +178,9 @@ __global__ void __launch_bounds__(kCoreWarps * 32)
     const int64_t k0 = round + lane * 16;
 #pragma unroll
     for (int c = 0; c < kCols; ++c)
-      r_next[c] = k0 < k && column0 + c < n ? __ldcs(reinterpret_cast<const uint4*>(weights + c * k + k0))
-                                            : make_uint4(0, 0, 0, 0);
+      r_next[c] = k0 < k && column0 + c < n
+                      ? __ldcs(reinterpret_cast<const uint4*>(weights + c * k + k0))
+                      : make_uint4(0, 0, 0, 0);
   };
   load_round(0);
   if (routing_ready) device::pdl_wait();
@@ -215,7 +216,8 @@ __global__ void __launch_bounds__(kCoreWarps * 32)
       for (int p = 0; p < kCorePairs; ++p) {
         if (p >= count) break;  // uniform over the warp
         if (in_k)
-          device::fp8x16_to_float(*reinterpret_cast<const uint4*>(x + r_input[p] * k + k0), r_xf[p]);
+          device::fp8x16_to_float(*reinterpret_cast<const uint4*>(x + r_input[p] * k + k0),
+                                  r_xf[p]);
         r_scale[p] = in_k ? args.x_scales[r_input[p] * k_blocks + block] * w_scale : 0.0f;
       }
       if (!in_k) continue;
@@ -237,13 +239,14 @@ __global__ void __launch_bounds__(kCoreWarps * 32)
 #pragma unroll
     for (int p = 0; p < kCorePairs; ++p) {
       if (p >= count) break;  // uniform over the warp
-      float mine = 0.0f;  // lane c keeps row c's total
+      float mine = 0.0f;      // lane c keeps row c's total
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
         const float total = device::warp_sum(r_acc[p][c]);
         mine = lane == c ? total : mine;
       }
-      if (lane < kCols && column0 + lane < n) y[int64_t(r_pair[p]) * n + column0 + lane] = device::from_float<T>(mine);
+      if (lane < kCols && column0 + lane < n)
+        y[int64_t(r_pair[p]) * n + column0 + lane] = device::from_float<T>(mine);
     }
   }
 }
@@ -346,11 +349,13 @@ int fp8_splits(int64_t k) {
 }
 
 template <typename T, int kCols>
-void launch_fp8_cores(const char* name, const ::vt::trace::LaunchCost& cost, const GroupedGemvArgs& args,
-                      unsigned slots, bool routing_ready, cudaStream_t stream) {
+void launch_fp8_cores(const char* name, const ::vt::trace::LaunchCost& cost,
+                      const GroupedGemvArgs& args, unsigned slots, bool routing_ready,
+                      cudaStream_t stream) {
   constexpr int64_t kRows = kCols * kCoreWarps;
-  launch(name, cost, sm90_moe_grouped_gemv_fp8_cores<T, kCols>, dim3(unsigned((args.n + kRows - 1) / kRows), slots),
-         dim3(kCoreWarps * 32), 0, stream, args, routing_ready);
+  launch(name, cost, sm90_moe_grouped_gemv_fp8_cores<T, kCols>,
+         dim3(unsigned((args.n + kRows - 1) / kRows), slots), dim3(kCoreWarps * 32), 0, stream,
+         args, routing_ready);
 }
 
 // The built-in choice of the CUDA-core kernel's rows a warp (0: the MMA kernel), from what was
@@ -359,7 +364,9 @@ void launch_fp8_cores(const char* name, const ::vt::trace::LaunchCost& cost, con
 // (down, K = 512) and more tokens keep the MMA kernel until the model's step says otherwise: the
 // op bench favours the CUDA cores there too (8 rows for short K), but it has no shared expert,
 // whose slot takes T pairs (T / 2 passes here), and batch 4 in the model was slower.
-int core_columns(int64_t tokens, int64_t k) { return tokens == 1 && k >= 1024 ? 4 : 0; }
+int core_columns(int64_t tokens, int64_t k) {
+  return tokens == 1 && k >= 1024 ? 4 : 0;
+}
 
 template <typename T, int kSplits>
 void launch_fp8(const char* name, const ::vt::trace::LaunchCost& cost, const GroupedGemvArgs& args,
@@ -378,11 +385,14 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
                      DType act, cudaStream_t stream, double experts_read, MoeGemvSchedule schedule,
                      bool routing_ready) {
   VT_CHECK(!fp8 || k % 16 == 0, "moe_expert_gemv: FP8 K = ", k, " must be a multiple of 16");
-  VT_CHECK(schedule.columns == 0 || schedule.columns == 2 || schedule.columns == 4 || schedule.columns == 8,
-           "moe_expert_gemv: CUDA-core rows a warp ", schedule.columns, " (0: the MMA kernel, or 2, 4, 8)");
-  VT_CHECK(schedule.columns == 0 || schedule.splits == 0, "moe_expert_gemv: K splits are the MMA kernel's");
-  VT_CHECK(schedule.splits == 0 || schedule.splits == 1 || schedule.splits == 2 || schedule.splits == 4 ||
-               schedule.splits == 8,
+  VT_CHECK(schedule.columns == 0 || schedule.columns == 2 || schedule.columns == 4 ||
+               schedule.columns == 8,
+           "moe_expert_gemv: CUDA-core rows a warp ", schedule.columns,
+           " (0: the MMA kernel, or 2, 4, 8)");
+  VT_CHECK(schedule.columns == 0 || schedule.splits == 0,
+           "moe_expert_gemv: K splits are the MMA kernel's");
+  VT_CHECK(schedule.splits == 0 || schedule.splits == 1 || schedule.splits == 2 ||
+               schedule.splits == 4 || schedule.splits == 8,
            "moe_expert_gemv: K splits ", schedule.splits, " (0: built-in, or 1, 2, 4, 8)");
   VT_CHECK(input_divisor >= 1, "moe_expert_gemv: input_divisor");
   const int64_t pairs = tokens * top_k;
@@ -423,7 +433,9 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
     return;
   }
   // The CUDA-core kernel where the built-in choice or a schedule asks for it.
-  const int columns = schedule.columns ? schedule.columns : schedule.splits == 0 ? core_columns(tokens, k) : 0;
+  const int columns = schedule.columns       ? schedule.columns
+                      : schedule.splits == 0 ? core_columns(tokens, k)
+                                             : 0;
   if (columns) {
     const char* name = "sm90_moe_grouped_gemv_fp8_cores";
     VT_DISPATCH_ACT(act, T, {

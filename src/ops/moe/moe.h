@@ -87,7 +87,8 @@ void moe_route(const MoeRouting& routing, const void* logits, int64_t tokens, in
 // the stream started (a kernel between moe_route and this launch), so the FP8 CUDA-core kernel
 // reads it, and loads its first weights, before waiting on that kernel (PDL).
 struct MoeGemvSchedule {
-  int splits = 0;   // MMA kernel: warps of a block splitting K: 1, 2, 4, 8 (the rest take more columns)
+  int splits =
+      0;  // MMA kernel: warps of a block splitting K: 1, 2, 4, 8 (the rest take more columns)
   int columns = 0;  // CUDA-core kernel: output rows a warp, 2, 4, 8 (0: not asked for)
 };
 void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRouting& routing,
