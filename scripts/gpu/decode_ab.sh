@@ -6,7 +6,9 @@
 # MODELS (default the synthetic 27B and 35B-A3B FP8) at BATCH (default 1,16,64), alternating base
 # and this tree for ROUNDS (default 2) rounds, each build tuning its own GEMM plan; EXTRA_MODELS
 # (default qwen3-next-80b; it needs the H200's memory) on this tree once; finally the GEMM plans
-# and the tables, the failed tests' messages first; PROFILE="model:batch ..." profiles both builds.
+# and the tables, the failed tests' messages first; PROFILE="model:batch ..." profiles both builds;
+# OP_BENCH="op:model:m-list ..." (e.g. moe:qwen3.5-35b-a3b:1,2,4,8,16) runs `vt bench op` on this
+# tree, each table whole in $OUT/op_<op>.txt (a call's output tail cuts long tables).
 # Logs: $OUT/decode_ab.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -53,6 +55,11 @@ for spec in ${PROFILE-}; do
     env VT_CACHE_DIR="$LOGS/plan_$build" "$build/apps/vt" profile decode --synthetic "${spec%%:*}" --weights fp8 \
       --batch "${spec##*:}" --steps 30 >"$OUT/$name" 2>&1 || { status=1; echo "FAILED: $name"; tail -3 "$OUT/$name"; }
   done
+done
+for spec in ${OP_BENCH-}; do
+  IFS=: read -r op model rows <<<"$spec"
+  env VT_CACHE_DIR="$LOGS/plan_build-gpu" build-gpu/apps/vt bench op "$op" --synthetic "$model" --m "$rows" \
+    >"$OUT/op_$op.txt" 2>&1 || { status=1; echo "FAILED: vt bench op $spec"; tail -3 "$OUT/op_$op.txt"; }
 done
 tar -czf "$OUT/decode_ab.tar.gz" -C "$LOGS" .
 echo "== vt_cuda_tests: $(grep -cE '^\[       OK \]' "$LOGS/cuda_tests.log") ok"
