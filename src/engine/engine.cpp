@@ -663,9 +663,10 @@ RowOutput Engine::row_output(const Sequence& sequence, int64_t tokens) const {
   const bool samples = sequence.fed + tokens == int64_t(sequence.tokens.size());  // the row makes a token
   const RequestParams& params = sequence.params;
   // Speculating requests (rejection sampling: every token, the prefill's too, from the host
-  // Sampler's generator), logprobs, biased or penalised logits and min_p stay on the host.
+  // Sampler's generator), logprobs, biased or penalised logits and min_p (where it applies: not
+  // greedy, say a generation_config.json default under temperature 0) stay on the host.
   const bool host = sequence.drafter || params.logprobs >= 0 || !params.logit_bias.empty() || params.penalties.any() ||
-                    params.sampling.min_p > 0.0f || sequence.constraint;
+                    (params.sampling.min_p > 0.0f && params.sampling.temperature > 0.0f) || sequence.constraint;
   if (sequence.verifying || (samples && host)) {
     output.kind = RowOutput::Kind::kLogits;
   } else if (samples) {

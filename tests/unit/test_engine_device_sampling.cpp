@@ -228,14 +228,15 @@ TEST_F(EngineDeviceSampling, PreemptionKeepsDrawsExact) {
 
 // Logprobs, logit_bias, penalties, min_p and speculative decoding need the logits on the host:
 // those requests get their rows and sample with the host Sampler, so they give exactly what they give with device
-// sampling off, next to requests sampled on the device.
+// sampling off, next to requests sampled on the device. A greedy request's min_p (which greedy
+// ignores) keeps it on the device.
 TEST_F(EngineDeviceSampling, HostRowsForLogprobsBiasAndSpeculation) {
   TwinSamplingModel device(*model_);
   const int64_t vocab = model_->info().vocab_size;
   std::mt19937 rng(34);
   std::vector<std::vector<int32_t>> prompts;
-  std::vector<RequestParams> params(8);
-  for (int i = 0; i < 8; ++i) {
+  std::vector<RequestParams> params(9);
+  for (int i = 0; i < 9; ++i) {
     prompts.push_back(random_prompt(rng, 5 + i, vocab));
     params[i].max_tokens = 12;
     params[i].sampling = {1.0f, 0, 0.9f, uint64_t(70 + i)};
@@ -247,18 +248,20 @@ TEST_F(EngineDeviceSampling, HostRowsForLogprobsBiasAndSpeculation) {
   params[3].num_draft = 2;
   params[4].penalties = {0.5f, 0.5f, 1.2f};
   params[5].sampling.min_p = 0.05f;
+  params[8].sampling = {};  // greedy
+  params[8].sampling.min_p = 0.05f;
   EngineOptions options;
   options.max_num_draft = 4;
   const auto on = run_all(device, options, prompts, params);
   EXPECT_EQ(device.plain_steps.load(), 0);
   EXPECT_GT(device.logit_rows.load(), 0);
-  EXPECT_EQ(device.token_rows.load(), params[6].max_tokens + params[7].max_tokens);
+  EXPECT_EQ(device.token_rows.load(), params[6].max_tokens + params[7].max_tokens + params[8].max_tokens);
   EngineOptions host = options;
   host.device_sampling = false;
   const auto off = run_all(device, host, prompts, params);
-  for (int i = 0; i < 6; ++i) EXPECT_EQ(on[i], off[i]) << "request " << i;
+  for (int i : {0, 1, 2, 3, 4, 5, 8}) EXPECT_EQ(on[i], off[i]) << "request " << i;
   EXPECT_GT(device.plain_steps.load(), 0);  // device_sampling = false: forward_batch only
-  EXPECT_EQ(device.token_rows.load(), params[6].max_tokens + params[7].max_tokens);
+  EXPECT_EQ(device.token_rows.load(), params[6].max_tokens + params[7].max_tokens + params[8].max_tokens);
 }
 
 // A token rule allowing only ids divisible by 3; it keeps what it took (rollbacks undo).

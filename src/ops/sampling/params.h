@@ -46,7 +46,8 @@ struct RowOutput {
 // The device's row parameters for a kToken row `row` of a vocab-wide step.
 inline SampleRowParams sample_row_params(const SamplingParams& sampling, uint64_t counter, int64_t row, int64_t vocab) {
   check_sampling_params(sampling);
-  VT_CHECK(sampling.min_p == 0.0f, "device sampling has no min_p (", sampling.min_p, "): sample on the host");
+  VT_CHECK(sampling.min_p == 0.0f || sampling.temperature == 0.0f, "device sampling has no min_p (", sampling.min_p,
+           "): sample on the host");
   SampleRowParams params;
   params.seed = sampling.seed;
   params.counter = counter;
