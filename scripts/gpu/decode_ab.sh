@@ -8,7 +8,9 @@
 # (default qwen3-next-80b; it needs the H200's memory) on this tree once; finally the GEMM plans
 # and the tables, the failed tests' messages first; PROFILE="model:batch ..." profiles both builds;
 # OP_BENCH="op:model:m-list ..." (e.g. moe:qwen3.5-35b-a3b:1,2,4,8,16) runs `vt bench op` on this
-# tree, each table whole in $OUT/op_<op>.txt (a call's output tail cuts long tables).
+# tree, each table whole in $OUT/op_<op>.txt (a call's output tail cuts long tables);
+# PREFILL="model:tokens ..." (e.g. qwen3.5-35b-a3b:8192) runs `vt bench prefill` (steps of 2,048,
+# median of 3) with both builds, the tables as $OUT/prefill_<build>_<model>.md.
 # Logs: $OUT/decode_ab.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -54,6 +56,15 @@ for spec in ${PROFILE-}; do
     name="profile_${build#build-}_${spec/:/_b}.txt"
     env VT_CACHE_DIR="$LOGS/plan_$build" "$build/apps/vt" profile decode --synthetic "${spec%%:*}" --weights fp8 \
       --batch "${spec##*:}" --steps 30 >"$OUT/$name" 2>&1 || { status=1; echo "FAILED: $name"; tail -3 "$OUT/$name"; }
+  done
+done
+for spec in ${PREFILL-}; do
+  for build in build-base build-gpu; do
+    [ -x "$build/apps/vt" ] || continue
+    name="prefill_${build#build-}_${spec%%:*}.md"
+    env VT_CACHE_DIR="$LOGS/plan_$build" "$build/apps/vt" bench prefill --synthetic "${spec%%:*}" --weights fp8 \
+      --tokens "${spec##*:}" --step-tokens 2048 --repeats 3 >"$OUT/$name" 2>"$LOGS/$name.err" ||
+      { status=1; echo "FAILED: $name"; tail -3 "$LOGS/$name.err"; }
   done
 done
 for spec in ${OP_BENCH-}; do

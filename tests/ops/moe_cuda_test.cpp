@@ -329,13 +329,15 @@ TEST_F(MoeCuda, MoeGroupedGemvMatchesCpu) {
           }
 }
 
-// The FP8 splits of K over warps: K of 1, 8, 16 and 40 128-blocks (1, 2, 4 and 8 splits), and the
-// CUDA-core kernel at each of its row counts over the same K (one to ten 512-byte rounds).
+// The FP8 splits of K over warps (each of 1, 2, 4 and 8, and the built-in one) at K of 1, 8, 16 and
+// 40 128-blocks (fewer blocks than splits' steps too), and the CUDA-core kernel at each of its row
+// counts over the same K (one to ten 512-byte rounds).
 TEST_F(MoeCuda, MoeGroupedGemvFp8KSplits) {
   const int64_t experts = 8, top_k = 2, tokens = 7;
   for (int64_t k : {128, 1024, 2048, 5120}) {
-    check_grouped_gemv(random_vector(tokens * experts, 77 + k), tokens, experts, top_k, 128, k,
-                       top_k, true, DType::kF32, 78 + k);
+    for (int splits : {0, 1, 2, 4, 8})
+      check_grouped_gemv(random_vector(tokens * experts, 77 + k), tokens, experts, top_k, 128, k,
+                         top_k, true, DType::kF32, 78 + k, {splits, 0});
     for (int columns : {2, 4, 8})
       check_grouped_gemv(random_vector(tokens * experts, 77 + k), tokens, experts, top_k, 128, k,
                          top_k, true, DType::kF32, 78 + k, {0, columns});

@@ -338,10 +338,16 @@ __global__ void __launch_bounds__(kCombineThreads)
   }
 }
 
-// K split over the warps of an FP8 block: the fewest (a power of two, at most 8) that leave each
-// warp at most 4 128-blocks (two steps), so short K (the down projection) fills whole blocks with
-// column tiles and long K (gate_up) still has every warp busy.
-int fp8_splits(int64_t k) {
+// K split over the warps of an FP8 block. Decode steps of 4 to 64 tokens: none. A slot's 8-row
+// tiles then take whole K each, with no shared-memory sum, and the ~30+ active experts still fill
+// the GPU: the 35B-A3B's gate_up (K = 2048) 27.8 / 50.0 / 84.3 / 175 us at m = 4 / 8 / 16 / 64 in
+// `vt bench op moe` against 33.8 / 59.7 / 104.0 at 4 splits, and its decode step 5-7% faster at
+// batches 4 to 64 (docs/perf/2026-12-07-moe-gate-up-splits.md). Prefill steps (2,048 tokens)
+// were 9% slower without splits. Otherwise the fewest splits (a power of two, at most 8) that
+// leave each warp at most 4 128-blocks (two steps), so short K (the down projection) fills whole
+// blocks with column tiles and long K (gate_up) still has every warp busy.
+int fp8_splits(int64_t k, int64_t tokens) {
+  if (tokens >= 4 && tokens <= 64) return 1;
   const int64_t k_blocks = (k + kGroup - 1) / kGroup;
   int splits = 1;
   while (splits < kFp8Warps && k_blocks > 2 * kFp8BlocksPerStep * splits) splits *= 2;
@@ -455,7 +461,7 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
   }
   const char* name = "sm90_moe_grouped_gemv_fp8";
   VT_DISPATCH_ACT(act, T, {
-    switch (schedule.splits ? schedule.splits : fp8_splits(k)) {
+    switch (schedule.splits ? schedule.splits : fp8_splits(k, tokens)) {
       case 1:
         launch_fp8<T, 1>(name, cost, args, unsigned(slots), stream);
         break;
