@@ -418,14 +418,18 @@ void bench_gdn(OpBench& bench, int64_t m) {
 
 // The MoE FFN's own kernels on FP8 block-scaled experts: route (with the expert-grouped layout),
 // the grouped gate_up GEMV, SwiGLU with its FP8 codes, the grouped down GEMV, the weighted combine
-// with the shared expert's row,
-// each alone and all five in a row. Router logits differ per copy, so the experts (and their
-// weights) differ from call to call.
+// with the shared expert's row, each alone and all five in a row. A shared expert as wide as the
+// routed ones is folded in as the model folds it (expert E, every token's last pair, its gate as
+// router row E). Router logits differ per copy, so the experts (and their weights) differ from
+// call to call.
 void bench_moe(OpBench& bench, int64_t m) {
   const Qwen35Config& c = bench.config();
   cudaStream_t stream = bench.stream();
-  const int64_t h = c.hidden_size, experts = c.num_experts, top_k = c.num_experts_per_tok;
-  const int64_t inter = c.moe_intermediate_size, pairs = m * top_k;
+  const int64_t h = c.hidden_size, routed = c.num_experts, routed_k = c.num_experts_per_tok;
+  const int64_t inter = c.moe_intermediate_size;
+  const bool folded = c.shared_expert_intermediate_size == inter;
+  // The grouped GEMVs' experts and pairs a token (the folded shared expert one more of each).
+  const int64_t experts = routed + folded, top_k = routed_k + folded, pairs = m * top_k;
   const int64_t gate_up_values = experts * 2 * inter * h, down_values = experts * h * inter;
   cuda::DeviceBuffer gate_up(DType::kU8, {gate_up_values}), down(DType::kU8, {down_values});
   cuda::fill_random_fp8(gate_up.as<uint8_t>(), gate_up_values, 30, stream);
@@ -436,6 +440,7 @@ void bench_moe(OpBench& bench, int64_t m) {
       random_buffer(DType::kF32, experts * (h / 128) * (inter / 128), 33, 1e-3f, 2e-3f, stream);
   const int64_t copies = 16;  // 16 x m x top_k routes: most experts of a layer touched per graph
   auto logits = random_buffer(DType::kF32, copies * m * experts, 34, 2.0f, 0.0f, stream);
+  const auto logits_of = [&](int64_t copy) { return logits.as<float>() + copy * m * experts; };
   const int64_t words = moe_routing_words(m, experts, top_k);
   cuda::DeviceBuffer route_words(DType::kI32, {copies * words}), weights(DType::kF32, {copies * pairs});
   std::vector<MoeRouting> routings;
@@ -443,11 +448,12 @@ void bench_moe(OpBench& bench, int64_t m) {
     routings.push_back(moe_routing_in(route_words.as<int32_t>() + copy * words,
                                       weights.as<float>() + copy * pairs, m, experts, top_k));
   for (int64_t copy = 0; copy < copies; ++copy)
-    cuda::moe_route(routings[copy], logits.as<float>() + copy * m * experts, m, experts, top_k,
-                    c.norm_topk_prob, DType::kF32, stream);
+    cuda::moe_route(routings[copy], logits_of(copy), m, routed, routed_k, c.norm_topk_prob,
+                    DType::kF32, stream, folded);
   // Distinct experts a copy's routing touches (expected, as the model states it): the bytes.
   const double experts_read =
-      double(experts) * (1.0 - std::pow(1.0 - double(top_k) / double(experts), double(m)));
+      double(routed) * (1.0 - std::pow(1.0 - double(routed_k) / double(routed), double(m))) +
+      double(folded);
   auto normed = random_buffer(kAct, m * h, 35, 1.0f, 0.0f, stream);
   cuda::DeviceBuffer x_codes(DType::kU8, {m * h}), x_scales(DType::kF32, {m * h / 128});
   cuda::fp8_quantize_rows(x_codes.as<uint8_t>(), x_scales.as<float>(), normed.data(), m, h, kAct,
@@ -459,13 +465,22 @@ void bench_moe(OpBench& bench, int64_t m) {
        shared_gate = random_buffer(kAct, m, 37, 1.0f, 0.0f, stream);
   cuda::DeviceBuffer branch(kAct, {m * h});
   const auto route = [&](int64_t copy) {
-    cuda::moe_route(routings[copy], logits.as<float>() + copy * m * experts, m, experts, top_k,
-                    c.norm_topk_prob, DType::kF32, stream);
+    cuda::moe_route(routings[copy], logits_of(copy), m, routed, routed_k, c.norm_topk_prob,
+                    DType::kF32, stream, folded);
   };
   const auto expert_gate_up = [&](int64_t copy) {
     cuda::moe_expert_gemv(hidden.data(), x_codes.data(), x_scales.as<float>(), routings[copy],
                           gate_up.data(), gate_up_scales.as<float>(), m, experts, top_k, 2 * inter,
                           h, top_k, true, kAct, stream, experts_read);
+  };
+  // The model's sequence: gate_up given the router routes the step first (in its own launch at
+  // one token).
+  const auto routed_gate_up = [&](int64_t copy) {
+    const cuda::MoeRouter router{logits_of(copy), routed, routed_k, c.norm_topk_prob, folded,
+                                 experts};
+    cuda::moe_expert_gemv(hidden.data(), x_codes.data(), x_scales.as<float>(), routings[copy],
+                          gate_up.data(), gate_up_scales.as<float>(), m, experts, top_k, 2 * inter,
+                          h, top_k, true, kAct, stream, experts_read, {}, false, &router);
   };
   const auto silu = [&](int64_t) {
     cuda::silu_mul(activated.data(), hidden.data(), pairs, inter, kAct, stream, codes.as<uint8_t>(),
@@ -479,15 +494,18 @@ void bench_moe(OpBench& bench, int64_t m) {
   };
   const auto combine = [&](int64_t copy) {
     cuda::moe_combine(branch.data(), expert_out.data(), weights.as<float>() + copy * pairs,
-                      c.shared_expert_intermediate_size > 0 ? shared.data() : nullptr,
-                      c.shared_expert_intermediate_size > 0 ? shared_gate.data() : nullptr, m, h,
-                      top_k, kAct, stream);
+                      c.shared_expert_intermediate_size > 0 && !folded ? shared.data() : nullptr,
+                      c.shared_expert_intermediate_size > 0 && !folded ? shared_gate.data()
+                                                                       : nullptr,
+                      m, h, top_k, kAct, stream);
   };
   const std::string of = " of " + std::to_string(experts);
   bench.measure("moe", "route", m, dims({m, experts}) + ", top " + std::to_string(top_k), copies,
                 route);
   bench.measure("moe", "grouped_gemv gate_up", m, dims({pairs, 2 * inter, h}) + of, copies,
                 expert_gate_up);
+  bench.measure("moe", "route+grouped_gemv gate_up", m, dims({pairs, 2 * inter, h}) + of, copies,
+                routed_gate_up);
   bench.measure("moe", "silu_mul+fp8", m, dims({pairs, 2 * inter}), copies, silu);
   bench.measure("moe", "grouped_gemv down", m, dims({pairs, h, inter}) + of, copies, expert_down);
   bench.measure("moe", "combine", m, dims({m, h}) + ", top " + std::to_string(top_k), copies,
@@ -512,8 +530,7 @@ void bench_moe(OpBench& bench, int64_t m) {
                   });
   }
   bench.measure("moe", "route+experts+combine", m, dims({m, h}), copies, [&](int64_t copy) {
-    route(copy);
-    expert_gate_up(copy);
+    routed_gate_up(copy);
     silu(copy);
     expert_down(copy);
     combine(copy);

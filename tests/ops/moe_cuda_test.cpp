@@ -231,6 +231,97 @@ TEST_F(MoeCuda, MoeRouteSharedExpertMatchesCpu) {
       }
 }
 
+// moe_expert_gemv given the router: at one token the CUDA-core GEMV routes the step in its own
+// blocks (sm90_moe_routed_gemv_fp8_cores), at more it calls moe_route first. Either way the
+// routing's words and weights are moe_route's, byte for byte (both start from the same poison),
+// the output is the separate launches' byte for byte and the CPU reference's within the FP8 bound
+// on the CPU's routing, and a rerun gives the same bytes. With and without the shared expert, its
+// logits in rows padded as the model's router writes them (the padding above every logit), the
+// router's widths of moe_route's tests, f32 and bf16 outputs.
+TEST_F(MoeCuda, MoeRoutedGemvMatchesRouteThenGemv) {
+  // A warp's 4 rows past n's end and a second 128-row scale block; two 128-blocks of K.
+  const int64_t n = 138, k = 256, n_blocks = (n + 127) / 128, k_blocks = k / 128;
+  for (auto [experts, top_k] :
+       {std::tuple<int64_t, int64_t>{8, 2}, {256, 8}, {512, 10}, {1000, 16}})
+    for (bool shared : {false, true}) {
+      const int64_t grouped = experts + shared, slots = top_k + shared,
+                    stride = (grouped + 3) / 4 * 4 + 4;
+      std::mt19937_64 rng(910 + experts);
+      std::normal_distribution<float> normal(0.0f, 60.0f);
+      std::uniform_real_distribution<float> uniform(1e-3f, 2e-3f);
+      std::vector<uint8_t> w(grouped * n * k);
+      for (auto& c : w) c = f32_to_f8e4m3(normal(rng));
+      std::vector<float> w_scales(grouped * n_blocks * k_blocks);
+      for (auto& v : w_scales) v = uniform(rng);
+      auto d_w = upload(w, DType::kU8);
+      auto d_w_scales = upload(w_scales, DType::kF32);
+      for (int64_t tokens : {1, 3})
+        for (DType act : {DType::kF32, DType::kBF16}) {
+          const bool renormalize = act == DType::kF32;
+          const std::string what = std::to_string(tokens) + " tokens, " + std::to_string(experts) +
+                                   " experts" + (shared ? " + shared" : "") + ", top " +
+                                   std::to_string(top_k) + ", " + std::string(dtype_name(act));
+          const int64_t pairs = tokens * slots;
+          std::vector<float> logits(size_t(tokens * stride), 1e3f);
+          const auto values = random_vector(tokens * grouped, 900 + experts + tokens);
+          for (int64_t t = 0; t < tokens; ++t)
+            std::copy(values.begin() + t * grouped, values.begin() + (t + 1) * grouped,
+                      logits.begin() + t * stride);
+          std::vector<int32_t> ids(pairs);
+          std::vector<float> weights(pairs);
+          cpu::moe_route(ids.data(), weights.data(), values.data(), tokens, experts, top_k,
+                         renormalize, shared);
+          std::vector<uint8_t> x(tokens * k);
+          for (auto& c : x) c = f32_to_f8e4m3(normal(rng));
+          std::vector<float> x_scales(tokens * k_blocks);
+          for (auto& v : x_scales) v = uniform(rng);
+          std::vector<float> expected(pairs * n);
+          cpu::moe_expert_gemv_fp8(expected.data(), x.data(), x_scales.data(), ids.data(),
+                                   w.data(), w_scales.data(), pairs, n, k, slots);
+          auto d_logits = upload(logits, DType::kF32);
+          auto d_x = upload(x, DType::kU8);
+          auto d_x_scales = upload(x_scales, DType::kF32);
+          const cuda::MoeRouter router{d_logits.data(), experts, top_k, renormalize, shared,
+                                       stride};
+          DeviceRouting separate(tokens, grouped, slots), routed(tokens, grouped, slots);
+          const std::vector<int32_t> poison(size_t(separate.words.shape().numel()), -7);
+          for (DeviceRouting* routing : {&separate, &routed}) {
+            cuda::copy_to_device(routing->words.data(), poison.data(),
+                                 poison.size() * sizeof(int32_t));
+            upload_as(routing->weights, std::vector<float>(pairs, NAN), DType::kF32);
+          }
+          cuda::DeviceBuffer y_separate(act, {pairs * n}), y_routed(act, {pairs * n});
+          cuda::moe_route(separate.routing, d_logits.data(), tokens, experts, top_k, renormalize,
+                          DType::kF32, nullptr, shared, stride);
+          cuda::moe_expert_gemv(y_separate.data(), d_x.data(), d_x_scales.as<float>(),
+                                separate.routing, d_w.data(), d_w_scales.as<float>(), tokens,
+                                grouped, slots, n, k, slots, true, act, nullptr);
+          const auto run = [&] {
+            cuda::moe_expert_gemv(y_routed.data(), d_x.data(), d_x_scales.as<float>(),
+                                  routed.routing, d_w.data(), d_w_scales.as<float>(), tokens,
+                                  grouped, slots, n, k, slots, true, act, nullptr, 0, {}, false,
+                                  &router);
+          };
+          run();
+          std::vector<int32_t> words;
+          const MoeRouting got = routed.download_into(words);
+          EXPECT_EQ(std::vector<int32_t>(got.ids, got.ids + pairs), ids) << what;
+          EXPECT_EQ(download_bytes(routed.words), download_bytes(separate.words)) << what;
+          EXPECT_EQ(download_bytes(routed.weights), download_bytes(separate.weights)) << what;
+          const auto first = download_bytes(y_routed);
+          EXPECT_EQ(first, download_bytes(y_separate)) << what;
+          EXPECT_LE(relative_l2(download_as_f32(y_routed, act, size_t(pairs * n)), expected),
+                    act == DType::kBF16 ? numerics::kCudaMoeBf16OutputRelL2
+                                        : numerics::kFp8GemmFp32RelL2)
+              << what;
+          run();
+          EXPECT_EQ(download_bytes(y_routed), first) << what << ": rerun";
+          EXPECT_EQ(download_bytes(routed.words), download_bytes(separate.words))
+              << what << ": rerun";
+        }
+    }
+}
+
 // One grouped GEMV case: weights [E, n, k] (FP8 codes and block scales, or act), inputs for
 // rows = pairs / input_divisor, routing from `logits`; the output vs the CPU reference on the
 // device's own ids, and a rerun's bytes vs the first.

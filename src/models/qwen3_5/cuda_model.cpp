@@ -357,17 +357,18 @@ void Qwen35CudaForward::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed
     gemm_->matmul(w.router_logits.data(), w.normed.data(), moe.router.parts[0].weight.data(), T, router_rows, H, act,
                   stream_, DType::kF32, true);
   trace::OpScope experts_op("moe.experts", OpGroup::kMoe);
-  cuda::moe_route(routing, w.router_logits.data(), T, c.num_experts, c.num_experts_per_tok, c.norm_topk_prob,
-                  DType::kF32, stream_, folded, router_rows);
   // The experts read the normed rows as FP8 codes: fused into the norm, or quantised here.
   Fp8Rows x_codes = normed_codes;
   if (fp8 && !x_codes.codes) {
     x_codes = {w.scratch.as<uint8_t>(), w.scratch_scales.as<float>()};
     cuda::fp8_quantize_rows(w.scratch.as<uint8_t>(), w.scratch_scales.as<float>(), w.normed.data(), T, H, act, stream_);
   }
+  // The gate_up GEMV routes the step first (inside its own launch at one token).
+  const cuda::MoeRouter router{w.router_logits.data(), c.num_experts, c.num_experts_per_tok, c.norm_topk_prob,
+                               folded, router_rows};
   cuda::moe_expert_gemv(w.expert_hidden.data(), fp8 ? static_cast<const void*>(x_codes.codes) : w.normed.data(),
                         x_codes.scales, routing, moe.gate_up.data(), moe.gate_up_scales.as<float>(), T, experts, k,
-                        2 * inter, H, k, fp8, act, stream_, experts_read);
+                        2 * inter, H, k, fp8, act, stream_, experts_read, {}, false, &router);
   const bool fuse_act = fp8 && options_.fuse_fp8_quantization && inter % 128 == 0;
   Fp8Rows act_codes = fuse_act ? Fp8Rows{w.inner.as<uint8_t>(), w.inner_scales.as<float>()} : Fp8Rows{};
   // The FP8 expert GEMV reads the fused codes alone: then the act rows are not written.
@@ -378,7 +379,8 @@ void Qwen35CudaForward::moe(const CudaMoe& moe, int64_t T, const Fp8Rows& normed
     cuda::fp8_quantize_rows(w.scratch.as<uint8_t>(), w.scratch_scales.as<float>(), w.expert_act.data(), pairs, inter,
                             act, stream_);
   }
-  // The routing is two launches back (the gate_up GEMV and the SwiGLU between): ready before the wait.
+  // The routing's writer (the gate_up GEMV, or the route before it) is a launch or more before the SwiGLU,
+  // which waits for it before it triggers this launch: ready before the wait.
   cuda::moe_expert_gemv(w.expert_out.data(), fp8 ? static_cast<const void*>(act_codes.codes) : w.expert_act.data(),
                         act_codes.scales, routing, moe.down.data(), moe.down_scales.as<float>(), T, experts, k, H,
                         inter, 1, fp8, act, stream_, experts_read, {}, true);

@@ -12,6 +12,7 @@
 #include "cuda/common.cuh"
 #include "cuda/launch.cuh"
 #include "ops/gemm/fp8_mma.cuh"
+#include "ops/moe/route.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -26,6 +27,7 @@ constexpr int kFp8BlocksPerStep =
 // FP8 on the CUDA cores for few pairs per expert (decode at small batch): kCoreWarps warps a block.
 constexpr int kCoreWarps = 4;
 constexpr int kCorePairs = 2;  // pairs a pass serves (more take another pass, from L2)
+constexpr int kCoreBlocksPerSm = 5;
 // Dense (act-dtype weights): a warp per output row, kDensePairs pairs per pass.
 constexpr int kDenseWarps = 8;
 constexpr int kDensePairs = 8;
@@ -150,26 +152,20 @@ __global__ void __launch_bounds__(kFp8Warps * 32, 2)
 }
 
 // FP8 with few pairs per expert, on the CUDA cores as the dense M = 1 GEMV (ops/gemm/fp8_gemm.cu):
-// grid (row blocks, active-expert slot); a warp owns kCols consecutive output rows of the slot's
-// expert over the whole of K. Each round a lane loads 16 bytes of each row (a warp load is 512
-// contiguous bytes of one row), the next round's loads issued before this one is used, and each
-// weight piece is applied to up to kCorePairs pairs (more take another pass, from L2). At batch 1
-// the MMA kernel's 16-pair tiles are 1/16th full and its short blocks wait out one or two round
-// trips each (1.2-1.5 TB/s). routing_ready: the routing was complete before the previous kernel
-// started (with PDL, when every kernel triggers after its wait: two launches back), so the slot's
-// expert and the first round of its weights are read before the wait.
+// a warp owns kCols consecutive output rows (from column0) of one expert over the whole of K. Each
+// round a lane loads 16 bytes of each row (a warp load is 512 contiguous bytes of one row), the next
+// round's loads issued before this one is used, and each weight piece is applied to up to
+// kCorePairs pairs (more take another pass, from L2). The expert's pairs are
+// args.sorted_pairs[range[0] .. range[1]), read after the first round's loads are issued;
+// wait: the PDL wait comes after those loads (the routing was ready before it).
 template <typename T, int kCols>
-__global__ void __launch_bounds__(kCoreWarps * 32)
-    sm90_moe_grouped_gemv_fp8_cores(GroupedGemvArgs args, bool routing_ready) {
+__device__ __forceinline__ void expert_rows_cores(const GroupedGemvArgs& args, int64_t expert,
+                                                  const int32_t* range, int64_t column0,
+                                                  bool wait) {
   constexpr int64_t kPiece = 32 * 16;
-  const int slot = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % 32;
   const int64_t n = args.n, k = args.k, k_blocks = (k + kGroup - 1) / kGroup,
                 n_blocks = (n + kGroup - 1) / kGroup;
-  const int64_t column0 = (int64_t(blockIdx.x) * kCoreWarps + warp) * kCols;
-  if (!routing_ready) device::pdl_wait();
-  // Warps without rows or slot leave at once (no block barrier below).
-  if (slot >= *args.active_count || column0 >= n) return;
-  const int64_t expert = args.active_experts[slot];
   const uint8_t* weights = static_cast<const uint8_t*>(args.weights) + (expert * n + column0) * k;
   // column0 is a multiple of kCols (<= 8), so the warp's rows share one 128-row scale block.
   const float* w_scales = args.w_scales + (expert * n_blocks + column0 / kGroup) * k_blocks;
@@ -183,9 +179,9 @@ __global__ void __launch_bounds__(kCoreWarps * 32)
                       : make_uint4(0, 0, 0, 0);
   };
   load_round(0);
-  if (routing_ready) device::pdl_wait();
+  if (wait) device::pdl_wait();
   device::pdl_trigger();
-  const int begin = args.expert_offsets[expert], end = args.expert_offsets[expert + 1];
+  const int begin = range[0], end = range[1];
   const uint8_t* x = static_cast<const uint8_t*>(args.x);
   for (int pass = begin; pass < end; pass += kCorePairs) {
     const int count = min(end - pass, kCorePairs);
@@ -249,6 +245,67 @@ __global__ void __launch_bounds__(kCoreWarps * 32)
         y[int64_t(r_pair[p]) * n + column0 + lane] = device::from_float<T>(mine);
     }
   }
+}
+
+// Grid (row blocks, active-expert slot), kCoreWarps warps a block, expert_rows_cores per warp. At
+// batch 1 the MMA kernel's 16-pair tiles are 1/16th full and its short blocks wait out one or two
+// round trips each (1.2-1.5 TB/s). At most 96 registers a thread (kCoreBlocksPerSm): the
+// 35B-A3B's one-token gate_up is 576 blocks (64 row blocks x 9 experts), all resident at 5 an SM.
+// routing_ready: the routing's writer had completed when the
+// previous kernel passed its wait (moe.h), so the slot's expert and the first round of its weights
+// are read before the wait.
+template <typename T, int kCols>
+__global__ void __launch_bounds__(kCoreWarps * 32, kCoreBlocksPerSm)
+    sm90_moe_grouped_gemv_fp8_cores(GroupedGemvArgs args, bool routing_ready) {
+  const int slot = blockIdx.y;
+  const int64_t column0 = (int64_t(blockIdx.x) * kCoreWarps + threadIdx.x / 32) * kCols;
+  if (!routing_ready) device::pdl_wait();
+  // Warps without rows or slot leave at once (no block barrier below).
+  if (slot >= *args.active_count || column0 >= args.n) return;
+  const int64_t expert = args.active_experts[slot];
+  expert_rows_cores<T, kCols>(args, expert, args.expert_offsets + expert, column0, routing_ready);
+}
+
+// The step's router arguments (moe_route's), for the kernel that routes before its GEMV.
+struct RouteArgs {
+  MoeRouting routing;   // written by block (0, 0)
+  const float* logits;  // [tokens, stride] f32
+  int tokens, experts, top_k, stride;
+  bool renormalize, shared;
+};
+
+// The CUDA-core GEMV of a step whose pairs fit one warp, routing the step itself: each block's
+// first warp routes it (warp_route, after the PDL wait for the router's logits) into shared memory,
+// block (0, 0) into route.routing for the launches after; then the block's warps take their slot's
+// expert as sm90_moe_grouped_gemv_fp8_cores does. The route's own launch goes (5.2 us a MoE layer
+// at batch 1, docs/perf/2026-12-07-moe-cuda-cores.md), and the weights wait on the logits alone,
+// not on a chain of the route's words: 13.4 us a call against 5.3 + 11.9 in the 35B-A3B's batch-1
+// step (docs/perf/2026-12-07-moe-gate-up-splits.md). At 147 registers (before kCoreBlocksPerSm)
+// its blocks ran in two waves, each paying the route, and it lost.
+template <typename T, int kCols, int kPerLane>
+__global__ void __launch_bounds__(kCoreWarps * 32, kCoreBlocksPerSm)
+    sm90_moe_routed_gemv_fp8_cores(GroupedGemvArgs args, RouteArgs route) {
+  __shared__ int32_t s_ids[32], s_sorted[32], s_active[32], s_slot_pairs[64], s_count;
+  __shared__ float s_weights[32];
+  const bool writes = blockIdx.x == 0 && blockIdx.y == 0;
+  const MoeRouting mine{writes ? route.routing.ids : s_ids,
+                        writes ? route.routing.weights : s_weights,
+                        writes ? route.routing.expert_offsets : nullptr,
+                        writes ? route.routing.sorted_pairs : s_sorted,
+                        writes ? route.routing.active_experts : s_active,
+                        writes ? route.routing.active_count : &s_count};
+  device::pdl_wait();
+  if (threadIdx.x < 32)
+    warp_route<float, kPerLane>(mine, s_slot_pairs, route.logits, route.tokens, route.experts,
+                                route.top_k, route.renormalize, route.shared, route.stride);
+  __syncthreads();  // the routing (shared, or global for block (0, 0)) is visible to the block
+  const int slot = blockIdx.y;
+  const int64_t column0 = (int64_t(blockIdx.x) * kCoreWarps + threadIdx.x / 32) * kCols;
+  if (slot >= *mine.active_count || column0 >= args.n) return;
+  GroupedGemvArgs own = args;
+  own.sorted_pairs = mine.sorted_pairs;
+  expert_rows_cores<T, kCols>(own, mine.active_experts[slot], s_slot_pairs + 2 * slot, column0,
+                              false);
 }
 
 // Dense weights (act dtype): grid (ceil(n / 8), active-expert slot), a warp per output row; each
@@ -374,6 +431,16 @@ int core_columns(int64_t tokens, int64_t k) {
   return tokens == 1 && k >= 1024 ? 4 : 0;
 }
 
+template <typename T, int kPerLane>
+void launch_routed(const ::vt::trace::LaunchCost& cost, const GroupedGemvArgs& args,
+                   const RouteArgs& route, unsigned slots, cudaStream_t stream) {
+  constexpr int kCols = 4;  // core_columns' choice at one token
+  constexpr int64_t kRows = kCols * kCoreWarps;
+  launch("sm90_moe_routed_gemv_fp8_cores", cost, sm90_moe_routed_gemv_fp8_cores<T, kCols, kPerLane>,
+         dim3(unsigned((args.n + kRows - 1) / kRows), slots), dim3(kCoreWarps * 32), 0, stream,
+         args, route);
+}
+
 template <typename T, int kSplits>
 void launch_fp8(const char* name, const ::vt::trace::LaunchCost& cost, const GroupedGemvArgs& args,
                 unsigned slots, cudaStream_t stream) {
@@ -389,7 +456,22 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
                      const void* weights, const float* w_scales, int64_t tokens, int64_t experts,
                      int64_t top_k, int64_t n, int64_t k, int64_t input_divisor, bool fp8,
                      DType act, cudaStream_t stream, double experts_read, MoeGemvSchedule schedule,
-                     bool routing_ready) {
+                     bool routing_ready, const MoeRouter* router) {
+  // The router inside the GEMV where the built-in choice is the CUDA-core kernel at core_columns'
+  // 4 rows and the step's pairs fit one warp; otherwise moe_route first.
+  const bool routes_here = router && fp8 && schedule.splits == 0 && schedule.columns == 0 &&
+                           core_columns(tokens, k) == 4 && tokens * top_k <= 32;
+  if (router) {
+    VT_CHECK(experts == router->experts + router->shared_expert &&
+                 top_k == router->top_k + router->shared_expert,
+             "moe_expert_gemv: the router's ", router->experts, " experts, top ", router->top_k,
+             router->shared_expert ? " and the shared one" : "", " against ", experts, ", top ",
+             top_k);
+    if (!routes_here)
+      moe_route(routing, router->logits, tokens, router->experts, router->top_k,
+                router->renormalize, DType::kF32, stream, router->shared_expert,
+                router->logits_stride);
+  }
   VT_CHECK(!fp8 || k % 16 == 0, "moe_expert_gemv: FP8 K = ", k, " must be a multiple of 16");
   VT_CHECK(schedule.columns == 0 || schedule.columns == 2 || schedule.columns == 4 ||
                schedule.columns == 8,
@@ -436,6 +518,32 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
                     launch("sm90_moe_grouped_gemv", cost, sm90_moe_grouped_gemv<T>,
                            dim3(unsigned((n + kDenseWarps - 1) / kDenseWarps), unsigned(slots)),
                            dim3(kDenseWarps * 32), 0, stream, args));
+    return;
+  }
+  if (routes_here) {
+    const int64_t stride = router->logits_stride > 0 ? router->logits_stride : experts;
+    VT_CHECK(stride >= experts && experts <= kMaxExperts && router->top_k <= kMaxTopK &&
+                 router->top_k <= router->experts,
+             "moe_expert_gemv: ", router->experts, " experts, top ", router->top_k,
+             ", logits rows of ", stride);
+    const RouteArgs route{routing,         static_cast<const float*>(router->logits),
+                          int(tokens),     int(router->experts),
+                          int(router->top_k), int(stride),
+                          router->renormalize, router->shared_expert};
+    // The route's logits, ids, weights and layout words on top of the GEMV's bytes.
+    ::vt::trace::LaunchCost routed = cost;
+    routed.bytes += double(tokens) * double(stride) * 4 + double(pairs) * 16 +
+                    double(experts + 1) * 4 + double(slots + 1) * 4;
+    VT_DISPATCH_ACT(act, T, {
+      if (router->experts <= 128)
+        launch_routed<T, 4>(routed, args, route, unsigned(slots), stream);
+      else if (router->experts <= 256)
+        launch_routed<T, 8>(routed, args, route, unsigned(slots), stream);
+      else if (router->experts <= 512)
+        launch_routed<T, 16>(routed, args, route, unsigned(slots), stream);
+      else
+        launch_routed<T, 32>(routed, args, route, unsigned(slots), stream);
+    });
     return;
   }
   // The CUDA-core kernel where the built-in choice or a schedule asks for it.

@@ -83,9 +83,21 @@ void moe_route(const MoeRouting& routing, const void* logits, int64_t tokens, in
 // schedule: the FP8 kernel and its work split (all 0: the built-in choice, the CUDA-core kernel
 // for one token's long-K projection, the MMA kernel otherwise); `vt bench op moe` times them.
 // (Four 128-blocks a step per warp instead of two spilled registers at the MMA kernel's occupancy.)
-// routing_ready: the caller's promise that the routing was written before the previous kernel on
-// the stream started (a kernel between moe_route and this launch), so the FP8 CUDA-core kernel
-// reads it, and loads its first weights, before waiting on that kernel (PDL).
+// routing_ready: the caller's promise that the kernel that wrote the routing had completed when the
+// previous kernel on the stream passed its PDL wait (a kernel between them, which triggers only
+// after its wait, as all of ours do), so the FP8 CUDA-core kernel reads it, and loads its first
+// weights, before waiting on that previous kernel.
+// router: route the step into `routing` first, as moe_route does (the same words): inside the
+// GEMV's blocks where the built-in choice is the CUDA-core kernel and the step's pairs fit a warp
+// (decode at batch 1: one launch a MoE layer fewer), else by moe_route before it.
+// The step's router for moe_expert_gemv to route first (moe_route's arguments): logits
+// [T, stride] f32, `experts` routed (without the shared one), top_k of them a token.
+struct MoeRouter {
+  const void* logits = nullptr;
+  int64_t experts = 0, top_k = 0;
+  bool renormalize = true, shared_expert = false;
+  int64_t logits_stride = 0;
+};
 struct MoeGemvSchedule {
   int splits =
       0;  // MMA kernel: warps of a block splitting K: 1, 2, 4, 8 (the rest take more columns)
@@ -95,7 +107,8 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
                      const void* weights, const float* w_scales, int64_t tokens, int64_t experts,
                      int64_t top_k, int64_t n, int64_t k, int64_t input_divisor, bool fp8,
                      DType act, cudaStream_t stream, double experts_read = 0,
-                     MoeGemvSchedule schedule = {}, bool routing_ready = false);
+                     MoeGemvSchedule schedule = {}, bool routing_ready = false,
+                     const MoeRouter* router = nullptr);
 // out [T, H] = sum_j weights[t, j] expert_out[t*k + j] (+ sigmoid(shared_gate[t]) shared[t] when
 // shared is not null).
 void moe_combine(void* out, const void* expert_out, const float* weights, const void* shared,

@@ -10,12 +10,11 @@
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/launch.cuh"
+#include "ops/moe/route.cuh"
 
 namespace vt::cuda {
 namespace {
 
-constexpr int kMaxTopK = 16;
-constexpr int kMaxExperts = 1024;
 // Steps of up to kFusedMaxTokens tokens route and group in one block (16 warps, at most 4 tokens
 // a warp): one launch per layer at decode. Longer ones route with a block per 8 tokens and group
 // in a second single-block kernel.
@@ -25,75 +24,6 @@ constexpr int kRouteThreads = 256;
 constexpr int kGroupThreads = 1024;
 // Pair ids staged in shared memory per round of the (one-warp, ordered) placement.
 constexpr int kPlaceTile = 2048;
-
-// One token's routing by one warp. Lane l holds experts l, l + 32, ... (kPerLane of them) in
-// registers: softmax by warp reductions, then top_k rounds of warp argmax over (probability, id)
-// with ties to the lower id, the CPU reference's order. The renormalising sum runs in choice
-// order on every lane, as the CPU's does. shared: g_logits[experts] is the shared expert's gate
-// logit; the token's pair top_k is expert `experts` with weight sigmoid of it (expf, as the CPU's
-// std::exp), outside the softmax, the top-k and the renormalisation. Returns the expert of the
-// lane's pair (lanes below top_k + shared; INT_MAX on the others).
-template <typename T, int kPerLane>
-__device__ __forceinline__ int route_token(int32_t* g_ids, float* g_weights,
-                                            const T* __restrict__ g_logits, int experts, int top_k,
-                                            bool renormalize, bool shared) {
-  const int lane = threadIdx.x % 32;
-  float r_prob[kPerLane];
-  float local_max = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int e = lane + 32 * i;
-    r_prob[i] = e < experts ? device::to_float(g_logits[e]) : -INFINITY;
-    local_max = fmaxf(local_max, r_prob[i]);
-  }
-  const float max_logit = device::warp_max(local_max);
-  float local_sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    r_prob[i] = lane + 32 * i < experts ? expf(r_prob[i] - max_logit) : 0.0f;
-    local_sum += r_prob[i];
-  }
-  const float total = device::warp_sum(local_sum);
-  // Probabilities are >= 0; -1 marks a missing expert (never picked: top_k <= experts), -inf a
-  // picked one.
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i)
-    r_prob[i] = lane + 32 * i < experts ? r_prob[i] / total : -1.0f;
-  float selected_sum = 0.0f, my_weight = 0.0f;
-  int my_id = 0;
-  for (int j = 0; j < top_k; ++j) {
-    // The lane's best: strict '>' keeps the lowest i (the lowest id) among equals.
-    float best = r_prob[0];
-    int best_i = 0;
-#pragma unroll
-    for (int i = 1; i < kPerLane; ++i)
-      if (r_prob[i] > best) best = r_prob[i], best_i = i;
-    int best_id = lane + 32 * best_i;
-    // (probability, -id) is a total order, so the butterfly leaves every lane the same winner.
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const float other = __shfl_xor_sync(0xffffffffu, best, offset);
-      const int other_id = __shfl_xor_sync(0xffffffffu, best_id, offset);
-      if (other > best || (other == best && other_id < best_id)) best = other, best_id = other_id;
-    }
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i)
-      if (lane + 32 * i == best_id) r_prob[i] = -INFINITY;
-    if (lane == j) my_id = best_id, my_weight = best;
-    selected_sum += best;
-  }
-  if (lane < top_k) {
-    g_ids[lane] = my_id;
-    g_weights[lane] = renormalize ? my_weight / selected_sum : my_weight;
-    return my_id;
-  }
-  if (shared && lane == top_k) {
-    g_ids[lane] = experts;
-    g_weights[lane] = 1.0f / (1.0f + expf(-device::to_float(g_logits[experts])));
-    return experts;
-  }
-  return INT_MAX;
-}
 
 // Exclusive prefix sum over the block of one value per thread (blockDim.x a multiple of 32, at
 // most 1024); *total gets the sum. s_warp holds 32 values.
@@ -213,51 +143,15 @@ __global__ void __launch_bounds__(kFusedThreads)
 }
 
 // Steps whose pairs fit one warp (tokens x (top_k + shared) <= 32: decode at batch 1..3): one
-// warp routes the tokens, keeps each pair's expert in its lane, and lays out the groups with
-// shuffles and ballots; no block barrier or scan (the one-block kernel's took ~5 us of a batch-1
-// step, once per MoE layer). The same layout as group_pairs: offsets, pairs in pair order within an
-// expert, the active experts ascending.
+// warp routes and groups them (route.cuh's warp_route; the one-block kernel's barrier and scan took
+// ~5 us of a batch-1 step, once per MoE layer).
 template <typename T, int kPerLane>
 __global__ void __launch_bounds__(32)
     sm90_moe_warp_route(MoeRouting routing, const T* __restrict__ g_logits, int tokens,
-                              int experts, int top_k, bool renormalize, bool shared, int stride) {
+                        int experts, int top_k, bool renormalize, bool shared, int stride) {
   device::pdl_enter();
-  const int lane = threadIdx.x, slots = top_k + shared, pairs = tokens * slots;
-  const int grouped = experts + shared;
-  int pair_expert = INT_MAX;  // this lane's pair's expert; INT_MAX past the pairs
-  for (int token = 0; token < tokens; ++token) {
-    const int expert = route_token<T, kPerLane>(routing.ids + token * slots,
-                                                routing.weights + token * slots,
-                                                g_logits + int64_t(token) * stride, experts,
-                                                top_k, renormalize, shared);
-    const int from = lane - token * slots;  // the lane that routed this lane's pair
-    const int got = __shfl_sync(0xffffffffu, expert, from >= 0 && from < 32 ? from : 0);
-    if (from >= 0 && from < slots) pair_expert = got;
-  }
-  int all[32];  // every pair's expert
-#pragma unroll
-  for (int r = 0; r < 32; ++r) all[r] = __shfl_sync(0xffffffffu, pair_expert, r);
-  const bool valid = lane < pairs;
-  const unsigned same = __match_any_sync(0xffffffffu, pair_expert);
-  const unsigned leaders = __ballot_sync(0xffffffffu, valid && lane == __ffs(same) - 1);
-  int below = 0, distinct_below = 0;  // pairs of lower experts; lower experts with a pair
-#pragma unroll
-  for (int r = 0; r < 32; ++r) {
-    below += all[r] < pair_expert;
-    distinct_below += ((leaders >> r) & 1u) && all[r] < pair_expert;
-  }
-  if (valid) {
-    const int rank = __popc(same & ((1u << lane) - 1u));  // earlier pairs of the same expert
-    routing.sorted_pairs[below + rank] = lane;
-    if (rank == 0) routing.active_experts[distinct_below] = pair_expert;
-  }
-  if (lane == 0) *routing.active_count = __popc(leaders);
-  for (int e = lane; e <= grouped; e += 32) {
-    int count = 0;
-#pragma unroll
-    for (int r = 0; r < 32; ++r) count += all[r] < e;
-    routing.expert_offsets[e] = count;
-  }
+  warp_route<T, kPerLane>(routing, nullptr, g_logits, tokens, experts, top_k, renormalize, shared,
+                          stride);
 }
 
 __global__ void __launch_bounds__(kGroupThreads)
