@@ -276,13 +276,13 @@ TEST_F(MoeCuda, MoeRoutedGemvMatchesRouteThenGemv) {
           std::vector<float> x_scales(tokens * k_blocks);
           for (auto& v : x_scales) v = uniform(rng);
           std::vector<float> expected(pairs * n);
-          cpu::moe_expert_gemv_fp8(expected.data(), x.data(), x_scales.data(), ids.data(),
-                                   w.data(), w_scales.data(), pairs, n, k, slots);
+          cpu::moe_expert_gemv_fp8(expected.data(), x.data(), x_scales.data(), ids.data(), w.data(),
+                                   w_scales.data(), pairs, n, k, slots);
           auto d_logits = upload(logits, DType::kF32);
           auto d_x = upload(x, DType::kU8);
           auto d_x_scales = upload(x_scales, DType::kF32);
-          const cuda::MoeRouter router{d_logits.data(), experts, top_k, renormalize, shared,
-                                       stride};
+          const cuda::MoeRouter router{d_logits.data(), experts, top_k,
+                                       renormalize,     shared,  stride};
           DeviceRouting separate(tokens, grouped, slots), routed(tokens, grouped, slots);
           const std::vector<int32_t> poison(size_t(separate.words.shape().numel()), -7);
           for (DeviceRouting* routing : {&separate, &routed}) {
@@ -310,9 +310,9 @@ TEST_F(MoeCuda, MoeRoutedGemvMatchesRouteThenGemv) {
           EXPECT_EQ(download_bytes(routed.weights), download_bytes(separate.weights)) << what;
           const auto first = download_bytes(y_routed);
           EXPECT_EQ(first, download_bytes(y_separate)) << what;
-          EXPECT_LE(relative_l2(download_as_f32(y_routed, act, size_t(pairs * n)), expected),
-                    act == DType::kBF16 ? numerics::kCudaMoeBf16OutputRelL2
-                                        : numerics::kFp8GemmFp32RelL2)
+          EXPECT_LE(
+              relative_l2(download_as_f32(y_routed, act, size_t(pairs * n)), expected),
+              act == DType::kBF16 ? numerics::kCudaMoeBf16OutputRelL2 : numerics::kFp8GemmFp32RelL2)
               << what;
           run();
           EXPECT_EQ(download_bytes(y_routed), first) << what << ": rerun";

@@ -153,8 +153,8 @@ __global__ void __launch_bounds__(kFp8Warps * 32, 2)
 
 // FP8 with few pairs per expert, on the CUDA cores as the dense M = 1 GEMV (ops/gemm/fp8_gemm.cu):
 // a warp owns kCols consecutive output rows (from column0) of one expert over the whole of K. Each
-// round a lane loads 16 bytes of each row (a warp load is 512 contiguous bytes of one row), the next
-// round's loads issued before this one is used, and each weight piece is applied to up to
+// round a lane loads 16 bytes of each row (a warp load is 512 contiguous bytes of one row), the
+// next round's loads issued before this one is used, and each weight piece is applied to up to
 // kCorePairs pairs (more take another pass, from L2). The expert's pairs are
 // args.sorted_pairs[range[0] .. range[1]), read after the first round's loads are issued;
 // wait: the PDL wait comes after those loads (the routing was ready before it).
@@ -251,9 +251,8 @@ __device__ __forceinline__ void expert_rows_cores(const GroupedGemvArgs& args, i
 // batch 1 the MMA kernel's 16-pair tiles are 1/16th full and its short blocks wait out one or two
 // round trips each (1.2-1.5 TB/s). At most 96 registers a thread (kCoreBlocksPerSm): the
 // 35B-A3B's one-token gate_up is 576 blocks (64 row blocks x 9 experts), all resident at 5 an SM.
-// routing_ready: the routing's writer had completed when the
-// previous kernel passed its wait (moe.h), so the slot's expert and the first round of its weights
-// are read before the wait.
+// routing_ready: the routing's writer had completed when the previous kernel passed its wait
+// (moe.h), so the slot's expert and the first round of its weights are read before the wait.
 template <typename T, int kCols>
 __global__ void __launch_bounds__(kCoreWarps * 32, kCoreBlocksPerSm)
     sm90_moe_grouped_gemv_fp8_cores(GroupedGemvArgs args, bool routing_ready) {
@@ -526,10 +525,14 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
                  router->top_k <= router->experts,
              "moe_expert_gemv: ", router->experts, " experts, top ", router->top_k,
              ", logits rows of ", stride);
-    const RouteArgs route{routing,         static_cast<const float*>(router->logits),
-                          int(tokens),     int(router->experts),
-                          int(router->top_k), int(stride),
-                          router->renormalize, router->shared_expert};
+    const RouteArgs route{routing,
+                          static_cast<const float*>(router->logits),
+                          int(tokens),
+                          int(router->experts),
+                          int(router->top_k),
+                          int(stride),
+                          router->renormalize,
+                          router->shared_expert};
     // The route's logits, ids, weights and layout words on top of the GEMV's bytes.
     ::vt::trace::LaunchCost routed = cost;
     routed.bytes += double(tokens) * double(stride) * 4 + double(pairs) * 16 +

@@ -122,8 +122,7 @@ __global__ void __launch_bounds__(kRouteThreads)
   if (token >= tokens) return;
   const int slots = top_k + shared;
   route_token<T, kPerLane>(routing.ids + token * slots, routing.weights + token * slots,
-                           g_logits + int64_t(token) * stride, experts, top_k,
-                           renormalize, shared);
+                           g_logits + int64_t(token) * stride, experts, top_k, renormalize, shared);
 }
 
 // One block: routes every token (warp w takes tokens w, w + 16, ...), then groups them.
@@ -135,8 +134,8 @@ __global__ void __launch_bounds__(kFusedThreads)
   const int slots = top_k + shared;
   for (int token = threadIdx.x / 32; token < tokens; token += kFusedThreads / 32)
     route_token<T, kPerLane>(routing.ids + token * slots, routing.weights + token * slots,
-                             g_logits + int64_t(token) * stride, experts, top_k,
-                             renormalize, shared);
+                             g_logits + int64_t(token) * stride, experts, top_k, renormalize,
+                             shared);
   __syncthreads();  // the ids, written to global memory above, are visible to the whole block
   group_pairs(routing.ids, routing.expert_offsets, routing.sorted_pairs, routing.active_experts,
               routing.active_count, tokens * slots, experts + shared);
@@ -147,8 +146,8 @@ __global__ void __launch_bounds__(kFusedThreads)
 // ~5 us of a batch-1 step, once per MoE layer).
 template <typename T, int kPerLane>
 __global__ void __launch_bounds__(32)
-    sm90_moe_warp_route(MoeRouting routing, const T* __restrict__ g_logits, int tokens,
-                        int experts, int top_k, bool renormalize, bool shared, int stride) {
+    sm90_moe_warp_route(MoeRouting routing, const T* __restrict__ g_logits, int tokens, int experts,
+                        int top_k, bool renormalize, bool shared, int stride) {
   device::pdl_enter();
   warp_route<T, kPerLane>(routing, nullptr, g_logits, tokens, experts, top_k, renormalize, shared,
                           stride);
@@ -163,7 +162,8 @@ __global__ void __launch_bounds__(kGroupThreads)
 
 template <typename T, int kPerLane>
 void launch_route(const MoeRouting& routing, const T* logits, int64_t tokens, int64_t experts,
-                  int64_t top_k, bool renormalize, bool shared, int64_t stride, cudaStream_t stream) {
+                  int64_t top_k, bool renormalize, bool shared, int64_t stride,
+                  cudaStream_t stream) {
   // The grouped layout's experts and pairs: the shared expert is one more of each.
   const int64_t grouped = experts + shared, pairs = tokens * (top_k + shared);
   // The logits read, each pair's id and weight written, the layout's words written (ids read back).
@@ -177,9 +177,9 @@ void launch_route(const MoeRouting& routing, const T* logits, int64_t tokens, in
                                        route_bytes + group_bytes,
                                        0,
                                        ::vt::trace::OpGroup::kMoe};
-    launch("sm90_moe_warp_route", cost, sm90_moe_warp_route<T, kPerLane>, dim3(1),
-           dim3(32), 0, stream, routing, logits, int(tokens), int(experts), int(top_k),
-           renormalize, shared, int(stride));
+    launch("sm90_moe_warp_route", cost, sm90_moe_warp_route<T, kPerLane>, dim3(1), dim3(32), 0,
+           stream, routing, logits, int(tokens), int(experts), int(top_k), renormalize, shared,
+           int(stride));
     return;
   }
   if (tokens <= kFusedMaxTokens) {
@@ -208,26 +208,26 @@ void launch_route(const MoeRouting& routing, const T* logits, int64_t tokens, in
 }  // namespace
 
 void moe_route(const MoeRouting& routing, const void* logits, int64_t tokens, int64_t experts,
-               int64_t top_k, bool renormalize, DType act, cudaStream_t stream,
-               bool shared_expert, int64_t logits_stride) {
+               int64_t top_k, bool renormalize, DType act, cudaStream_t stream, bool shared_expert,
+               int64_t logits_stride) {
   const int64_t grouped = experts + shared_expert;
   const int64_t stride = logits_stride > 0 ? logits_stride : grouped;
   VT_CHECK(stride >= grouped, "moe_route: logits rows of ", stride, " for ", grouped, " experts");
   VT_CHECK(
       experts > 0 && grouped <= kMaxExperts && top_k > 0 && top_k <= kMaxTopK && top_k <= experts,
-      "moe_route: ", experts, " experts", shared_expert ? " and the shared one" : "", ", top ", top_k,
-      " (at most ", kMaxExperts, " experts grouped, top ", kMaxTopK, ")");
+      "moe_route: ", experts, " experts", shared_expert ? " and the shared one" : "", ", top ",
+      top_k, " (at most ", kMaxExperts, " experts grouped, top ", kMaxTopK, ")");
   VT_CHECK(tokens * (top_k + shared_expert) < (int64_t(1) << 31), "moe_route: ", tokens,
            " tokens x ", top_k + shared_expert, " pairs");
   if (tokens == 0) return;
   VT_DISPATCH_ACT(act, T, {
     const T* typed = static_cast<const T*>(logits);
     if (experts <= 128)
-      launch_route<T, 4>(routing, typed, tokens, experts, top_k, renormalize, shared_expert,
-                          stride, stream);
+      launch_route<T, 4>(routing, typed, tokens, experts, top_k, renormalize, shared_expert, stride,
+                         stream);
     else if (experts <= 256)
-      launch_route<T, 8>(routing, typed, tokens, experts, top_k, renormalize, shared_expert,
-                          stride, stream);
+      launch_route<T, 8>(routing, typed, tokens, experts, top_k, renormalize, shared_expert, stride,
+                         stream);
     else if (experts <= 512)
       launch_route<T, 16>(routing, typed, tokens, experts, top_k, renormalize, shared_expert,
                           stride, stream);

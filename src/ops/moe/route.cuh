@@ -23,8 +23,8 @@ constexpr int kMaxExperts = 1024;
 // lane's pair (lanes below top_k + shared; INT_MAX on the others).
 template <typename T, int kPerLane>
 __device__ __forceinline__ int route_token(int32_t* g_ids, float* g_weights,
-                                            const T* __restrict__ g_logits, int experts, int top_k,
-                                            bool renormalize, bool shared) {
+                                           const T* __restrict__ g_logits, int experts, int top_k,
+                                           bool renormalize, bool shared) {
   const int lane = threadIdx.x % 32;
   float r_prob[kPerLane];
   float local_max = -INFINITY;
@@ -97,10 +97,9 @@ __device__ __forceinline__ void warp_route(const MoeRouting& routing, int32_t* s
   const int grouped = experts + shared;
   int pair_expert = INT_MAX;  // this lane's pair's expert; INT_MAX past the pairs
   for (int token = 0; token < tokens; ++token) {
-    const int expert = route_token<T, kPerLane>(routing.ids + token * slots,
-                                                routing.weights + token * slots,
-                                                g_logits + int64_t(token) * stride, experts,
-                                                top_k, renormalize, shared);
+    const int expert = route_token<T, kPerLane>(
+        routing.ids + token * slots, routing.weights + token * slots,
+        g_logits + int64_t(token) * stride, experts, top_k, renormalize, shared);
     const int from = lane - token * slots;  // the lane that routed this lane's pair
     const int got = __shfl_sync(0xffffffffu, expert, from >= 0 && from < 32 ? from : 0);
     if (from >= 0 && from < slots) pair_expert = got;
