@@ -520,11 +520,8 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
     return;
   }
   if (routes_here) {
-    const int64_t stride = router->logits_stride > 0 ? router->logits_stride : experts;
-    VT_CHECK(stride >= experts && experts <= kMaxExperts && router->top_k <= kMaxTopK &&
-                 router->top_k <= router->experts,
-             "moe_expert_gemv: ", router->experts, " experts, top ", router->top_k,
-             ", logits rows of ", stride);
+    const int64_t stride = checked_route_stride(tokens, router->experts, router->top_k,
+                                                router->shared_expert, router->logits_stride);
     const RouteArgs route{routing,
                           static_cast<const float*>(router->logits),
                           int(tokens),
@@ -538,14 +535,9 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
     routed.bytes += double(tokens) * double(stride) * 4 + double(pairs) * 16 +
                     double(experts + 1) * 4 + double(slots + 1) * 4;
     VT_DISPATCH_ACT(act, T, {
-      if (router->experts <= 128)
-        launch_routed<T, 4>(routed, args, route, unsigned(slots), stream);
-      else if (router->experts <= 256)
-        launch_routed<T, 8>(routed, args, route, unsigned(slots), stream);
-      else if (router->experts <= 512)
-        launch_routed<T, 16>(routed, args, route, unsigned(slots), stream);
-      else
-        launch_routed<T, 32>(routed, args, route, unsigned(slots), stream);
+      with_experts_per_lane(router->experts, [&](auto per_lane) {
+        launch_routed<T, decltype(per_lane)::value>(routed, args, route, unsigned(slots), stream);
+      });
     });
     return;
   }

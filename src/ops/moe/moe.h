@@ -74,6 +74,14 @@ namespace vt::cuda {
 void moe_route(const MoeRouting& routing, const void* logits, int64_t tokens, int64_t experts,
                int64_t top_k, bool renormalize, DType act, cudaStream_t stream,
                bool shared_expert = false, int64_t logits_stride = 0);
+// The step's router for moe_expert_gemv to route first (moe_route's arguments): logits
+// [T, stride] f32, `experts` routed (without the shared one), top_k of them a token.
+struct MoeRouter {
+  const void* logits = nullptr;
+  int64_t experts = 0, top_k = 0;
+  bool renormalize = true, shared_expert = false;
+  int64_t logits_stride = 0;
+};
 // y [pairs, n] act (pairs = tokens * top_k, in pair order) = W[e] [n, k] . x[p / input_divisor]
 // for every pair p routed to expert e. Grouped by expert: each active expert's weights are read
 // once, for all its pairs. Weights stacked [E, n, k] in act dtype, or e4m3 codes (with
@@ -90,14 +98,6 @@ void moe_route(const MoeRouting& routing, const void* logits, int64_t tokens, in
 // router: route the step into `routing` first, as moe_route does (the same words): inside the
 // GEMV's blocks where the built-in choice is the CUDA-core kernel and the step's pairs fit a warp
 // (decode at batch 1: one launch a MoE layer fewer), else by moe_route before it.
-// The step's router for moe_expert_gemv to route first (moe_route's arguments): logits
-// [T, stride] f32, `experts` routed (without the shared one), top_k of them a token.
-struct MoeRouter {
-  const void* logits = nullptr;
-  int64_t experts = 0, top_k = 0;
-  bool renormalize = true, shared_expert = false;
-  int64_t logits_stride = 0;
-};
 struct MoeGemvSchedule {
   int splits =
       0;  // MMA kernel: warps of a block splitting K: 1, 2, 4, 8 (the rest take more columns)

@@ -210,30 +210,14 @@ void launch_route(const MoeRouting& routing, const T* logits, int64_t tokens, in
 void moe_route(const MoeRouting& routing, const void* logits, int64_t tokens, int64_t experts,
                int64_t top_k, bool renormalize, DType act, cudaStream_t stream, bool shared_expert,
                int64_t logits_stride) {
-  const int64_t grouped = experts + shared_expert;
-  const int64_t stride = logits_stride > 0 ? logits_stride : grouped;
-  VT_CHECK(stride >= grouped, "moe_route: logits rows of ", stride, " for ", grouped, " experts");
-  VT_CHECK(
-      experts > 0 && grouped <= kMaxExperts && top_k > 0 && top_k <= kMaxTopK && top_k <= experts,
-      "moe_route: ", experts, " experts", shared_expert ? " and the shared one" : "", ", top ",
-      top_k, " (at most ", kMaxExperts, " experts grouped, top ", kMaxTopK, ")");
-  VT_CHECK(tokens * (top_k + shared_expert) < (int64_t(1) << 31), "moe_route: ", tokens,
-           " tokens x ", top_k + shared_expert, " pairs");
+  const int64_t stride = checked_route_stride(tokens, experts, top_k, shared_expert, logits_stride);
   if (tokens == 0) return;
   VT_DISPATCH_ACT(act, T, {
-    const T* typed = static_cast<const T*>(logits);
-    if (experts <= 128)
-      launch_route<T, 4>(routing, typed, tokens, experts, top_k, renormalize, shared_expert, stride,
-                         stream);
-    else if (experts <= 256)
-      launch_route<T, 8>(routing, typed, tokens, experts, top_k, renormalize, shared_expert, stride,
-                         stream);
-    else if (experts <= 512)
-      launch_route<T, 16>(routing, typed, tokens, experts, top_k, renormalize, shared_expert,
-                          stride, stream);
-    else
-      launch_route<T, 32>(routing, typed, tokens, experts, top_k, renormalize, shared_expert,
-                          stride, stream);
+    with_experts_per_lane(experts, [&](auto per_lane) {
+      launch_route<T, decltype(per_lane)::value>(routing, static_cast<const T*>(logits), tokens,
+                                                 experts, top_k, renormalize, shared_expert, stride,
+                                                 stream);
+    });
   });
 }
 

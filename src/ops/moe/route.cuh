@@ -5,7 +5,9 @@
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
+#include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "ops/moe/moe.h"
 
@@ -13,6 +15,35 @@ namespace vt::cuda {
 
 constexpr int kMaxTopK = 16;
 constexpr int kMaxExperts = 1024;
+
+// moe_route's arguments checked (whoever routes: the router kernels or the GEMV that routes
+// itself); returns the logits' row stride (logits_stride, or 0: one row of experts + shared).
+inline int64_t checked_route_stride(int64_t tokens, int64_t experts, int64_t top_k, bool shared,
+                                    int64_t logits_stride) {
+  const int64_t grouped = experts + shared;
+  const int64_t stride = logits_stride > 0 ? logits_stride : grouped;
+  VT_CHECK(stride >= grouped, "moe_route: logits rows of ", stride, " for ", grouped, " experts");
+  VT_CHECK(
+      experts > 0 && grouped <= kMaxExperts && top_k > 0 && top_k <= kMaxTopK && top_k <= experts,
+      "moe_route: ", experts, " experts", shared ? " and the shared one" : "", ", top ", top_k,
+      " (at most ", kMaxExperts, " experts grouped, top ", kMaxTopK, ")");
+  VT_CHECK(tokens * (top_k + shared) < (int64_t(1) << 31), "moe_route: ", tokens, " tokens x ",
+           top_k + shared, " pairs");
+  return stride;
+}
+
+// Calls f(std::integral_constant<int, kPerLane>) with route_token's experts a lane for `experts`.
+template <typename F>
+void with_experts_per_lane(int64_t experts, F&& f) {
+  if (experts <= 128)
+    f(std::integral_constant<int, 4>{});
+  else if (experts <= 256)
+    f(std::integral_constant<int, 8>{});
+  else if (experts <= 512)
+    f(std::integral_constant<int, 16>{});
+  else
+    f(std::integral_constant<int, 32>{});
+}
 
 // One token's routing by one warp. Lane l holds experts l, l + 32, ... (kPerLane of them) in
 // registers: softmax by warp reductions, then top_k rounds of warp argmax over (probability, id)
