@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "cuda/device.h"
 #include "cuda/device_buffer.h"
 #include "op_cuda_test_support.h"
+#include "ops/sampling/sampler.h"
 #include "ops/sampling/sampling.h"
 #include "profile/kernel_gate.h"
 #include "profile/kernel_recorder.h"
@@ -42,7 +44,6 @@ TEST_F(SamplingCuda, ArgmaxTakesTheFirstMaximum) {
   EXPECT_EQ(ids, (std::vector<int32_t>{17, 999}));
 }
 
-
 constexpr int64_t kQwenVocab = 248320;
 
 
@@ -50,6 +51,50 @@ constexpr int64_t kQwenVocab = 248320;
 std::vector<float> round_to_bf16(std::vector<float> values) {
   for (float& value : values) value = bf16_to_f32(f32_to_bf16(value));
   return values;
+}
+
+// The host argmax (the first maximum) on rows whose maxima sit in each CTA's share of the row and
+// tie across them: vocab sizes that fill the 16-byte groups or not (then every logit alone), rows
+// that start unaligned, f32 and bf16; NaN never wins, an all -inf row gives 0; reruns agree.
+TEST_F(SamplingCuda, ArgmaxRowsMatchTheHostOnAwkwardRows) {
+  for (const DType act : {DType::kF32, DType::kBF16}) {
+    for (const int64_t vocab : {int64_t(1), int64_t(7), int64_t(8), int64_t(1001), int64_t(4099), int64_t(32768 + 8),
+                                kQwenVocab}) {
+      for (const int64_t offset : {int64_t(0), int64_t(1)}) {  // 1: the rows start 4 or 2 bytes in
+        const int64_t rows = 5;
+        std::vector<float> logits = round_to_bf16(testing::random_vector(size_t(rows * vocab), uint64_t(vocab) + 7));
+        std::mt19937_64 rng(uint64_t(vocab) * 31 + uint64_t(offset));
+        for (int64_t r = 0; r < 3; ++r) {  // rows 0-2: the maximum planted 1, 2 and 3 times
+          for (int64_t j = 0; j <= r; ++j) logits[size_t(r * vocab + int64_t(rng() % uint64_t(vocab)))] = 9.0f;
+        }
+        for (int64_t i = 0; i < vocab; ++i) logits[size_t(3 * vocab + i)] = -INFINITY;  // row 3
+        // Row 4: NaN in front of and beside the maximum (alone at vocab 1: then 0).
+        const int64_t top = vocab > 1 ? 1 + int64_t(rng() % uint64_t(vocab - 1)) : 0;
+        logits[size_t(4 * vocab + top)] = 9.0f;
+        logits[size_t(4 * vocab)] = NAN;
+        if (top + 1 < vocab) logits[size_t(4 * vocab + top + 1)] = NAN;
+        std::vector<int32_t> expected(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) expected[size_t(r)] = argmax(logits.data() + r * vocab, vocab);
+        expected[3] = 0;
+        expected[4] = int32_t(top);
+        std::vector<float> padded(size_t(offset), 0.0f);
+        padded.insert(padded.end(), logits.begin(), logits.end());
+        cuda::DeviceBuffer d_logits(act, {int64_t(padded.size())});
+        testing::upload_as(d_logits, padded, act);
+        const void* first = static_cast<const char*>(d_logits.data()) + offset * dtype_size(act);
+        cuda::DeviceBuffer out(DType::kI32, {rows});
+        std::vector<int32_t> ids(static_cast<size_t>(rows)), again(static_cast<size_t>(rows));
+        cuda::argmax_rows(out.as<int32_t>(), first, rows, vocab, act, nullptr);
+        cuda::copy_to_host(ids.data(), out.data(), size_t(rows) * sizeof(int32_t));
+        cuda::argmax_rows(out.as<int32_t>(), first, rows, vocab, act, nullptr);
+        cuda::copy_to_host(again.data(), out.data(), size_t(rows) * sizeof(int32_t));
+        const std::string where = std::string(dtype_name(act)) + " vocab " + std::to_string(vocab) + " offset " +
+                                  std::to_string(offset);
+        EXPECT_EQ(ids, expected) << where;
+        EXPECT_EQ(again, ids) << where;
+      }
+    }
+  }
 }
 
 // The kernel on logits uploaded as `act` (bf16 values must already be bf16-exact).

@@ -30,18 +30,40 @@ struct PrepareArgs {
   AttentionShape shape;
 };
 
-// Block (token, head): heads [0, Hq) are query heads, [Hq, Hq + Hkv) key/value heads.
+// Block (token, head): heads [0, Hq) are query heads, [Hq, Hq + Hkv) key/value heads. The step's
+// layout (uploaded before the step, written by no kernel) is read, and the rotation's angles made,
+// before the PDL wait: the cache row is three dependent loads, which then overlap the projection
+// that this kernel waits for instead of following it.
 template <typename T>
 __global__ void sm90_attention_prepare(PrepareArgs args) {
+  constexpr int kPerThread = kMaxHeadDim / kPrepareThreads;
   __shared__ float s_x[kMaxHeadDim];
   __shared__ float s_scratch[kPrepareThreads / 32];
-  device::pdl_enter();
   const auto& shape = args.shape;
   const int64_t token = blockIdx.x, head = blockIdx.y, d = shape.head_dim;
   const int64_t hq = shape.num_heads, hkv = shape.num_kv_heads;
+  const bool is_query = head < hq;
+  const int32_t position = args.layout.positions[token];
+  const int64_t half = shape.rotary_dim / 2;
+  float r_cos[kPerThread], r_sin[kPerThread];
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int64_t i = threadIdx.x + j * kPrepareThreads;
+    const float angle = i < shape.rotary_dim
+                            ? float(position) * rope_inv_freq(shape.rope, i % half, shape.rotary_dim)
+                            : 0.0f;
+    r_cos[j] = cosf(angle) * shape.rope.attention_factor, r_sin[j] = sinf(angle) * shape.rope.attention_factor;
+  }
+  int64_t cache_row = 0;
+  if (!is_query) {
+    const int32_t seq = args.layout.token_seq[token];
+    const int32_t block = args.layout.block_tables[int64_t(args.layout.slots[seq]) * args.layout.max_blocks +
+                                                   position / shape.block_size];
+    cache_row = (int64_t(block) * shape.block_size + position % shape.block_size) * hkv;
+  }
+  device::pdl_enter();
   const int64_t width = hq * 2 * d + 2 * hkv * d;
   const T* row = static_cast<const T*>(args.projected) + token * width;
-  const bool is_query = head < hq;
   const T* source = is_query ? row + head * 2 * d : row + hq * 2 * d + (head - hq) * d;
   const float* norm_w = is_query ? args.q_norm : args.k_norm;
 
@@ -55,18 +77,13 @@ __global__ void sm90_attention_prepare(PrepareArgs args) {
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) s_x[i] = s_x[i] * scale * (1.0f + norm_w[i]);
   __syncthreads();
 
-  const int32_t position = args.layout.positions[token];
-  const int64_t half = shape.rotary_dim / 2;
-  const int32_t seq = args.layout.token_seq[token];
-  const int32_t block = args.layout.block_tables[int64_t(args.layout.slots[seq]) * args.layout.max_blocks +
-                                                 position / shape.block_size];
-  const int64_t cache_row = (int64_t(block) * shape.block_size + position % shape.block_size) * hkv;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int64_t i = threadIdx.x + j * kPrepareThreads;
+    if (i >= d) break;
     float value = s_x[i];
     if (i < shape.rotary_dim) {
-      const int64_t pair = i % half;
-      const float angle = float(position) * rope_inv_freq(shape.rope, pair, shape.rotary_dim);
-      const float c = cosf(angle) * shape.rope.attention_factor, s = sinf(angle) * shape.rope.attention_factor;
+      const float c = r_cos[j], s = r_sin[j];
       value = i < half ? s_x[i] * c - s_x[i + half] * s : s_x[i] * c + s_x[i - half] * s;
     }
     if (is_query) {

@@ -421,13 +421,14 @@ void launch_fp8_cores(const char* name, const ::vt::trace::LaunchCost& cost,
 }
 
 // The built-in choice of the CUDA-core kernel's rows a warp (0: the MMA kernel), from what was
-// measured in the model (docs/perf/2026-12-07-moe-cuda-cores.md): one token and long K (the
-// 35B-A3B's gate_up, K = 2048): 4 rows, -37 us a step at batch 1 in `vt profile decode`. Short K
-// (down, K = 512) and more tokens keep the MMA kernel until the model's step says otherwise: the
-// op bench favours the CUDA cores there too (8 rows for short K), but it has no shared expert,
-// whose slot takes T pairs (T / 2 passes here), and batch 4 in the model was slower.
+// measured in the model: one token, either projection (gate_up first, -37 us a step at batch 1,
+// docs/perf/2026-12-07-moe-cuda-cores.md; down, K = 512, 5.77 against 7.60 us a call in the op
+// bench, docs/perf/2026-12-08-moe-batch1.md), and gate_up (long K) at two tokens, where the
+// MMA kernel's 16-pair tiles are an eighth full (op bench, the shared expert folded: 16.8 against
+// 20.7 us). Three tokens and more keep the MMA kernel: not measured in the model without the
+// route inside, which lost at three (docs/perf/2026-12-07-moe-gate-up-splits.md).
 int core_columns(int64_t tokens, int64_t k) {
-  return tokens == 1 && k >= 1024 ? 4 : 0;
+  return tokens == 1 || (tokens == 2 && k >= 1024) ? 4 : 0;
 }
 
 template <typename T, int kPerLane>
@@ -456,10 +457,11 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
                      int64_t top_k, int64_t n, int64_t k, int64_t input_divisor, bool fp8,
                      DType act, cudaStream_t stream, double experts_read, MoeGemvSchedule schedule,
                      bool routing_ready, const MoeRouter* router) {
-  // The router inside the GEMV where the built-in choice is the CUDA-core kernel at core_columns'
-  // 4 rows and the step's pairs fit one warp; otherwise moe_route first.
+  // The router inside the GEMV at one token where the built-in choice is the CUDA-core kernel at
+  // core_columns' 4 rows (at two and three tokens it lost: its grid's two waves each paid the
+  // route); otherwise moe_route first.
   const bool routes_here = router && fp8 && schedule.splits == 0 && schedule.columns == 0 &&
-                           core_columns(tokens, k) == 4 && tokens * top_k <= 32;
+                           tokens == 1 && core_columns(tokens, k) == 4 && tokens * top_k <= 32;
   if (router) {
     VT_CHECK(experts == router->experts + router->shared_expert &&
                  top_k == router->top_k + router->shared_expert,

@@ -89,15 +89,16 @@ struct MoeRouter {
 // scales, k a multiple of 16). experts_read: how many distinct experts the caller expects the
 // launch to read (the routing is on the device), for the profile's bytes; 0: min(pairs, E).
 // schedule: the FP8 kernel and its work split (all 0: the built-in choice, the CUDA-core kernel
-// for one token's long-K projection, the MMA kernel otherwise); `vt bench op moe` times them.
+// at one token and for two tokens' long-K projection, the MMA kernel otherwise); `vt bench op moe`
+// times them.
 // (Four 128-blocks a step per warp instead of two spilled registers at the MMA kernel's occupancy.)
 // routing_ready: the caller's promise that the kernel that wrote the routing had completed when the
 // previous kernel on the stream passed its PDL wait (a kernel between them, which triggers only
 // after its wait, as all of ours do), so the FP8 CUDA-core kernel reads it, and loads its first
 // weights, before waiting on that previous kernel.
 // router: route the step into `routing` first, as moe_route does (the same words): inside the
-// GEMV's blocks where the built-in choice is the CUDA-core kernel and the step's pairs fit a warp
-// (decode at batch 1: one launch a MoE layer fewer), else by moe_route before it.
+// GEMV's blocks at one token where the built-in choice is the CUDA-core kernel (decode at batch 1:
+// one launch a MoE layer fewer), else by moe_route before it.
 struct MoeGemvSchedule {
   int splits =
       0;  // MMA kernel: warps of a block splitting K: 1, 2, 4, 8 (the rest take more columns)

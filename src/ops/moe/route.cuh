@@ -45,6 +45,15 @@ void with_experts_per_lane(int64_t experts, F&& f) {
     f(std::integral_constant<int, 32>{});
 }
 
+// Float <-> uint32 keys in the floats' order (NaN above +inf), for the warp's integer reductions.
+__device__ __forceinline__ uint32_t order_key(float value) {
+  const uint32_t bits = __float_as_uint(value);
+  return bits & 0x80000000u ? ~bits : bits | 0x80000000u;
+}
+__device__ __forceinline__ float from_order_key(uint32_t key) {
+  return __uint_as_float(key & 0x80000000u ? key & 0x7fffffffu : ~key);
+}
+
 // One token's routing by one warp. Lane l holds experts l, l + 32, ... (kPerLane of them) in
 // registers: softmax by warp reductions, then top_k rounds of warp argmax over (probability, id)
 // with ties to the lower id, the CPU reference's order. The renormalising sum runs in choice
@@ -87,14 +96,13 @@ __device__ __forceinline__ int route_token(int32_t* g_ids, float* g_weights,
 #pragma unroll
     for (int i = 1; i < kPerLane; ++i)
       if (r_prob[i] > best) best = r_prob[i], best_i = i;
-    int best_id = lane + 32 * best_i;
-    // (probability, -id) is a total order, so the butterfly leaves every lane the same winner.
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const float other = __shfl_xor_sync(0xffffffffu, best, offset);
-      const int other_id = __shfl_xor_sync(0xffffffffu, best_id, offset);
-      if (other > best || (other == best && other_id < best_id)) best = other, best_id = other_id;
-    }
+    // The warp's largest probability, then the lowest id holding it: two single-instruction warp
+    // reductions (redux.sync) where a butterfly of (probability, id) took five dependent shuffle
+    // rounds, eight times a token (docs/perf/2026-12-08-moe-batch1.md).
+    const uint32_t key = order_key(best), top = __reduce_max_sync(0xffffffffu, key);
+    const int best_id =
+        int(__reduce_min_sync(0xffffffffu, key == top ? uint32_t(lane + 32 * best_i) : 0xffffffffu));
+    best = from_order_key(top);
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i)
       if (lane + 32 * i == best_id) r_prob[i] = -INFINITY;

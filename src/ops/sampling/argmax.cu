@@ -1,5 +1,8 @@
-// Greedy sampling on the device: the argmax of each logit row (lowest index on ties).
+// Greedy sampling on the device: the argmax of each logit row (lowest index on ties, NaN never).
 #include <cuda_bf16.h>
+
+#include <climits>
+#include <cstdint>
 
 #include "cuda/check.h"
 #include "cuda/common.cuh"
@@ -9,49 +12,97 @@
 namespace vt::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+// One block of kThreads a row, 16-byte loads, kInFlight of them issued before a thread compares:
+// the 256-thread version with 2-byte loads walked the 35B-A3B's 248,320 bf16 logits in 970
+// dependent rounds, 54 us of a 2.7 ms batch-1 step (docs/perf/2026-12-08-moe-batch1.md). Rows run
+// side by side on their own SMs.
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+constexpr int kInFlight = 4;
+static_assert(kWarps == 32, "the second reduction is one warp over the warps' bests");
 
-// One block per row; each thread keeps its best (value, index), then a fixed-order reduction.
-template <typename T>
-__global__ void sm90_argmax_rows(int32_t* __restrict__ g_out, const T* __restrict__ g_logits, int64_t vocab) {
-  __shared__ float s_value[kThreads];
-  __shared__ int32_t s_index[kThreads];
-  device::pdl_enter();
-  const T* row = g_logits + blockIdx.x * vocab;
-  float best = -INFINITY;
-  int32_t best_index = 0x7fffffff;
-  for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
-    const float value = device::to_float(row[i]);
-    if (value > best) best = value, best_index = int32_t(i);  // ascending i: first max kept
+// (value, index) beats (best, best_index): larger, or equal at a lower index. NaN never beats.
+__device__ __forceinline__ bool beats(float value, int32_t index, float best, int32_t best_index) {
+  return value > best || (value == best && index < best_index);
+}
+
+__device__ __forceinline__ void warp_best(float& best, int32_t& best_index) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_down_sync(0xffffffffu, best, offset);
+    const int32_t other_index = __shfl_down_sync(0xffffffffu, best_index, offset);
+    if (beats(other, other_index, best, best_index)) best = other, best_index = other_index;
   }
-  s_value[threadIdx.x] = best;
-  s_index[threadIdx.x] = best_index;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) {
-      const float other = s_value[threadIdx.x + stride];
-      const int32_t other_index = s_index[threadIdx.x + stride];
-      if (other > s_value[threadIdx.x] || (other == s_value[threadIdx.x] && other_index < s_index[threadIdx.x])) {
-        s_value[threadIdx.x] = other;
-        s_index[threadIdx.x] = other_index;
+}
+
+// Thread t takes the groups of 8 logits t, t + kThreads, ... (vector: 16-byte aligned rows, vocab
+// a multiple of 8), else the single logits t, t + kThreads, ...; in ascending order, so a thread
+// keeps its first maximum, and the reductions break ties by index: the row's first maximum
+// whatever order the partial bests meet in.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    sm90_argmax_rows(int32_t* __restrict__ g_out, const T* __restrict__ g_logits, int64_t vocab,
+                     bool vector) {
+  __shared__ float s_value[kWarps];
+  __shared__ int32_t s_index[kWarps];
+  device::pdl_enter();
+  const T* row = g_logits + int64_t(blockIdx.x) * vocab;
+  float best = -INFINITY;
+  int32_t best_index = INT_MAX;
+  if (vector) {
+    const int64_t groups = vocab / 8;
+    for (int64_t first = threadIdx.x; first < groups; first += kInFlight * kThreads) {
+      device::Packed8<T> r_packed[kInFlight];
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j)
+        if (first + j * kThreads < groups)
+          device::load_packed8(row + (first + j * kThreads) * 8, r_packed[j]);
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        const int64_t group = first + j * kThreads;
+        if (group >= groups) break;
+        float r_x[8];
+        device::unpack8(r_packed[j], r_x);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (r_x[e] > best) best = r_x[e], best_index = int32_t(group * 8 + e);
       }
     }
-    __syncthreads();
+  } else {
+    for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
+      const float value = device::to_float(row[i]);
+      if (value > best) best = value, best_index = int32_t(i);
+    }
   }
-  if (threadIdx.x == 0) g_out[blockIdx.x] = s_index[0] == 0x7fffffff ? 0 : s_index[0];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  warp_best(best, best_index);
+  if (lane == 0) s_value[warp] = best, s_index[warp] = best_index;
+  __syncthreads();
+  if (warp == 0) {
+    best = s_value[lane], best_index = s_index[lane];  // kWarps == 32
+    warp_best(best, best_index);
+    if (lane == 0) g_out[blockIdx.x] = best_index == INT_MAX ? 0 : best_index;
+  }
 }
 
 }  // namespace
 
-void argmax_rows(int32_t* out, const void* logits, int64_t rows, int64_t vocab, DType act, cudaStream_t stream) {
+void argmax_rows(int32_t* out, const void* logits, int64_t rows, int64_t vocab, DType act,
+                 cudaStream_t stream) {
   if (rows == 0) return;
-  VT_DISPATCH_ACT(act, T,
-                  launch("sm90_argmax_rows",
-                         ::vt::trace::LaunchCost{"cuda", {rows, vocab, 0, 0},
-                                                   double(rows) * double(vocab) * double(dtype_size(act)), 0,
-                                                   ::vt::trace::OpGroup::kSampling},
-                         sm90_argmax_rows<T>, dim3(unsigned(rows)), dim3(kThreads), 0, stream, out,
-                         static_cast<const T*>(logits), vocab));
+  VT_CHECK(rows <= INT_MAX && vocab > 0 && vocab <= INT_MAX, "argmax_rows: ", rows, " rows of ",
+           vocab);
+  const bool vector = vocab % 8 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
+  VT_DISPATCH_ACT(
+      act, T,
+      launch("sm90_argmax_rows",
+             ::vt::trace::LaunchCost{"cuda",
+                                     {rows, vocab, 0, 0},
+                                     double(rows) * double(vocab) * double(dtype_size(act)),
+                                     0,
+                                     ::vt::trace::OpGroup::kSampling},
+             sm90_argmax_rows<T>, dim3(unsigned(rows)), dim3(kThreads), 0, stream, out,
+             static_cast<const T*>(logits), vocab, vector));
 }
 
 }  // namespace vt::cuda
