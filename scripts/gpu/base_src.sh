@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Run HERE before a device call with BASE=<commit>: writes that commit's tree to .base-src/
-# (git-ignored; pass carry [".gpu-deps", ".base-src"]), which wgmma_round.sh builds as the base.
+# Run HERE before a device call: base_src.sh <commit> [folder] writes that commit's tree to
+# .base-src/ (git-ignored; pass carry [".gpu-deps", ".base-src"]), which decode_ab.sh and
+# wgmma_round.sh build as the base; folder .alt-src/ (carried too) is decode_ab.sh's third build.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-commit=$(git rev-parse --short "${1:?usage: base_src.sh <commit>}")
-rm -rf .base-src && mkdir .base-src
+commit=$(git rev-parse --short "${1:?usage: base_src.sh <commit> [.base-src | .alt-src]}")
+folder=${2:-.base-src}
+case "$folder" in .base-src | .alt-src) ;; *) echo "base_src.sh: folder .base-src or .alt-src" >&2; exit 2 ;; esac
+rm -rf "$folder" && mkdir "$folder"
 # Without the golden checkpoints and the docs (the base builds `vt` only): .gpu-deps, this tree and
 # the base must fit the 64 MiB carry together.
-git archive "$commit" | tar -x -C .base-src --exclude=tests/golden --exclude=docs
-echo "$commit" >.base-src/COMMIT
-du -sh .base-src
+git archive "$commit" | tar -x -C "$folder" --exclude=tests/golden --exclude=docs
+echo "$commit" >"$folder/COMMIT"
+du -sh "$folder"

@@ -10,7 +10,9 @@
 # OP_BENCH="op:model:m-list ..." (e.g. moe:qwen3.5-35b-a3b:1,2,4,8,16) runs `vt bench op` on this
 # tree, each table whole in $OUT/op_<op>.txt (a call's output tail cuts long tables);
 # PREFILL="model:tokens ..." (e.g. qwen3.5-35b-a3b:8192) runs `vt bench prefill` (steps of 2,048,
-# median of 3) with both builds, the tables as $OUT/prefill_<build>_<model>.md.
+# median of 3) with both builds, the tables as $OUT/prefill_<build>_<model>.md. With .alt-src
+# (base_src.sh <commit> .alt-src; carry it too) a third build, build-alt, runs beside the base in
+# every round, profile and prefill: two changes against one base in one call.
 # Logs: $OUT/decode_ab.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,11 +29,22 @@ ln -sfn "$PWD/.gpu-deps" .base-src/.gpu-deps
 (cmake -S .base-src -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DVT_CUDA=ON -DCMAKE_PREFIX_PATH="$VT_DEPS" &&
   cmake --build build-base -j 8 --target vt) >"$LOGS/base.log" 2>&1 &
 base_build=$!
+alt_build=
+if [ -f .alt-src/COMMIT ]; then
+  ln -sfn "$PWD/.gpu-deps" .alt-src/.gpu-deps
+  (cmake -S .alt-src -B build-alt -G Ninja -DCMAKE_BUILD_TYPE=Release -DVT_CUDA=ON -DCMAKE_PREFIX_PATH="$VT_DEPS" &&
+    cmake --build build-alt -j 8 --target vt) >"$LOGS/alt.log" 2>&1 &
+  alt_build=$!
+fi
 cmake --build build-gpu -j "$(nproc)" --target vt vt_cuda_tests >"$LOGS/build.log" 2>&1 || {
   grep -E "error" -A3 "$LOGS/build.log" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
 wait $base_build || { status=1; echo "FAILED: the base build ($BASE)"; tail -5 "$LOGS/base.log"; }
 echo "base build ($BASE): $(( $(date +%s) - start )) s"
+if [ -n "$alt_build" ]; then
+  wait $alt_build || { status=1; echo "FAILED: the alt build ($(cat .alt-src/COMMIT))"; tail -5 "$LOGS/alt.log"; }
+  echo "alt build ($(cat .alt-src/COMMIT)): $(( $(date +%s) - start )) s"
+fi
 export VT_REQUIRE_GPU=1
 timeout 420 build-gpu/tests/vt_cuda_tests --gtest_filter="${TEST_FILTER:-*}" >"$LOGS/cuda_tests.log" 2>&1 || {
   status=1; echo "FAILED: vt_cuda_tests"; grep -E -B2 -A8 "Failure|what\(\)|C\+\+ exception" "$LOGS/cuda_tests.log" | head -60; }
@@ -45,13 +58,14 @@ bench() {  # build-dir name model
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for model in ${MODELS:-qwen3.5-27b qwen3.5-35b-a3b}; do
     [ -x build-base/apps/vt ] && bench build-base "base_${model}_$round" "$model"
+    [ -n "$alt_build" ] && [ -x build-alt/apps/vt ] && bench build-alt "alt_${model}_$round" "$model"
     bench build-gpu "new_${model}_$round" "$model"
   done
 done
 for model in ${EXTRA_MODELS-qwen3-next-80b}; do bench build-gpu "new_${model}_1" "$model"; done
 # PROFILE="model:batch ...": `vt profile decode` of both builds, the reports as $OUT/profile_*.txt.
 for spec in ${PROFILE-}; do
-  for build in build-base build-gpu; do
+  for build in build-base ${alt_build:+build-alt} build-gpu; do
     [ -x "$build/apps/vt" ] || continue
     name="profile_${build#build-}_${spec/:/_b}.txt"
     env VT_CACHE_DIR="$LOGS/plan_$build" "$build/apps/vt" profile decode --synthetic "${spec%%:*}" --weights fp8 \
@@ -59,7 +73,7 @@ for spec in ${PROFILE-}; do
   done
 done
 for spec in ${PREFILL-}; do
-  for build in build-base build-gpu; do
+  for build in build-base ${alt_build:+build-alt} build-gpu; do
     [ -x "$build/apps/vt" ] || continue
     name="prefill_${build#build-}_${spec%%:*}.md"
     env VT_CACHE_DIR="$LOGS/plan_$build" "$build/apps/vt" bench prefill --synthetic "${spec%%:*}" --weights fp8 \
