@@ -5,7 +5,8 @@
 # before rewriting it. Usage: ncu_kernels.sh 'regex of kernel names' [batch]. Logs: $OUT/ncu.csv.
 # PREFILL=<tokens> profiles the kernels of a 27B FP8 prefill of that many tokens instead (`vt bench
 # prefill`, steps of 2,048, the chunked path); SKIP (default 40) launches of the chosen kernels are
-# skipped first, COUNT (default 6) profiled.
+# skipped first, COUNT (default 6) profiled; MODEL (default qwen3.5-27b) picks the synthetic model
+# (e.g. qwen3.5-35b-a3b for the MoE kernels).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
@@ -16,10 +17,10 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda*/bin
 [ -n "$NCU" ] || { echo "ncu not found"; exit 1; }
 # Skip the start-up (GEMM tuning, warm-up), then a few launches of each kernel.
 if [ -n "${PREFILL:-}" ]; then
-  workload=("$VT" bench prefill --synthetic qwen3.5-27b --weights fp8 --tokens "$PREFILL" --step-tokens 2048
+  workload=("$VT" bench prefill --synthetic "${MODEL:-qwen3.5-27b}" --weights fp8 --tokens "$PREFILL" --step-tokens 2048
             --paths chunked --repeats 1)
 else
-  workload=("$VT" bench decode --synthetic qwen3.5-27b --weights fp8 --batch "$BATCH" --steps 4 --no-graph --context 1024)
+  workload=("$VT" bench decode --synthetic "${MODEL:-qwen3.5-27b}" --weights fp8 --batch "$BATCH" --steps 4 --no-graph --context 1024)
 fi
 STALLS=""
 for reason in long_scoreboard short_scoreboard barrier wait membar math_pipe_throttle lg_throttle mio_throttle \
