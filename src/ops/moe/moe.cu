@@ -457,11 +457,12 @@ void moe_expert_gemv(void* y, const void* x, const float* x_scales, const MoeRou
                      int64_t top_k, int64_t n, int64_t k, int64_t input_divisor, bool fp8,
                      DType act, cudaStream_t stream, double experts_read, MoeGemvSchedule schedule,
                      bool routing_ready, const MoeRouter* router) {
-  // The router inside the GEMV at one token where the built-in choice is the CUDA-core kernel at
-  // core_columns' 4 rows (at two and three tokens it lost: its grid's two waves each paid the
-  // route); otherwise moe_route first.
-  const bool routes_here = router && fp8 && schedule.splits == 0 && schedule.columns == 0 &&
-                           tokens == 1 && core_columns(tokens, k) == 4 && tokens * top_k <= 32;
+  // The router inside the GEMV at one token, where the built-in choice is the CUDA-core kernel at
+  // 4 rows and a token's pairs (at most kMaxTopK + 1) fit the warp route (at two and three tokens
+  // it lost: its grid's two waves each paid the route); otherwise moe_route first.
+  const bool routes_here =
+      router && fp8 && schedule.splits == 0 && schedule.columns == 0 && tokens == 1;
+  static_assert(kMaxTopK + 1 <= 32, "one token's pairs fit the warp route");
   if (router) {
     VT_CHECK(experts == router->experts + router->shared_expert &&
                  top_k == router->top_k + router->shared_expert,

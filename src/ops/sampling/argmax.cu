@@ -7,6 +7,7 @@
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/launch.cuh"
+#include "ops/sampling/block_argmax.cuh"
 #include "ops/sampling/sampling.h"
 
 namespace vt::cuda {
@@ -19,26 +20,10 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr int kInFlight = 4;
-static_assert(kWarps == 32, "the second reduction is one warp over the warps' bests");
-
-// (value, index) beats (best, best_index): larger, or equal at a lower index. NaN never beats.
-__device__ __forceinline__ bool beats(float value, int32_t index, float best, int32_t best_index) {
-  return value > best || (value == best && index < best_index);
-}
-
-__device__ __forceinline__ void warp_best(float& best, int32_t& best_index) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float other = __shfl_down_sync(0xffffffffu, best, offset);
-    const int32_t other_index = __shfl_down_sync(0xffffffffu, best_index, offset);
-    if (beats(other, other_index, best, best_index)) best = other, best_index = other_index;
-  }
-}
 
 // Thread t takes the groups of 8 logits t, t + kThreads, ... (vector: 16-byte aligned rows, vocab
 // a multiple of 8), else the single logits t, t + kThreads, ...; in ascending order, so a thread
-// keeps its first maximum, and the reductions break ties by index: the row's first maximum
-// whatever order the partial bests meet in.
+// keeps its first maximum, and block_argmax breaks ties by index: the row's first maximum.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     sm90_argmax_rows(int32_t* __restrict__ g_out, const T* __restrict__ g_logits, int64_t vocab,
@@ -74,15 +59,8 @@ __global__ void __launch_bounds__(kThreads)
       if (value > best) best = value, best_index = int32_t(i);
     }
   }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  warp_best(best, best_index);
-  if (lane == 0) s_value[warp] = best, s_index[warp] = best_index;
-  __syncthreads();
-  if (warp == 0) {
-    best = s_value[lane], best_index = s_index[lane];  // kWarps == 32
-    warp_best(best, best_index);
-    if (lane == 0) g_out[blockIdx.x] = best_index == INT_MAX ? 0 : best_index;
-  }
+  const int32_t id = device::block_argmax<kWarps>(best, best_index, s_value, s_index);
+  if (threadIdx.x == 0) g_out[blockIdx.x] = id == INT_MAX ? 0 : id;
 }
 
 }  // namespace

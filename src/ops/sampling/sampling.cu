@@ -20,6 +20,7 @@
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/launch.cuh"
+#include "ops/sampling/block_argmax.cuh"
 #include "ops/sampling/device_sampling.h"
 
 namespace vt::cuda {
@@ -83,28 +84,6 @@ __device__ __forceinline__ void for_each_group(const T* row, int64_t vocab, bool
     load4(row, group, vocab, vector4, r_x);
     body(group, r_x, int(vocab - group * 4 < 4 ? vocab - group * 4 : 4));
   }
-}
-
-__device__ __forceinline__ bool better(float value, int32_t id, float other_value, int32_t other_id) {
-  return value > other_value || (value == other_value && id < other_id);
-}
-
-// The block's best (value, id): highest value, ties to the lower id; every thread gets the id.
-__device__ int32_t block_argmax(float value, int32_t id, SharedState& s) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float other = __shfl_xor_sync(0xffffffffu, value, offset);
-    const int32_t other_id = __shfl_xor_sync(0xffffffffu, id, offset);
-    if (better(other, other_id, value, id)) value = other, id = other_id;
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // the arrays may still be read by a previous call
-  if (lane == 0) s.warp_values[warp] = value, s.warp_ids[warp] = id;
-  __syncthreads();
-  float best = s.warp_values[0];
-  int32_t best_id = s.warp_ids[0];
-  for (int w = 1; w < kWarps; ++w)
-    if (better(s.warp_values[w], s.warp_ids[w], best, best_id)) best = s.warp_values[w], best_id = s.warp_ids[w];
-  return best_id;
 }
 
 // Exclusive prefix sum over the threads in order; *total gets the block's sum.
@@ -276,7 +255,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     });
   }
-  const int32_t token = block_argmax(best, best_id, s);
+  const int32_t token = device::block_argmax<kWarps>(best, best_id, s.warp_values, s.warp_ids);
   if (threadIdx.x == 0) g_tokens[blockIdx.x] = token == kNoId ? 0 : token;
 }
 
